@@ -1,0 +1,92 @@
+//! gcra: the token bucket's contract as one integer, the theoretical arrival
+//! time scaled by n: `tat = n·now + debt`.
+
+use super::saturate;
+use crate::decision::Decision;
+use crate::policy::Rate;
+
+/// Stored state. `tat` is exact in u128 for any u64 time and rate; the scale
+/// (n, p, C·p) is kept beside it so a policy change carries the debt over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcraState {
+    pub tat: u128,
+    pub units_per_ms: u64,
+    pub units_per_token: u64,
+    pub capacity: u64,
+}
+
+pub(super) fn decide(
+    rate: &Rate,
+    state: &mut Option<GcraState>,
+    now_ms: u64,
+    cost: u64,
+    consume: bool,
+) -> Decision {
+    let full = rate.capacity_units();
+    let n = u128::from(rate.units_per_ms());
+    let p = u128::from(rate.units_per_token());
+    let now_scaled = n * u128::from(now_ms);
+    // No clamp: an earlier `now` only makes the debt look larger.
+    let debt = state.as_ref().map_or(0, |s| carried_debt(s, rate, now_ms));
+    let need = u128::from(cost) * p;
+    let allowed = debt + need <= full;
+    let debt_after = if allowed && consume {
+        debt + need
+    } else {
+        debt
+    };
+    // A peek or a rejection writes nothing.
+    if allowed && consume && cost > 0 {
+        *state = Some(GcraState {
+            tat: now_scaled + debt_after,
+            units_per_ms: rate.units_per_ms(),
+            units_per_token: rate.units_per_token(),
+            capacity: rate.capacity(),
+        });
+    }
+    Decision {
+        allowed,
+        limit: rate.capacity(),
+        remaining: floor_units(full, debt_after, p),
+        retry_after_ms: if allowed {
+            Some(0)
+        } else if cost > rate.capacity() {
+            None
+        } else {
+            Some(saturate((debt + need - full).div_ceil(n)))
+        },
+        reset_after_ms: saturate(debt_after.div_ceil(n)),
+    }
+}
+
+/// The debt at `now_ms` in the current scale. Under a changed policy the
+/// tokens left are preserved (rounded down, capped at the new capacity).
+fn carried_debt(s: &GcraState, rate: &Rate, now_ms: u64) -> u128 {
+    let old_n = u128::from(s.units_per_ms);
+    let debt = s.tat.saturating_sub(old_n * u128::from(now_ms));
+    if s.units_per_ms == rate.units_per_ms()
+        && s.units_per_token == rate.units_per_token()
+        && s.capacity == rate.capacity()
+    {
+        return debt;
+    }
+    let old_full = u128::from(s.capacity) * u128::from(s.units_per_token);
+    let old_units = old_full.saturating_sub(debt);
+    let units = if s.units_per_token == 0 {
+        0
+    } else {
+        old_units * u128::from(rate.units_per_token()) / u128::from(s.units_per_token)
+    };
+    rate.capacity_units() - units.min(rate.capacity_units())
+}
+
+/// floor((full − debt) / p), which is negative when a clock stepped back
+/// and the debt looks larger than the bucket.
+fn floor_units(full: u128, debt: u128, p: u128) -> i64 {
+    let clamp = |x: u128| i64::try_from(x).unwrap_or(i64::MAX);
+    if debt <= full {
+        clamp((full - debt) / p)
+    } else {
+        -clamp((debt - full).div_ceil(p))
+    }
+}

@@ -1,0 +1,119 @@
+//! The five algorithms as pure state transitions on integers.
+//!
+//! Each algorithm is a function of (limits, stored state, now, cost) that
+//! returns a [`Decision`] and rewrites the state in place. Nothing here reads
+//! a clock, allocates on the common path, or touches a float. Stores hold a
+//! [`State`] per key and call [`Limits::decide`] under their own atomicity.
+
+mod fixed_window;
+mod gcra;
+mod sliding_log;
+mod sliding_window;
+mod token_bucket;
+
+pub use fixed_window::WindowCount;
+pub use gcra::GcraState;
+pub use sliding_log::LogState;
+pub use sliding_window::SlidingCount;
+pub use token_bucket::BucketState;
+
+use crate::decision::Decision;
+use crate::policy::Limits;
+
+/// What a decision may do to the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// Admit and consume when the cost fits: the normal decision.
+    Consume,
+    /// Say whether the cost would fit, consume nothing: the first pass of an
+    /// all-or-nothing decision across several policies. It still advances the
+    /// key's `last_seen`, as every decision does.
+    Probe,
+}
+
+/// The stored state of one key. A state of another algorithm (a policy whose
+/// algorithm changed) is treated as absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    TokenBucket(BucketState),
+    Gcra(GcraState),
+    FixedWindow(WindowCount),
+    SlidingWindow(SlidingCount),
+    SlidingLog(LogState),
+}
+
+impl Limits {
+    /// Decides `cost` at `now_ms` and consumes it when admitted.
+    pub fn decide(&self, state: &mut Option<State>, now_ms: u64, cost: u64) -> Decision {
+        self.decide_with(state, now_ms, cost, Intent::Consume)
+    }
+
+    /// Decides with an explicit [`Intent`]. A missing state is a new key; a
+    /// state left `None` afterwards means there is nothing worth storing.
+    pub fn decide_with(
+        &self,
+        state: &mut Option<State>,
+        now_ms: u64,
+        cost: u64,
+        intent: Intent,
+    ) -> Decision {
+        let consume = intent == Intent::Consume;
+        match self {
+            Limits::TokenBucket(rate) => {
+                let mut slot = match state.take() {
+                    Some(State::TokenBucket(s)) => Some(s),
+                    _ => None,
+                };
+                let d = token_bucket::decide(rate, &mut slot, now_ms, cost, consume);
+                *state = slot.map(State::TokenBucket);
+                d
+            }
+            Limits::Gcra(rate) => {
+                let mut slot = match state.take() {
+                    Some(State::Gcra(s)) => Some(s),
+                    _ => None,
+                };
+                let d = gcra::decide(rate, &mut slot, now_ms, cost, consume);
+                *state = slot.map(State::Gcra);
+                d
+            }
+            Limits::FixedWindow(window) => {
+                let mut slot = match state.take() {
+                    Some(State::FixedWindow(s)) => Some(s),
+                    _ => None,
+                };
+                let d = fixed_window::decide(window, &mut slot, now_ms, cost, consume);
+                *state = slot.map(State::FixedWindow);
+                d
+            }
+            Limits::SlidingWindow(window) => {
+                let mut slot = match state.take() {
+                    Some(State::SlidingWindow(s)) => Some(s),
+                    _ => None,
+                };
+                let d = sliding_window::decide(window, &mut slot, now_ms, cost, consume);
+                *state = slot.map(State::SlidingWindow);
+                d
+            }
+            Limits::SlidingLog(window) => {
+                let mut slot = match state.take() {
+                    Some(State::SlidingLog(s)) => Some(s),
+                    _ => None,
+                };
+                let d = sliding_log::decide(window, &mut slot, now_ms, cost, consume);
+                *state = slot.map(State::SlidingLog);
+                d
+            }
+        }
+    }
+}
+
+/// A u128 intermediate brought back to u64; saturates rather than wraps.
+fn saturate(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// A count of whole units as a decision's `remaining`.
+fn remaining(x: u128) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}

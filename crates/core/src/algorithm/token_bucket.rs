@@ -1,0 +1,70 @@
+//! token_bucket: (units, last_ms) in the policy's fixed-point scale.
+
+use super::saturate;
+use crate::decision::Decision;
+use crate::policy::Rate;
+
+/// Stored state. `units_per_token` records the scale the units are counted
+/// in, so a policy change converts them instead of minting a fresh burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketState {
+    pub units: u64,
+    pub last_ms: u64,
+    pub units_per_token: u64,
+}
+
+pub(super) fn decide(
+    rate: &Rate,
+    state: &mut Option<BucketState>,
+    now_ms: u64,
+    cost: u64,
+    consume: bool,
+) -> Decision {
+    let full = rate.capacity_units();
+    let n = u128::from(rate.units_per_ms());
+    let p = u128::from(rate.units_per_token());
+    let (units, last_ms) = match state {
+        Some(s) => (carry_over(s, rate), s.last_ms),
+        None => (full, now_ms),
+    };
+    let now_ms = now_ms.max(last_ms);
+    // u64 elapsed times u64 rate cannot leave u128; min() caps at capacity.
+    let refill = u128::from(now_ms - last_ms) * n;
+    let avail = full.min(units.saturating_add(refill));
+    let need = u128::from(cost) * p;
+    let allowed = need <= avail;
+    let left = if allowed && consume {
+        avail - need
+    } else {
+        avail
+    };
+    *state = Some(BucketState {
+        units: saturate(left),
+        last_ms: now_ms,
+        units_per_token: rate.units_per_token(),
+    });
+    Decision {
+        allowed,
+        limit: rate.capacity(),
+        remaining: super::remaining(left / p),
+        retry_after_ms: if allowed {
+            Some(0)
+        } else if cost > rate.capacity() {
+            None
+        } else {
+            Some(saturate((need - avail).div_ceil(n)))
+        },
+        reset_after_ms: saturate((full - left).div_ceil(n)),
+    }
+}
+
+/// Units in the current scale: tokens are preserved (rounded down, never
+/// up), capped at the current capacity.
+fn carry_over(s: &BucketState, rate: &Rate) -> u128 {
+    let units = if s.units_per_token == rate.units_per_token() || s.units_per_token == 0 {
+        u128::from(s.units)
+    } else {
+        u128::from(s.units) * u128::from(rate.units_per_token()) / u128::from(s.units_per_token)
+    };
+    units.min(rate.capacity_units())
+}

@@ -1,0 +1,353 @@
+//! The policy config: YAML read into a generic tree, then validated field by
+//! field so every error names the policy, the field and why.
+//!
+//! ```yaml
+//! policies:
+//!   - name: write-api
+//!     algorithm: token_bucket        # or gcra
+//!     capacity: 20
+//!     refill: { tokens: 5, per: 1s }
+//!   - name: search
+//!     algorithm: sliding_window      # or fixed_window, sliding_log
+//!     limit: 100
+//!     window: 1m
+//! ```
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::duration::parse_duration_ms;
+use crate::policy::{Algorithm, Limits, Policy, Rate, Window};
+
+/// C·p and n·t must stay below 2^53 so the Lua scripts' doubles stay exact.
+pub const EXACT_LIMIT: u128 = 1 << 53;
+/// A sliding_log keeps up to `limit` entries per key; this bounds its memory.
+pub const MAX_LOG_LIMIT: u64 = 10_000;
+/// Policy names appear in keys, headers and metrics: short and plain.
+pub const MAX_POLICY_NAME: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    #[error("config is not valid YAML: {0}")]
+    Yaml(String),
+    #[error("config: {0}")]
+    Document(String),
+    #[error("policy {policy:?}: {field}: {reason}")]
+    Field {
+        policy: String,
+        field: String,
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    fn field(policy: &str, field: &str, reason: impl Into<String>) -> Self {
+        ConfigError::Field {
+            policy: policy.to_owned(),
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Validated policies, looked up by name.
+#[derive(Debug, Clone, Default)]
+pub struct PolicySet {
+    policies: Vec<Policy>,
+    by_name: HashMap<String, usize>,
+}
+
+impl PolicySet {
+    /// Parses a document whose only top-level key is `policies`.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let doc = parse_yaml(text)?;
+        let top = doc
+            .as_object()
+            .ok_or_else(|| ConfigError::Document("expected a mapping with `policies`".into()))?;
+        if let Some(key) = top.keys().find(|k| k.as_str() != "policies") {
+            return Err(ConfigError::Document(format!(
+                "unknown top-level field {key:?} (expected: policies)"
+            )));
+        }
+        let policies = top
+            .get("policies")
+            .ok_or_else(|| ConfigError::Document("missing `policies`".into()))?;
+        let list = policies
+            .as_array()
+            .ok_or_else(|| ConfigError::Document("`policies` must be a list".into()))?;
+        let mut set = PolicySet::default();
+        for (index, entry) in list.iter().enumerate() {
+            let fields = entry.as_object().ok_or_else(|| {
+                ConfigError::Document(format!("policies[{index}] must be a mapping"))
+            })?;
+            set.push(parse_policy(index, fields, &[])?)?;
+        }
+        Ok(set)
+    }
+
+    /// Adds a policy; names must be unique.
+    pub fn push(&mut self, policy: Policy) -> Result<(), ConfigError> {
+        if self.by_name.contains_key(policy.name()) {
+            return Err(ConfigError::field(
+                policy.name(),
+                "name",
+                "duplicate; policy names must be unique",
+            ));
+        }
+        self.by_name
+            .insert(policy.name().to_owned(), self.policies.len());
+        self.policies.push(policy);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Policy> {
+        self.by_name.get(name).map(|&i| &self.policies[i])
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Policy> {
+        self.policies.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.policies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+}
+
+/// YAML text to a generic tree. Nothing in it can panic on any input.
+pub fn parse_yaml(text: &str) -> Result<Value, ConfigError> {
+    serde_saphyr::from_str::<Value>(text).map_err(|e| ConfigError::Yaml(e.to_string()))
+}
+
+/// Validates one policy mapping. `extra_fields` names fields a caller (the
+/// server's config) handles itself; any other unknown field is an error.
+pub fn parse_policy(
+    index: usize,
+    fields: &Map<String, Value>,
+    extra_fields: &[&str],
+) -> Result<Policy, ConfigError> {
+    let name = match fields.get("name") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(ConfigError::Document(format!(
+                "policies[{index}]: name must be a string, got {}",
+                describe(other)
+            )));
+        }
+        None => {
+            return Err(ConfigError::Document(format!(
+                "policies[{index}]: missing `name`"
+            )));
+        }
+    };
+    validate_name(&name).map_err(|reason| ConfigError::field(&name, "name", reason))?;
+    let algorithm_name = match fields.get("algorithm") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(other) => {
+            return Err(ConfigError::field(
+                &name,
+                "algorithm",
+                format!("must be a string, got {}", describe(other)),
+            ));
+        }
+        None => return Err(ConfigError::field(&name, "algorithm", "missing")),
+    };
+    let algorithm = Algorithm::from_name(algorithm_name).ok_or_else(|| {
+        ConfigError::field(
+            &name,
+            "algorithm",
+            format!(
+                "unknown algorithm {algorithm_name:?} (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"
+            ),
+        )
+    })?;
+    let own: &[&str] = match algorithm {
+        Algorithm::TokenBucket | Algorithm::Gcra => &["name", "algorithm", "capacity", "refill"],
+        _ => &["name", "algorithm", "limit", "window"],
+    };
+    for key in fields.keys() {
+        if !own.contains(&key.as_str()) && !extra_fields.contains(&key.as_str()) {
+            let hint = match key.as_str() {
+                "capacity" | "refill" | "limit" | "window" => {
+                    format!(" for algorithm {algorithm}")
+                }
+                _ => String::new(),
+            };
+            return Err(ConfigError::field(
+                &name,
+                key,
+                format!("unknown field{hint} (expected: {})", own[2..].join(", ")),
+            ));
+        }
+    }
+    let limits = match algorithm {
+        Algorithm::TokenBucket | Algorithm::Gcra => {
+            let rate = parse_rate(&name, fields)?;
+            if algorithm == Algorithm::Gcra {
+                Limits::Gcra(rate)
+            } else {
+                Limits::TokenBucket(rate)
+            }
+        }
+        Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
+            let limit = positive_integer(&name, "limit", fields.get("limit"))?;
+            let window_ms = duration(&name, "window", fields.get("window"))?;
+            // Both parts are positive, so the window exists.
+            let window = Window::new(limit, window_ms)
+                .ok_or_else(|| ConfigError::field(&name, "limit", "must be positive"))?;
+            match algorithm {
+                Algorithm::FixedWindow => Limits::FixedWindow(window),
+                Algorithm::SlidingWindow => {
+                    if u128::from(limit) * u128::from(window_ms) >= EXACT_LIMIT {
+                        return Err(ConfigError::field(
+                            &name,
+                            "limit",
+                            format!(
+                                "limit × window ({limit} × {window_ms} ms) must stay below 2^53 for exact arithmetic"
+                            ),
+                        ));
+                    }
+                    Limits::SlidingWindow(window)
+                }
+                _ => {
+                    if limit > MAX_LOG_LIMIT {
+                        return Err(ConfigError::field(
+                            &name,
+                            "limit",
+                            format!(
+                                "{limit} is too large to log: sliding_log keeps an entry per request, at most {MAX_LOG_LIMIT}; use sliding_window for larger limits"
+                            ),
+                        ));
+                    }
+                    Limits::SlidingLog(window)
+                }
+            }
+        }
+    };
+    Ok(Policy::new(name, limits))
+}
+
+fn parse_rate(name: &str, fields: &Map<String, Value>) -> Result<Rate, ConfigError> {
+    let capacity = positive_integer(name, "capacity", fields.get("capacity"))?;
+    let refill = match fields.get("refill") {
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(ConfigError::field(
+                name,
+                "refill",
+                format!("must be a mapping {{tokens, per}}, got {}", describe(other)),
+            ));
+        }
+        None => return Err(ConfigError::field(name, "refill", "missing")),
+    };
+    if let Some(key) = refill
+        .keys()
+        .find(|k| !matches!(k.as_str(), "tokens" | "per"))
+    {
+        return Err(ConfigError::field(
+            name,
+            &format!("refill.{key}"),
+            "unknown field (expected: tokens, per)",
+        ));
+    }
+    let tokens = positive_integer(name, "refill.tokens", refill.get("tokens"))?;
+    let per_ms = duration(name, "refill.per", refill.get("per"))?;
+    let rate = Rate::new(capacity, tokens, per_ms)
+        .ok_or_else(|| ConfigError::field(name, "capacity", "must be positive"))?;
+    let units = rate.capacity_units();
+    if units >= EXACT_LIMIT {
+        return Err(ConfigError::field(
+            name,
+            "capacity",
+            format!(
+                "capacity × scale ({capacity} × {}) = {units} must stay below 2^53 for exact arithmetic; use a coarser refill (tokens and per with a larger common divisor) or a smaller capacity",
+                rate.units_per_token()
+            ),
+        ));
+    }
+    Ok(rate)
+}
+
+fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_POLICY_NAME {
+        return Err(format!("longer than {MAX_POLICY_NAME} bytes"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "{c:?} is not allowed; use letters, digits, '-', '_' and '.'"
+        ));
+    }
+    Ok(())
+}
+
+fn positive_integer(policy: &str, field: &str, value: Option<&Value>) -> Result<u64, ConfigError> {
+    let value = value.ok_or_else(|| ConfigError::field(policy, field, "missing"))?;
+    match value {
+        Value::Number(n) => {
+            if let Some(v) = n.as_u64() {
+                if v == 0 {
+                    Err(ConfigError::field(policy, field, "must be positive, got 0"))
+                } else {
+                    Ok(v)
+                }
+            } else if n.is_i64() {
+                Err(ConfigError::field(
+                    policy,
+                    field,
+                    format!("must be positive, got {n}"),
+                ))
+            } else {
+                Err(ConfigError::field(
+                    policy,
+                    field,
+                    format!("must be a whole number, got {n}"),
+                ))
+            }
+        }
+        other => Err(ConfigError::field(
+            policy,
+            field,
+            format!("must be a positive integer, got {}", describe(other)),
+        )),
+    }
+}
+
+fn duration(policy: &str, field: &str, value: Option<&Value>) -> Result<u64, ConfigError> {
+    match value {
+        Some(Value::String(s)) => {
+            parse_duration_ms(s).map_err(|e| ConfigError::field(policy, field, e.to_string()))
+        }
+        Some(other) => Err(ConfigError::field(
+            policy,
+            field,
+            format!(
+                "must be a duration such as \"1s\" or \"500ms\", got {}",
+                describe(other)
+            ),
+        )),
+        None => Err(ConfigError::field(policy, field, "missing")),
+    }
+}
+
+/// A short description of a YAML value for error messages.
+pub fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "nothing".into(),
+        Value::Bool(b) => format!("boolean {b}"),
+        Value::Number(n) => format!("number {n}"),
+        Value::String(s) => format!("string {s:?}"),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "a mapping".into(),
+    }
+}

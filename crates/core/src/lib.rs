@@ -1,0 +1,30 @@
+//! tollgate's decision core: pure, exact, and small.
+//!
+//! Design notes:
+//! - Everything is an integer. Time is whole milliseconds; a token bucket
+//!   counts in a per-policy fixed-point scale (DESIGN.md §3) so refill is
+//!   exact and no fraction is ever lost between calls.
+//! - Nothing here reads a clock or does I/O. Time arrives as an argument
+//!   (or through a [`Clock`] at the edges), so every store and every test
+//!   can replay a trace at chosen instants and get the same decisions.
+//! - State transitions are functions of (limits, state, now, cost). Stores
+//!   supply atomicity around them; the Redis scripts are their twins.
+
+mod algorithm;
+mod clock;
+mod config;
+mod decision;
+mod duration;
+mod identity;
+mod policy;
+
+pub use algorithm::{BucketState, GcraState, Intent, LogState, SlidingCount, State, WindowCount};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{
+    ConfigError, EXACT_LIMIT, MAX_LOG_LIMIT, MAX_POLICY_NAME, PolicySet, describe, parse_policy,
+    parse_yaml,
+};
+pub use decision::Decision;
+pub use duration::{DurationError, format_duration_ms, parse_duration_ms};
+pub use identity::{Identity, IdentityError, SecretHasher};
+pub use policy::{Algorithm, Limits, Policy, Rate, Window};

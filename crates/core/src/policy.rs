@@ -1,0 +1,220 @@
+//! A policy: a name, an algorithm, and the integers that algorithm needs,
+//! already reduced to the fixed-point scale that keeps refill exact.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The five algorithms of DESIGN.md §3. The name is part of every store key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    TokenBucket,
+    Gcra,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `capacity` C refilled by `tokens` N every `per` P ms, in the scale of
+/// DESIGN.md §3: g = gcd(N, P), a token is p = P/g units, n = N/g units
+/// arrive per ms. Every refill is then a whole number of units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    capacity: u64,
+    tokens: u64,
+    per_ms: u64,
+    n: u64,
+    p: u64,
+}
+
+impl Rate {
+    /// `None` when any part is zero: validation reports that with context.
+    pub fn new(capacity: u64, tokens: u64, per_ms: u64) -> Option<Self> {
+        if capacity == 0 || tokens == 0 || per_ms == 0 {
+            return None;
+        }
+        let g = gcd(tokens, per_ms);
+        Some(Self {
+            capacity,
+            tokens,
+            per_ms,
+            n: tokens / g,
+            p: per_ms / g,
+        })
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+    pub fn per_ms(&self) -> u64 {
+        self.per_ms
+    }
+    /// Units that arrive per millisecond.
+    pub fn units_per_ms(&self) -> u64 {
+        self.n
+    }
+    /// Units in one token.
+    pub fn units_per_token(&self) -> u64 {
+        self.p
+    }
+    /// C·p, the bucket's size in units.
+    pub fn capacity_units(&self) -> u128 {
+        u128::from(self.capacity) * u128::from(self.p)
+    }
+}
+
+/// `limit` L per `window` W ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    limit: u64,
+    window_ms: u64,
+}
+
+impl Window {
+    pub fn new(limit: u64, window_ms: u64) -> Option<Self> {
+        (limit > 0 && window_ms > 0).then_some(Self { limit, window_ms })
+    }
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+    pub fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+}
+
+/// An algorithm with its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limits {
+    TokenBucket(Rate),
+    Gcra(Rate),
+    FixedWindow(Window),
+    SlidingWindow(Window),
+    SlidingLog(Window),
+}
+
+impl Limits {
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            Limits::TokenBucket(_) => Algorithm::TokenBucket,
+            Limits::Gcra(_) => Algorithm::Gcra,
+            Limits::FixedWindow(_) => Algorithm::FixedWindow,
+            Limits::SlidingWindow(_) => Algorithm::SlidingWindow,
+            Limits::SlidingLog(_) => Algorithm::SlidingLog,
+        }
+    }
+
+    /// C for the bucket algorithms, L for the window algorithms.
+    pub fn limit(&self) -> u64 {
+        match self {
+            Limits::TokenBucket(r) | Limits::Gcra(r) => r.capacity(),
+            Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => w.limit(),
+        }
+    }
+
+    /// The span the limit is stated over, for the `w` of `RateLimit-Policy`:
+    /// a bucket's time to refill from empty, a window's length.
+    pub fn window_ms(&self) -> u64 {
+        match self {
+            Limits::TokenBucket(r) | Limits::Gcra(r) => {
+                let units = r.capacity_units();
+                let n = u128::from(r.units_per_ms());
+                u64::try_from(units.div_ceil(n)).unwrap_or(u64::MAX)
+            }
+            Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
+                w.window_ms()
+            }
+        }
+    }
+}
+
+/// A named, validated policy. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    name: Arc<str>,
+    limits: Limits,
+}
+
+impl Policy {
+    pub fn new(name: impl Into<Arc<str>>, limits: Limits) -> Self {
+        Self {
+            name: name.into(),
+            limits,
+        }
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The shared name, for stores that key state by it without copying.
+    pub fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    pub fn algorithm(&self) -> Algorithm {
+        self.limits.algorithm()
+    }
+}
+
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_reduces_by_the_gcd() {
+        let r = Rate::new(20, 5, 1_000).expect("valid");
+        assert_eq!((r.units_per_ms(), r.units_per_token()), (1, 200));
+        let r = Rate::new(7, 100, 60_000).expect("valid");
+        assert_eq!((r.units_per_ms(), r.units_per_token()), (1, 600));
+        let r = Rate::new(3, 7, 3).expect("valid");
+        assert_eq!((r.units_per_ms(), r.units_per_token()), (7, 3));
+    }
+
+    #[test]
+    fn zero_parts_are_not_a_rate_or_window() {
+        assert!(Rate::new(0, 1, 1).is_none());
+        assert!(Rate::new(1, 0, 1).is_none());
+        assert!(Rate::new(1, 1, 0).is_none());
+        assert!(Window::new(0, 1).is_none());
+        assert!(Window::new(1, 0).is_none());
+    }
+}

@@ -1,0 +1,30 @@
+//! The store seam: checks in, decisions out.
+
+use std::future::Future;
+
+use tollgate_core::{Decision, Identity, Policy};
+
+use crate::StoreError;
+
+/// One question for a store: may `identity` spend `cost` under `policy` now?
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    pub policy: &'a Policy,
+    pub identity: &'a Identity,
+    pub cost: u64,
+}
+
+/// Somewhere decisions are made atomically, on the store's own clock.
+pub trait Store: Send + Sync + 'static {
+    /// Decides one check, consuming its cost when admitted.
+    fn decide(&self, check: Check<'_>)
+    -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Decides every check all-or-nothing: when any is rejected nothing is
+    /// consumed, and each decision says what that check alone would get.
+    /// Decisions come back in the order of `checks`.
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+}

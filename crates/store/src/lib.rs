@@ -1,0 +1,17 @@
+//! Where decisions are made atomically.
+//!
+//! Design notes:
+//! - [`Store`] is the one seam between the decision core and where state
+//!   lives. A store owns its notion of time (the memory store an injected
+//!   clock, Redis its own `TIME`), so callers never pass a clock around.
+//! - Every store makes each key's transition atomic, and decides several
+//!   checks all-or-nothing: nothing is consumed unless every check admits.
+//! - Every store is bounded: keys expire once idle, and there is a maximum.
+
+mod check;
+mod error;
+mod memory;
+
+pub use check::{Check, Store};
+pub use error::StoreError;
+pub use memory::{MemoryStore, MemoryStoreConfig};

@@ -1,0 +1,335 @@
+//! The embedded memory store: the default for everyone who starts tollgate
+//! without Redis, so it must be fast and it must be bounded.
+//!
+//! State lives in a fixed number of shards, each a `hashbrown::HashTable`
+//! behind its own mutex, hashed with a randomly seeded foldhash (keys are
+//! chosen by clients, so the seed keeps them from aiming at one shard).
+//! A single check locks one shard. An all-or-nothing decision locks every
+//! shard it touches in ascending order, so two such decisions never deadlock
+//! and no other decision can slip between their probe and their commit.
+//! (A general concurrent map such as DashMap offers no ordered multi-shard
+//! lock, which is why the shards are our own.)
+//!
+//! Bounds: a key's state expires once it is back to full (buckets) or empty
+//! (windows), which the decision's `reset_after_ms` states exactly; expired
+//! keys are swept when a shard fills and by [`MemoryStore::sweep`]. When a
+//! shard is full of live keys, the key closest to expiry is evicted (its
+//! identity starts fresh), counted in [`MemoryStore::evictions`].
+
+use std::future::{Future, ready};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hashbrown::HashTable;
+use parking_lot::{Mutex, MutexGuard};
+use tollgate_core::{Algorithm, Clock, Decision, Intent, State};
+
+use crate::{Check, Store, StoreError};
+
+/// How a memory store is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStoreConfig {
+    /// The most keys kept at once; beyond it the key nearest expiry is evicted.
+    pub max_keys: usize,
+    /// Number of independently locked shards (rounded up to a power of two).
+    pub shards: usize,
+}
+
+impl Default for MemoryStoreConfig {
+    fn default() -> Self {
+        Self {
+            max_keys: 1_000_000,
+            shards: 128,
+        }
+    }
+}
+
+/// How many slots a full shard inspects to pick one to evict.
+const EVICTION_SAMPLE: usize = 16;
+
+struct Slot {
+    hash: u64,
+    policy: Arc<str>,
+    algorithm: Algorithm,
+    identity: Box<[u8]>,
+    /// Always `Some` while stored; an `Option` so the core decides in place.
+    state: Option<State>,
+    /// When the state is back to full or empty: forgetting it is unobservable.
+    expires_at_ms: u64,
+}
+
+impl Slot {
+    fn is(&self, hash: u64, check: &Check<'_>) -> bool {
+        self.hash == hash
+            && self.algorithm == check.policy.algorithm()
+            && *self.policy == *check.policy.name()
+            && *self.identity == *check.identity.as_bytes()
+    }
+}
+
+/// A shard aligned to its own cache lines so neighbours do not contend.
+#[repr(align(128))]
+struct Shard(Mutex<HashTable<Slot>>);
+
+pub struct MemoryStore {
+    shards: Box<[Shard]>,
+    shard_bits: u32,
+    max_per_shard: usize,
+    hasher: foldhash::quality::RandomState,
+    clock: Arc<dyn Clock>,
+    evictions: AtomicU64,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.shards.len())
+            .field("max_per_shard", &self.max_per_shard)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore {
+    pub fn new(clock: Arc<dyn Clock>, config: MemoryStoreConfig) -> Self {
+        let shard_count = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let max_per_shard = config.max_keys.div_ceil(shard_count).max(1);
+        Self {
+            shards: (0..shard_count)
+                .map(|_| Shard(Mutex::new(HashTable::new())))
+                .collect(),
+            shard_bits: shard_count.trailing_zeros(),
+            max_per_shard,
+            hasher: foldhash::quality::RandomState::default(),
+            clock,
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// Decides one check now; the synchronous heart of [`Store::decide`].
+    pub fn decide_now(&self, check: Check<'_>) -> Decision {
+        let now = self.clock.now_ms();
+        let hash = self.hash(&check);
+        let mut table = self.shard(hash).0.lock();
+        match table.find_entry(hash, |s| s.is(hash, &check)) {
+            Ok(mut entry) => {
+                let slot = entry.get_mut();
+                let decision = check
+                    .policy
+                    .limits()
+                    .decide(&mut slot.state, now, check.cost);
+                slot.expires_at_ms = now.saturating_add(decision.reset_after_ms);
+                if slot.state.is_none() {
+                    entry.remove();
+                }
+                decision
+            }
+            Err(_) => {
+                let mut state = None;
+                let decision = check.policy.limits().decide(&mut state, now, check.cost);
+                if state.is_some() {
+                    self.insert(&mut table, hash, &check, state, now, &decision);
+                }
+                decision
+            }
+        }
+    }
+
+    /// Decides every check all-or-nothing, now. See [`Store::decide_all`].
+    pub fn decide_all_now(&self, checks: &[Check<'_>]) -> Vec<Decision> {
+        match checks {
+            [] => return Vec::new(),
+            [one] => return vec![self.decide_now(*one)],
+            _ => {}
+        }
+        let now = self.clock.now_ms();
+        let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
+        let mut shard_ids: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        shard_ids.sort_unstable();
+        shard_ids.dedup();
+        // Ascending order: no two all-or-nothing decisions can deadlock.
+        let mut guards: Vec<(usize, MutexGuard<'_, HashTable<Slot>>)> = shard_ids
+            .iter()
+            .map(|&i| (i, self.shards[i].0.lock()))
+            .collect();
+
+        // Decide on copies so nothing is written unless every check admits.
+        // Each distinct key has one copy: a key named twice sees its own
+        // earlier consumption. `copies[k].0` is the first check naming it.
+        let mut copies: Vec<(usize, Option<State>)> = Vec::with_capacity(checks.len());
+        let mut copy_of: Vec<usize> = Vec::with_capacity(checks.len());
+        for (i, check) in checks.iter().enumerate() {
+            let known = copies.iter().position(|&(first, _)| {
+                hashes[first] == hashes[i] && same_key(&checks[first], check)
+            });
+            copy_of.push(known.unwrap_or_else(|| {
+                copies.push((i, None));
+                copies.len() - 1
+            }));
+        }
+        let load = |guards: &mut [(usize, MutexGuard<'_, HashTable<Slot>>)],
+                    copies: &mut [(usize, Option<State>)]| {
+            for (first, state) in copies.iter_mut() {
+                let hash = hashes[*first];
+                *state = table_for(guards, self.shard_index(hash))
+                    .find(hash, |s| s.is(hash, &checks[*first]))
+                    .and_then(|s| s.state.clone());
+            }
+        };
+        let decide = |copies: &mut [(usize, Option<State>)], intent: Intent| -> Vec<Decision> {
+            checks
+                .iter()
+                .zip(&copy_of)
+                .map(|(c, &k)| {
+                    c.policy
+                        .limits()
+                        .decide_with(&mut copies[k].1, now, c.cost, intent)
+                })
+                .collect()
+        };
+        load(&mut guards, &mut copies);
+        let mut decisions = decide(&mut copies, Intent::Consume);
+        if !decisions.iter().all(|d| d.allowed) {
+            // Start again from the stored states, consuming nothing.
+            load(&mut guards, &mut copies);
+            decisions = decide(&mut copies, Intent::Probe);
+        }
+        // Write each distinct key back once; its expiry follows its last decision.
+        for (k, (first, state)) in copies.into_iter().enumerate() {
+            let last = copy_of.iter().rposition(|&c| c == k).unwrap_or(first);
+            let hash = hashes[first];
+            let check = &checks[first];
+            let table = table_for(&mut guards, self.shard_index(hash));
+            match (table.find_entry(hash, |s| s.is(hash, check)), state) {
+                (Ok(mut entry), Some(state)) => {
+                    let slot = entry.get_mut();
+                    slot.state = Some(state);
+                    slot.expires_at_ms = now.saturating_add(decisions[last].reset_after_ms);
+                }
+                (Ok(entry), None) => {
+                    entry.remove();
+                }
+                (Err(_), Some(state)) => {
+                    self.insert(table, hash, check, Some(state), now, &decisions[last]);
+                }
+                (Err(_), None) => {}
+            }
+        }
+        decisions
+    }
+
+    /// Removes every expired key; returns how many. Call it now and then.
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now_ms();
+        self.shards
+            .iter()
+            .map(|shard| sweep_table(&mut shard.0.lock(), now))
+            .sum()
+    }
+
+    /// Keys held right now (a sum over shards, so approximate under load).
+    pub fn key_count(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().len()).sum()
+    }
+
+    /// Live keys evicted because the store was full.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
+    /// The most keys this store keeps.
+    pub fn capacity(&self) -> usize {
+        self.max_per_shard * self.shards.len()
+    }
+
+    fn hash(&self, check: &Check<'_>) -> u64 {
+        self.hasher.hash_one((
+            check.policy.name(),
+            check.policy.algorithm() as u8,
+            check.identity.as_bytes(),
+        ))
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
+        // High bits pick the shard; the table uses the low bits.
+        (hash >> (64 - self.shard_bits.max(1))) as usize & (self.shards.len() - 1)
+    }
+
+    fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    fn insert(
+        &self,
+        table: &mut HashTable<Slot>,
+        hash: u64,
+        check: &Check<'_>,
+        state: Option<State>,
+        now: u64,
+        decision: &Decision,
+    ) {
+        if table.len() >= self.max_per_shard && sweep_table(table, now) == 0 {
+            self.evict_one(table);
+        }
+        table.insert_unique(
+            hash,
+            Slot {
+                hash,
+                policy: Arc::clone(check.policy.name_arc()),
+                algorithm: check.policy.algorithm(),
+                identity: check.identity.as_bytes().into(),
+                state,
+                expires_at_ms: now.saturating_add(decision.reset_after_ms),
+            },
+            |s| s.hash,
+        );
+    }
+
+    fn evict_one(&self, table: &mut HashTable<Slot>) {
+        let victim = table
+            .iter()
+            .take(EVICTION_SAMPLE)
+            .min_by_key(|s| s.expires_at_ms)
+            .map(|s| s.hash);
+        if let Some(Ok(entry)) = victim.map(|hash| table.find_entry(hash, |s| s.hash == hash)) {
+            entry.remove();
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn sweep_table(table: &mut HashTable<Slot>, now: u64) -> usize {
+    let before = table.len();
+    table.retain(|s| s.expires_at_ms > now);
+    before - table.len()
+}
+
+fn same_key(a: &Check<'_>, b: &Check<'_>) -> bool {
+    a.policy.name() == b.policy.name()
+        && a.policy.algorithm() == b.policy.algorithm()
+        && a.identity == b.identity
+}
+
+fn table_for<'g, 'a>(
+    guards: &'g mut [(usize, MutexGuard<'a, HashTable<Slot>>)],
+    shard: usize,
+) -> &'g mut HashTable<Slot> {
+    let at = guards.partition_point(|(i, _)| *i < shard);
+    &mut guards[at].1
+}
+
+impl Store for MemoryStore {
+    fn decide(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        ready(Ok(self.decide_now(check)))
+    }
+
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        ready(Ok(self.decide_all_now(checks)))
+    }
+}
