@@ -99,7 +99,7 @@ pub fn run(
             .write_all(text.as_bytes())
             .map_err(ReplayError::Output)?;
         decided += 1;
-        if decided % 65_536 == 0 {
+        if decided.is_multiple_of(65_536) {
             store.sweep();
         }
     }
