@@ -1,7 +1,16 @@
 //! `tollgate`: a thin binary over the core and the stores. Each subcommand
 //! is an adapter that translates its input into core calls and back.
 
+mod app;
+mod config;
+mod explain;
+mod http;
+mod matching;
+mod metrics;
 mod replay;
+mod request;
+mod response;
+mod serve;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -22,6 +31,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve decisions over HTTP: /v1/check, /v1/authorize (forward auth),
+    /// /v1/policies, /healthz, /readyz, /metrics.
+    Serve {
+        /// The config (YAML): policies, and optional server and store sections.
+        #[arg(long)]
+        config: PathBuf,
+        /// Address to listen on [default: server.listen, else 127.0.0.1:8080].
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
     /// Decide a trace of events (JSON lines on stdin) at their own times;
     /// write one decision a line to stdout.
     Replay {
@@ -43,6 +62,26 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve { config, listen } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .with_writer(io::stderr)
+                .init();
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => return fail(&format!("cannot start the runtime: {e}"), 1),
+            };
+            match runtime.block_on(serve::run(config, listen)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => fail(&message, 1),
+            }
+        }
         Command::Replay { config, max_keys } => {
             let policies = match load_policies(&config) {
                 Ok(p) => p,
@@ -58,11 +97,17 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e.to_string(), 2),
             }
         }
-        Command::Validate { config } => match load_policies(&config) {
-            Ok(policies) => {
+        Command::Validate { config } => match config::ServeConfig::load(&config) {
+            Ok(loaded) => {
                 let mut out = io::stdout().lock();
-                for policy in policies.iter() {
-                    let _ = writeln!(out, "{}", describe_policy(policy));
+                let _ = writeln!(
+                    out,
+                    "config {} is valid (hash {})",
+                    config.display(),
+                    loaded.hash
+                );
+                for serve in &loaded.policies {
+                    let _ = writeln!(out, "{}", describe_policy(&serve.policy));
                 }
                 ExitCode::SUCCESS
             }
@@ -71,10 +116,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// Any tollgate config (a serve config's extra sections are checked too).
 fn load_policies(path: &std::path::Path) -> Result<tollgate_core::PolicySet, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-    tollgate_core::PolicySet::from_yaml(&text).map_err(|e| format!("{}: {e}", path.display()))
+    config::ServeConfig::load(path).map(|c| c.set)
 }
 
 fn describe_policy(policy: &tollgate_core::Policy) -> String {

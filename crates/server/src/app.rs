@@ -1,0 +1,171 @@
+//! The running server's state: the store, the current config (swapped
+//! atomically on reload), and the metrics.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tollgate_core::{Decision, SystemClock};
+use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, Store, StoreError};
+
+use crate::config::{ServeConfig, ServePolicy, StoreSettings};
+use crate::metrics::{Metrics, PolicyCounters};
+use crate::response::policy_item;
+
+/// A policy ready to serve: config, counters and its precomputed
+/// `RateLimit-Policy` item.
+pub struct LivePolicy {
+    pub serve: ServePolicy,
+    pub counters: PolicyCounters,
+    pub policy_item: String,
+}
+
+/// One loaded config. Replaced whole on reload; never mutated.
+pub struct Runtime {
+    pub config: ServeConfig,
+    pub policies: Vec<LivePolicy>,
+    by_name: HashMap<String, usize, foldhash::fast::RandomState>,
+}
+
+impl Runtime {
+    pub fn new(config: ServeConfig, metrics: &Metrics) -> Self {
+        let policies: Vec<LivePolicy> = config
+            .policies
+            .iter()
+            .map(|serve| LivePolicy {
+                counters: metrics.policy_counters(serve.policy.name()),
+                policy_item: policy_item(&serve.policy),
+                serve: serve.clone(),
+            })
+            .collect();
+        let by_name = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
+            .collect();
+        Self {
+            config,
+            policies,
+            by_name,
+        }
+    }
+
+    pub fn policy(&self, name: &str) -> Option<&LivePolicy> {
+        self.by_name.get(name).map(|&i| &self.policies[i])
+    }
+}
+
+/// Where this server's state lives.
+pub enum Backend {
+    Memory(MemoryStore),
+}
+
+impl Backend {
+    pub fn open(settings: &StoreSettings) -> Self {
+        match settings {
+            StoreSettings::Memory { max_keys } => Backend::Memory(MemoryStore::new(
+                Arc::new(SystemClock),
+                MemoryStoreConfig {
+                    max_keys: *max_keys,
+                    ..MemoryStoreConfig::default()
+                },
+            )),
+        }
+    }
+
+    pub async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        match self {
+            Backend::Memory(store) => store.decide(check).await,
+        }
+    }
+
+    pub async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match self {
+            Backend::Memory(store) => store.decide_all(checks).await,
+        }
+    }
+
+    /// Periodic upkeep: expire idle keys.
+    pub fn sweep(&self) {
+        match self {
+            Backend::Memory(store) => {
+                store.sweep();
+            }
+        }
+    }
+
+    /// Refreshes the store gauges (at scrape time).
+    pub fn maintain_gauges(&self, metrics: &Metrics) {
+        match self {
+            Backend::Memory(store) => {
+                metrics
+                    .store_keys
+                    .set(i64::try_from(store.key_count()).unwrap_or(i64::MAX));
+                metrics
+                    .store_evictions
+                    .set(i64::try_from(store.evictions()).unwrap_or(i64::MAX));
+            }
+        }
+    }
+
+    /// Whether the store can decide right now.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+}
+
+pub struct App {
+    pub runtime: ArcSwap<Runtime>,
+    pub store: Backend,
+    pub metrics: Metrics,
+    pub config_path: PathBuf,
+}
+
+impl App {
+    pub fn new(config: ServeConfig, config_path: PathBuf) -> Self {
+        let metrics = Metrics::new();
+        let store = Backend::open(&config.store);
+        let runtime = Runtime::new(config, &metrics);
+        Self {
+            runtime: ArcSwap::from_pointee(runtime),
+            store,
+            metrics,
+            config_path,
+        }
+    }
+
+    /// Loads the config file again. A valid config replaces the old one
+    /// atomically (buckets carry over: state is keyed by policy name and
+    /// records its scale); an invalid one is refused and the old one stays.
+    pub fn reload(&self) -> Result<(), String> {
+        let result = ServeConfig::load(&self.config_path).and_then(|config| {
+            let current = self.runtime.load();
+            if config.store != current.config.store {
+                return Err("the store section changed; restart tollgate to apply it".into());
+            }
+            if config.hash == current.config.hash {
+                return Ok(false);
+            }
+            self.runtime
+                .store(Arc::new(Runtime::new(config, &self.metrics)));
+            Ok(true)
+        });
+        match result {
+            Ok(changed) => {
+                if changed {
+                    self.metrics.reloads.inc();
+                    tracing::info!(config = %self.config_path.display(), hash = %self.runtime.load().config.hash, "config reloaded");
+                }
+                Ok(())
+            }
+            Err(reason) => {
+                self.metrics.reload_failures.inc();
+                tracing::error!(config = %self.config_path.display(), %reason, "config reload refused; the previous config keeps serving");
+                Err(reason)
+            }
+        }
+    }
+}

@@ -1,0 +1,575 @@
+//! `tollgate serve`'s config: the core's policies plus what a proxy needs
+//! (`match`, `identity`, `cost`), the `server` settings and the `store`.
+//! Every fault is reported with the policy and field it concerns.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tollgate_core::{
+    ConfigError, Policy, PolicySet, SecretHasher, describe, parse_policy, parse_yaml,
+};
+
+use crate::matching::{Matcher, PathPattern};
+
+/// Fields a policy may carry beyond the core's.
+const SERVE_FIELDS: &[&str] = &["match", "identity", "cost"];
+/// The environment variable holding the key for hashing secret identity parts.
+pub const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
+
+/// A whole, validated config.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub server: ServerSettings,
+    pub store: StoreSettings,
+    pub policies: Vec<ServePolicy>,
+    pub set: PolicySet,
+    /// A short hash of the config text, to tell which config an instance runs.
+    pub hash: String,
+    /// Present when some policy hashes an API key or bearer token.
+    pub hasher: Option<SecretHasher>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Where to listen when `--listen` is not given.
+    pub listen: SocketAddr,
+    /// The status of a rejection on `/v1/authorize`. nginx's `auth_request`
+    /// passes only 2xx, 401 and 403, so nginx setups use 403 and turn it
+    /// back into the 429 contract (see examples/nginx.conf).
+    pub deny_status: u16,
+    /// Peers whose `X-Forwarded-For` / `X-Real-IP` are believed: CIDR
+    /// networks or single addresses.
+    #[serde(deserialize_with = "networks")]
+    pub trusted_proxies: Vec<IpNet>,
+    /// The environment variable holding the secret-hashing key.
+    pub identity_key_env: String,
+    /// Largest request body accepted by `/v1/check`.
+    pub max_body_bytes: usize,
+    /// Largest encoded identity accepted.
+    pub max_key_bytes: usize,
+    /// Largest number of checks in one `/v1/check` batch.
+    pub max_checks: usize,
+    /// How often the config file is checked for changes, in ms (0: never).
+    pub watch_interval_ms: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            deny_status: 429,
+            trusted_proxies: Vec::new(),
+            identity_key_env: DEFAULT_IDENTITY_KEY_ENV.to_owned(),
+            max_body_bytes: 64 * 1024,
+            max_key_bytes: 1024,
+            max_checks: 16,
+            watch_interval_ms: 1000,
+        }
+    }
+}
+
+fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| {
+            t.parse::<IpNet>()
+                .or_else(|_| t.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "trusted_proxies: {t:?} is not an IP address or CIDR network"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// Where state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSettings {
+    Memory { max_keys: usize },
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings::Memory {
+            max_keys: 1_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemorySettings {
+    #[serde(default = "default_max_keys")]
+    max_keys: usize,
+}
+
+fn default_max_keys() -> usize {
+    1_000_000
+}
+
+/// A policy as the server applies it.
+#[derive(Debug, Clone)]
+pub struct ServePolicy {
+    pub policy: Policy,
+    pub matcher: Matcher,
+    /// Parts of the identity taken from a forwarded request.
+    pub identity: Vec<IdentityPart>,
+    pub cost: CostRule,
+}
+
+/// One part of an identity, taken from the request being limited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityPart {
+    /// A header's value, as is.
+    Header(String),
+    /// An API key in a header, hashed with the identity key.
+    ApiKey(String),
+    /// The token of `Authorization: Bearer <token>`, hashed.
+    Bearer,
+    /// The client's address (forwarded only from trusted proxies).
+    ClientIp,
+    Method,
+    Path,
+    /// The policy's `match.path` pattern (or prefix) that matched.
+    Route,
+    Host,
+    /// A constant: every request shares one bucket.
+    Literal(String),
+}
+
+impl IdentityPart {
+    /// The part's name inside a composite identity.
+    pub fn name(&self) -> &str {
+        match self {
+            IdentityPart::Header(h) => h,
+            IdentityPart::ApiKey(_) => "api_key",
+            IdentityPart::Bearer => "bearer",
+            IdentityPart::ClientIp => "client_ip",
+            IdentityPart::Method => "method",
+            IdentityPart::Path => "path",
+            IdentityPart::Route => "route",
+            IdentityPart::Host => "host",
+            IdentityPart::Literal(_) => "literal",
+        }
+    }
+
+    pub fn is_secret(&self) -> bool {
+        matches!(self, IdentityPart::ApiKey(_) | IdentityPart::Bearer)
+    }
+
+    /// The part as written in config, for `/v1/policies`.
+    pub fn describe(&self) -> String {
+        match self {
+            IdentityPart::Header(h) => format!("header:{h}"),
+            IdentityPart::ApiKey(h) => format!("api_key:{h}"),
+            IdentityPart::Literal(v) => format!("literal:{v}"),
+            other => other.name().to_owned(),
+        }
+    }
+}
+
+/// What a request costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CostRule {
+    Constant(u64),
+    /// Read from a header; `default` when absent, refused above `max`.
+    Header {
+        name: String,
+        max: u64,
+        default: u64,
+    },
+}
+
+impl ServeConfig {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+        Self::parse(&text, |name| std::env::var(name).ok())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses and validates; `env` resolves environment variables.
+    pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let doc = parse_yaml(text)?;
+        let top = doc
+            .as_object()
+            .ok_or_else(|| ConfigError::Document("expected a mapping with `policies`".into()))?;
+        for key in top.keys() {
+            if !matches!(key.as_str(), "server" | "store" | "policies") {
+                return Err(ConfigError::Document(format!(
+                    "unknown top-level field {key:?} (expected: server, store, policies)"
+                )));
+            }
+        }
+        let server: ServerSettings = match top.get("server") {
+            None | Some(Value::Null) => ServerSettings::default(),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| ConfigError::Document(format!("server: {e}")))?,
+        };
+        if !(400..=599).contains(&server.deny_status) {
+            return Err(ConfigError::Document(format!(
+                "server: deny_status {} is not an HTTP error status (400-599)",
+                server.deny_status
+            )));
+        }
+        let store = parse_store(top.get("store"))?;
+        let list = match top.get("policies") {
+            Some(Value::Array(list)) => list,
+            Some(other) => {
+                return Err(ConfigError::Document(format!(
+                    "`policies` must be a list, got {}",
+                    describe(other)
+                )));
+            }
+            None => return Err(ConfigError::Document("missing `policies`".into())),
+        };
+        let mut set = PolicySet::default();
+        let mut policies = Vec::with_capacity(list.len());
+        for (index, entry) in list.iter().enumerate() {
+            let fields = entry.as_object().ok_or_else(|| {
+                ConfigError::Document(format!("policies[{index}] must be a mapping"))
+            })?;
+            let policy = parse_policy(index, fields, SERVE_FIELDS)?;
+            let serve = parse_serve_fields(policy.clone(), fields)?;
+            set.push(policy)?;
+            policies.push(serve);
+        }
+        let hasher = if policies
+            .iter()
+            .any(|p| p.identity.iter().any(IdentityPart::is_secret))
+        {
+            let key = env(&server.identity_key_env).filter(|k| !k.is_empty()).ok_or_else(|| {
+                ConfigError::Document(format!(
+                    "a policy hashes an API key or bearer token, so the environment variable {} must hold the hashing key (server.identity_key_env names it)",
+                    server.identity_key_env
+                ))
+            })?;
+            Some(SecretHasher::new(key.as_bytes()))
+        } else {
+            None
+        };
+        Ok(Self {
+            server,
+            store,
+            policies,
+            set,
+            hash: blake3::hash(text.as_bytes()).to_hex()[..16].to_owned(),
+            hasher,
+        })
+    }
+}
+
+fn parse_store(value: Option<&Value>) -> Result<StoreSettings, ConfigError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(StoreSettings::default());
+    };
+    let map = value
+        .as_object()
+        .ok_or_else(|| ConfigError::Document("store: must be a mapping".into()))?;
+    match map.iter().next() {
+        Some((kind, settings)) if map.len() == 1 && kind == "memory" => {
+            let settings: MemorySettings = if settings.is_null() {
+                MemorySettings {
+                    max_keys: default_max_keys(),
+                }
+            } else {
+                serde_json::from_value(settings.clone())
+                    .map_err(|e| ConfigError::Document(format!("store.memory: {e}")))?
+            };
+            if settings.max_keys == 0 {
+                return Err(ConfigError::Document(
+                    "store.memory: max_keys must be positive".into(),
+                ));
+            }
+            Ok(StoreSettings::Memory {
+                max_keys: settings.max_keys,
+            })
+        }
+        _ => Err(ConfigError::Document(
+            "store: expected exactly one of: memory".into(),
+        )),
+    }
+}
+
+fn field_error(policy: &Policy, field: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Field {
+        policy: policy.name().to_owned(),
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_serve_fields(
+    policy: Policy,
+    fields: &Map<String, Value>,
+) -> Result<ServePolicy, ConfigError> {
+    let matcher = match fields.get("match") {
+        None | Some(Value::Null) => Matcher::default(),
+        Some(Value::Object(m)) => parse_match(&policy, m)?,
+        Some(other) => {
+            return Err(field_error(
+                &policy,
+                "match",
+                format!("must be a mapping, got {}", describe(other)),
+            ));
+        }
+    };
+    let identity = match fields.get("identity") {
+        None | Some(Value::Null) => vec![IdentityPart::ClientIp],
+        Some(Value::Array(parts)) if !parts.is_empty() => parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| parse_identity_part(&policy, i, p))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => {
+            return Err(field_error(
+                &policy,
+                "identity",
+                format!("must be a non-empty list of parts, got {}", describe(other)),
+            ));
+        }
+    };
+    let mut seen = HashSet::new();
+    for part in &identity {
+        if !seen.insert(part.name().to_ascii_lowercase()) {
+            return Err(field_error(
+                &policy,
+                "identity",
+                format!("part {:?} appears twice", part.describe()),
+            ));
+        }
+        if *part == IdentityPart::Route && matcher.route().is_none() {
+            return Err(field_error(
+                &policy,
+                "identity",
+                "part \"route\" needs match.path or match.path_prefix to name the route",
+            ));
+        }
+    }
+    let cost = match fields.get("cost") {
+        None | Some(Value::Null) => CostRule::Constant(1),
+        Some(v @ Value::Number(_)) => CostRule::Constant(whole(&policy, "cost", v)?),
+        Some(Value::Object(m)) => parse_cost_header(&policy, m)?,
+        Some(other) => {
+            return Err(field_error(
+                &policy,
+                "cost",
+                format!(
+                    "must be a whole number or {{header, max}}, got {}",
+                    describe(other)
+                ),
+            ));
+        }
+    };
+    Ok(ServePolicy {
+        policy,
+        matcher,
+        identity,
+        cost,
+    })
+}
+
+fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, ConfigError> {
+    let mut matcher = Matcher::default();
+    for (key, value) in m {
+        let field = format!("match.{key}");
+        match key.as_str() {
+            "methods" => {
+                let list = value.as_array().filter(|l| !l.is_empty()).ok_or_else(|| {
+                    field_error(policy, &field, "must be a non-empty list of HTTP methods")
+                })?;
+                let mut methods = Vec::with_capacity(list.len());
+                for item in list {
+                    let method = item
+                        .as_str()
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphabetic()))
+                        .ok_or_else(|| {
+                            field_error(
+                                policy,
+                                &field,
+                                format!("{} is not an HTTP method", describe(item)),
+                            )
+                        })?;
+                    methods.push(method.to_ascii_uppercase());
+                }
+                matcher.methods = Some(methods);
+            }
+            "path_prefix" => {
+                let prefix = value
+                    .as_str()
+                    .filter(|s| s.starts_with('/'))
+                    .ok_or_else(|| {
+                        field_error(policy, &field, "must be a path starting with '/'")
+                    })?;
+                matcher.path_prefix = Some(prefix.to_owned());
+            }
+            "path" => {
+                let text = value.as_str().ok_or_else(|| {
+                    field_error(
+                        policy,
+                        &field,
+                        "must be a path pattern such as \"/orders/{id}\"",
+                    )
+                })?;
+                matcher.path = Some(
+                    PathPattern::parse(text)
+                        .map_err(|reason| field_error(policy, &field, reason))?,
+                );
+            }
+            "host" => {
+                let host = value.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+                    field_error(
+                        policy,
+                        &field,
+                        "must be a host name such as api.example.com or *.example.com",
+                    )
+                })?;
+                matcher.host = Some(host.to_ascii_lowercase());
+            }
+            _ => {
+                return Err(field_error(
+                    policy,
+                    &field,
+                    "unknown field (expected: methods, path_prefix, path, host)",
+                ));
+            }
+        }
+    }
+    if matcher.path.is_some() && matcher.path_prefix.is_some() {
+        return Err(field_error(
+            policy,
+            "match",
+            "give path or path_prefix, not both",
+        ));
+    }
+    Ok(matcher)
+}
+
+fn parse_identity_part(
+    policy: &Policy,
+    index: usize,
+    value: &Value,
+) -> Result<IdentityPart, ConfigError> {
+    let field = format!("identity[{index}]");
+    let unknown = |what: &str| {
+        field_error(
+            policy,
+            &field,
+            format!(
+                "{what} is not an identity part (expected one of: header: NAME, api_key: HEADER, bearer, client_ip, method, path, route, host, literal: VALUE)"
+            ),
+        )
+    };
+    match value {
+        Value::String(s) => match s.as_str() {
+            "bearer" => Ok(IdentityPart::Bearer),
+            "client_ip" => Ok(IdentityPart::ClientIp),
+            "method" => Ok(IdentityPart::Method),
+            "path" => Ok(IdentityPart::Path),
+            "route" => Ok(IdentityPart::Route),
+            "host" => Ok(IdentityPart::Host),
+            other => Err(unknown(&format!("{other:?}"))),
+        },
+        Value::Object(m) if m.len() == 1 => {
+            let (kind, arg) = m.iter().next().ok_or_else(|| unknown("an empty mapping"))?;
+            let arg = arg.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+                field_error(
+                    policy,
+                    &format!("{field}.{kind}"),
+                    format!("must be a non-empty string, got {}", describe(arg)),
+                )
+            })?;
+            let header = |name: &str| -> Result<String, ConfigError> {
+                if name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                {
+                    Ok(name.to_ascii_lowercase())
+                } else {
+                    Err(field_error(
+                        policy,
+                        &format!("{field}.{kind}"),
+                        format!("{name:?} is not a header name"),
+                    ))
+                }
+            };
+            match kind.as_str() {
+                "header" => Ok(IdentityPart::Header(header(arg)?)),
+                "api_key" => Ok(IdentityPart::ApiKey(header(arg)?)),
+                "literal" => Ok(IdentityPart::Literal(arg.to_owned())),
+                other => Err(unknown(&format!("{other:?}"))),
+            }
+        }
+        other => Err(unknown(&describe(other))),
+    }
+}
+
+fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule, ConfigError> {
+    if let Some(key) = m
+        .keys()
+        .find(|k| !matches!(k.as_str(), "header" | "max" | "default"))
+    {
+        return Err(field_error(
+            policy,
+            &format!("cost.{key}"),
+            "unknown field (expected: header, max, default)",
+        ));
+    }
+    let name = m
+        .get("header")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            field_error(
+                policy,
+                "cost.header",
+                "missing: the header to read the cost from",
+            )
+        })?;
+    let max = match m.get("max") {
+        Some(v) => whole(policy, "cost.max", v)?,
+        None => {
+            return Err(field_error(
+                policy,
+                "cost.max",
+                "missing: a cost read from a header needs a maximum",
+            ));
+        }
+    };
+    if max == 0 {
+        return Err(field_error(policy, "cost.max", "must be positive"));
+    }
+    let default = match m.get("default") {
+        Some(v) => whole(policy, "cost.default", v)?,
+        None => 1,
+    };
+    if default > max {
+        return Err(field_error(
+            policy,
+            "cost.default",
+            format!("{default} is above cost.max {max}"),
+        ));
+    }
+    Ok(CostRule::Header {
+        name: name.to_ascii_lowercase(),
+        max,
+        default,
+    })
+}
+
+fn whole(policy: &Policy, field: &str, value: &Value) -> Result<u64, ConfigError> {
+    value.as_u64().ok_or_else(|| {
+        field_error(
+            policy,
+            field,
+            format!("must be a whole number ≥ 0, got {}", describe(value)),
+        )
+    })
+}

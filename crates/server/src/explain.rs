@@ -1,0 +1,51 @@
+//! Policies described for people: `/v1/policies` and `tollgate validate`.
+
+use serde_json::{Value, json};
+use tollgate_core::{Limits, format_duration_ms};
+
+use crate::config::{CostRule, ServePolicy, StoreSettings};
+
+pub fn policy_json(serve: &ServePolicy) -> Value {
+    let policy = &serve.policy;
+    let mut v = json!({
+        "name": policy.name(),
+        "algorithm": policy.algorithm().as_str(),
+        "limit": policy.limits().limit(),
+    });
+    match policy.limits() {
+        Limits::TokenBucket(r) | Limits::Gcra(r) => {
+            v["capacity"] = json!(r.capacity());
+            v["refill"] = json!({"tokens": r.tokens(), "per": format_duration_ms(r.per_ms())});
+        }
+        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
+            v["window"] = json!(format_duration_ms(w.window_ms()));
+        }
+    }
+    let m = &serve.matcher;
+    v["match"] = json!({
+        "methods": m.methods,
+        "path_prefix": m.path_prefix,
+        "path": m.path.as_ref().map(|p| p.as_str()),
+        "host": m.host,
+    });
+    v["identity"] = json!(
+        serve
+            .identity
+            .iter()
+            .map(|p| p.describe())
+            .collect::<Vec<_>>()
+    );
+    v["cost"] = match &serve.cost {
+        CostRule::Constant(c) => json!(c),
+        CostRule::Header { name, max, default } => {
+            json!({"header": name, "max": max, "default": default})
+        }
+    };
+    v
+}
+
+pub fn store_json(store: &StoreSettings) -> Value {
+    match store {
+        StoreSettings::Memory { max_keys } => json!({"memory": {"max_keys": max_keys}}),
+    }
+}

@@ -1,0 +1,488 @@
+//! The HTTP adapter: requests in, core decisions out, the response contract
+//! of DESIGN.md §8 back. Handlers translate; they decide nothing themselves.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+use tollgate_core::{Decision, Identity};
+use tollgate_store::Check;
+
+use crate::app::{App, LivePolicy};
+use crate::metrics::StatusLabels;
+use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
+use crate::response::{PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route(
+            "/v1/authorize",
+            get(authorize)
+                .post(authorize)
+                .put(authorize)
+                .delete(authorize)
+                .patch(authorize)
+                .head(authorize)
+                .options(authorize),
+        )
+        .route("/v1/policies", get(policies))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(app)
+}
+
+async fn not_found() -> Problem {
+    Problem::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method Not Allowed",
+        "this endpoint does not take that method",
+    )
+}
+
+fn refuse(app: &App, problem: Problem) -> Response {
+    app.metrics
+        .bad_requests
+        .get_or_create(&StatusLabels {
+            status: problem.status.as_u16(),
+        })
+        .inc();
+    problem.into_response()
+}
+
+// ---------- POST /v1/check ----------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody<'a> {
+    #[serde(borrow, default)]
+    policy: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    key: Option<KeyJson<'a>>,
+    #[serde(default)]
+    cost: Option<u64>,
+    #[serde(borrow, default)]
+    checks: Option<Vec<CheckItem<'a>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckItem<'a> {
+    #[serde(borrow)]
+    policy: Cow<'a, str>,
+    #[serde(borrow)]
+    key: KeyJson<'a>,
+    #[serde(default = "one")]
+    cost: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// `"acme"` or `{"tenant": "acme", "route": "/orders"}`.
+enum KeyJson<'a> {
+    Value(Cow<'a, str>),
+    Parts(Vec<(Cow<'a, str>, Cow<'a, str>)>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for KeyJson<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = KeyJson<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an object of string parts")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(KeyJson::Value(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(KeyJson::Value(Cow::Owned(v.to_owned())))
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut parts = Vec::new();
+                while let Some((k, v)) = map.next_entry::<Cow<'de, str>, Cow<'de, str>>()? {
+                    parts.push((k, v));
+                }
+                Ok(KeyJson::Parts(parts))
+            }
+        }
+        d.deserialize_any(KeyVisitor)
+    }
+}
+
+impl KeyJson<'_> {
+    fn identity(&self, max_key_bytes: usize) -> Result<Identity, Problem> {
+        let identity = match self {
+            KeyJson::Value(v) if v.is_empty() => {
+                return Err(Problem::unprocessable("key must not be empty"));
+            }
+            KeyJson::Value(v) => Identity::value(v),
+            KeyJson::Parts(parts) => {
+                Identity::composite(parts.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
+                    .map_err(|e| Problem::unprocessable(format!("key: {e}")))?
+            }
+        };
+        if identity.as_bytes().len() > max_key_bytes {
+            return Err(Problem::too_large(format!(
+                "key is longer than {max_key_bytes} bytes"
+            )));
+        }
+        Ok(identity)
+    }
+}
+
+async fn read_body(req: Request, limit: usize) -> Result<Bytes, Problem> {
+    let too_large = || Problem::too_large(format!("request body is larger than {limit} bytes"));
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| too_large())
+}
+
+fn json_fault(e: &serde_json::Error) -> Problem {
+    match e.classify() {
+        serde_json::error::Category::Data => Problem::unprocessable(format!("invalid check: {e}")),
+        _ => Problem::bad_request(format!("malformed JSON: {e}")),
+    }
+}
+
+async fn check(State(app): State<Arc<App>>, req: Request) -> Response {
+    let started = Instant::now();
+    let settings = &app.runtime.load().config.server;
+    let (limit, max_key, max_checks) = (
+        settings.max_body_bytes,
+        settings.max_key_bytes,
+        settings.max_checks,
+    );
+    let body = match read_body(req, limit).await {
+        Ok(b) => b,
+        Err(p) => return refuse(&app, p),
+    };
+    let parsed: CheckBody<'_> = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return refuse(&app, json_fault(&e)),
+    };
+    let response = match parsed {
+        CheckBody {
+            checks: Some(items),
+            policy: None,
+            key: None,
+            cost: None,
+        } => check_batch(&app, &items, max_key, max_checks).await,
+        CheckBody {
+            checks: None,
+            policy: Some(policy),
+            key: Some(key),
+            cost,
+        } => check_one(&app, &policy, &key, cost.unwrap_or(1), max_key).await,
+        CheckBody {
+            checks: Some(_), ..
+        } => Err(Problem::unprocessable(
+            "give either checks or policy/key/cost, not both",
+        )),
+        CheckBody { policy: None, .. } => Err(Problem::unprocessable("missing field `policy`")),
+        CheckBody { key: None, .. } => Err(Problem::unprocessable("missing field `key`")),
+    };
+    match response {
+        Ok(r) => {
+            app.metrics
+                .decision_seconds
+                .observe(started.elapsed().as_secs_f64());
+            r
+        }
+        Err(p) => refuse(&app, p),
+    }
+}
+
+fn unknown_policy(name: &str) -> Problem {
+    Problem::not_found(format!("unknown policy {name:?}"))
+}
+
+async fn check_one(
+    app: &App,
+    name: &str,
+    key: &KeyJson<'_>,
+    cost: u64,
+    max_key: usize,
+) -> Result<Response, Problem> {
+    let runtime = app.runtime.load();
+    let live = runtime.policy(name).ok_or_else(|| unknown_policy(name))?;
+    let identity = key.identity(max_key)?;
+    let policy = &live.serve.policy;
+    let decision = app
+        .store
+        .decide(Check {
+            policy,
+            identity: &identity,
+            cost,
+        })
+        .await
+        .map_err(|e| Problem::unavailable(format!("the limiter could not decide: {e}")))?;
+    count(live, &decision);
+    let mut body = String::with_capacity(160);
+    write_decision(&mut body, policy.name(), &decision);
+    Ok(json_response(body))
+}
+
+async fn check_batch(
+    app: &App,
+    items: &[CheckItem<'_>],
+    max_key: usize,
+    max_checks: usize,
+) -> Result<Response, Problem> {
+    if items.is_empty() {
+        return Err(Problem::unprocessable("checks must not be empty"));
+    }
+    if items.len() > max_checks {
+        return Err(Problem::too_large(format!(
+            "more than {max_checks} checks in one request"
+        )));
+    }
+    let runtime = app.runtime.load();
+    let mut lives = Vec::with_capacity(items.len());
+    let mut identities = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let live = runtime.policy(&item.policy).ok_or_else(|| {
+            Problem::not_found(format!("checks[{i}]: unknown policy {:?}", item.policy))
+        })?;
+        let identity = item.key.identity(max_key).map_err(|mut p| {
+            p.detail = format!("checks[{i}]: {}", p.detail);
+            p
+        })?;
+        lives.push(live);
+        identities.push(identity);
+    }
+    let checks: Vec<Check<'_>> = lives
+        .iter()
+        .zip(&identities)
+        .zip(items)
+        .map(|((live, identity), item)| Check {
+            policy: &live.serve.policy,
+            identity,
+            cost: item.cost,
+        })
+        .collect();
+    let decisions = app
+        .store
+        .decide_all(&checks)
+        .await
+        .map_err(|e| Problem::unavailable(format!("the limiter could not decide: {e}")))?;
+    let allowed = decisions.iter().all(|d| d.allowed);
+    let mut body = String::with_capacity(32 + 160 * decisions.len());
+    let _ = write!(body, "{{\"allowed\":{allowed},\"decisions\":[");
+    for (i, (live, decision)) in lives.iter().zip(&decisions).enumerate() {
+        count(live, decision);
+        if i > 0 {
+            body.push(',');
+        }
+        write_decision(&mut body, live.serve.policy.name(), decision);
+    }
+    body.push_str("]}");
+    Ok(json_response(body))
+}
+
+fn count(live: &LivePolicy, decision: &Decision) {
+    if decision.allowed {
+        live.counters.allowed.inc();
+    } else {
+        live.counters.rejected.inc();
+    }
+}
+
+/// The decision as JSON; `remaining` is shown as 0 when a stepped-back
+/// clock made gcra's internal figure negative.
+fn write_decision(out: &mut String, policy: &str, d: &Decision) {
+    let _ = write!(
+        out,
+        "{{\"allowed\":{},\"policy\":\"{}\",\"limit\":{},\"remaining\":{},\"retry_after_ms\":",
+        d.allowed,
+        policy,
+        d.limit,
+        d.remaining.max(0)
+    );
+    match d.retry_after_ms {
+        Some(ms) => {
+            let _ = write!(out, "{ms}");
+        }
+        None => out.push_str("null"),
+    }
+    let _ = write!(out, ",\"reset_after_ms\":{}}}", d.reset_after_ms);
+}
+
+fn json_response(body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+// ---------- /v1/authorize (forward auth) ----------
+
+async fn authorize(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    let started = Instant::now();
+    let runtime = app.runtime.load();
+    let settings = &runtime.config.server;
+    let (parts, _body) = req.into_parts();
+    let own_path = parts.uri.path();
+    let request = Forwarded::read(
+        &parts.headers,
+        parts.method.as_str(),
+        own_path,
+        peer,
+        &settings.trusted_proxies,
+    );
+    let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
+    for live in &runtime.policies {
+        let serve = &live.serve;
+        if !serve
+            .matcher
+            .matches(request.method, request.path, request.host)
+        {
+            continue;
+        }
+        let prepared = identity_of(
+            serve,
+            &request,
+            runtime.config.hasher.as_ref(),
+            settings.max_key_bytes,
+        )
+        .and_then(|identity| Ok((identity, cost_of(serve, &parts.headers)?)));
+        match prepared {
+            Ok((identity, cost)) => matched.push((live, identity, cost)),
+            Err(RequestFault(detail)) => return refuse(&app, Problem::bad_request(detail)),
+        }
+    }
+    if matched.is_empty() {
+        return StatusCode::OK.into_response();
+    }
+    let checks: Vec<Check<'_>> = matched
+        .iter()
+        .map(|(live, identity, cost)| Check {
+            policy: &live.serve.policy,
+            identity,
+            cost: *cost,
+        })
+        .collect();
+    let decisions = match app.store.decide_all(&checks).await {
+        Ok(d) => d,
+        Err(e) => {
+            return Problem::unavailable(format!("the limiter could not decide: {e}"))
+                .into_response();
+        }
+    };
+    app.metrics
+        .decision_seconds
+        .observe(started.elapsed().as_secs_f64());
+    for ((live, _, _), decision) in matched.iter().zip(&decisions) {
+        count(live, decision);
+    }
+    let mut headers = HeaderMap::new();
+    ratelimit_headers(
+        &mut headers,
+        matched
+            .iter()
+            .zip(&decisions)
+            .map(|((live, _, _), d)| (live.policy_item.as_str(), &live.serve.policy, d)),
+    );
+    if decisions.iter().all(|d| d.allowed) {
+        return (StatusCode::OK, headers).into_response();
+    }
+    let violated = matched
+        .iter()
+        .zip(&decisions)
+        .filter(|(_, d)| !d.allowed)
+        .map(|((live, _, _), d)| (&live.serve.policy, d));
+    let reject = rejection(violated, |policy| {
+        matched
+            .iter()
+            .find(|(live, _, _)| live.serve.policy.name() == policy.name())
+            .map_or(0, |(_, _, cost)| *cost)
+    });
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(seconds) = reject.retry_after_seconds {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if let Ok(v) = HeaderValue::from_str(&reject.body) {
+        headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
+    }
+    let status =
+        StatusCode::from_u16(settings.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    (status, headers, reject.body).into_response()
+}
+
+// ---------- operations ----------
+
+async fn policies(State(app): State<Arc<App>>) -> Response {
+    let runtime = app.runtime.load();
+    let list: Vec<serde_json::Value> = runtime
+        .policies
+        .iter()
+        .map(|live| crate::explain::policy_json(&live.serve))
+        .collect();
+    let body = serde_json::json!({
+        "config_hash": runtime.config.hash,
+        "ratelimit_headers": crate::response::ratelimit_draft::VERSION,
+        "store": crate::explain::store_json(&runtime.config.store),
+        "policies": list,
+    });
+    json_response(body.to_string())
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    match app.store.ready().await {
+        Ok(()) => "ready\n".into_response(),
+        Err(e) => Problem::unavailable(format!("store not ready: {e}")).into_response(),
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    app.store.maintain_gauges(&app.metrics);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+        .into_response()
+}
