@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use tollgate_core::{Decision, SystemClock};
+use tollgate_core::{Clock, Decision};
 use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, Store, StoreError};
 
 use crate::config::{ServeConfig, ServePolicy, StoreSettings};
@@ -62,10 +62,10 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn open(settings: &StoreSettings) -> Self {
+    pub fn open(settings: &StoreSettings, clock: Arc<dyn Clock>) -> Self {
         match settings {
             StoreSettings::Memory { max_keys } => Backend::Memory(MemoryStore::new(
-                Arc::new(SystemClock),
+                clock,
                 MemoryStoreConfig {
                     max_keys: *max_keys,
                     ..MemoryStoreConfig::default()
@@ -125,9 +125,11 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(config: ServeConfig, config_path: PathBuf) -> Self {
+    /// `clock` is the memory store's time: the system clock in production,
+    /// a manual clock in tests.
+    pub fn new(config: ServeConfig, config_path: PathBuf, clock: Arc<dyn Clock>) -> Self {
         let metrics = Metrics::new();
-        let store = Backend::open(&config.store);
+        let store = Backend::open(&config.store, clock);
         let runtime = Runtime::new(config, &metrics);
         Self {
             runtime: ArcSwap::from_pointee(runtime),

@@ -1,16 +1,7 @@
 //! `tollgate`: a thin binary over the core and the stores. Each subcommand
 //! is an adapter that translates its input into core calls and back.
 
-mod app;
-mod config;
-mod explain;
-mod http;
-mod matching;
-mod metrics;
-mod replay;
-mod request;
-mod response;
-mod serve;
+use tollgate::{config, replay, serve};
 
 use std::io::{self, Write};
 use std::path::PathBuf;

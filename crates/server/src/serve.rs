@@ -1,6 +1,7 @@
 //! `tollgate serve`: bind, serve until SIGTERM/SIGINT (in-flight requests
 //! finish), reload on SIGHUP and when the config file changes.
 
+use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +10,8 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
+
+use tollgate_core::SystemClock;
 
 use crate::app::App;
 use crate::config::ServeConfig;
@@ -20,8 +23,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub async fn run(config_path: PathBuf, listen: Option<SocketAddr>) -> Result<(), String> {
     let config = ServeConfig::load(&config_path)?;
     let addr = listen.unwrap_or(config.server.listen);
-    let watch_ms = config.server.watch_interval_ms;
-    let app = Arc::new(App::new(config, config_path));
+    let app = Arc::new(App::new(config, config_path, Arc::new(SystemClock)));
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -35,7 +37,6 @@ pub async fn run(config_path: PathBuf, listen: Option<SocketAddr>) -> Result<(),
         let _ = out.flush();
     }
     tracing::info!(%local, policies = app.runtime.load().policies.len(), "tollgate serving");
-
     let mut hangups =
         signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
     let reloader = Arc::clone(&app);
@@ -44,9 +45,24 @@ pub async fn run(config_path: PathBuf, listen: Option<SocketAddr>) -> Result<(),
             let _ = reloader.reload();
         }
     });
+    serve_app(app, listener, shutdown_signal()).await?;
+    tracing::info!("tollgate stopped");
+    Ok(())
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then lets
+/// in-flight requests finish. Also runs the background upkeep: sweeping
+/// idle keys and watching the config file.
+pub async fn serve_app(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let mut upkeep = tokio::task::JoinSet::new();
+    let watch_ms = app.runtime.load().config.server.watch_interval_ms;
     if watch_ms > 0 {
         let watcher = Arc::clone(&app);
-        tokio::spawn(async move {
+        upkeep.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(watch_ms));
             let mut last = file_stamp(&watcher.config_path);
             loop {
@@ -60,23 +76,22 @@ pub async fn run(config_path: PathBuf, listen: Option<SocketAddr>) -> Result<(),
         });
     }
     let sweeper = Arc::clone(&app);
-    tokio::spawn(async move {
+    upkeep.spawn(async move {
         let mut tick = tokio::time::interval(SWEEP_INTERVAL);
         loop {
             tick.tick().await;
             sweeper.store.sweep();
         }
     });
-
-    axum::serve(
+    let served = axum::serve(
         listener,
         router(app).into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(shutdown)
     .await
-    .map_err(|e| format!("server error: {e}"))?;
-    tracing::info!("tollgate stopped");
-    Ok(())
+    .map_err(|e| format!("server error: {e}"));
+    upkeep.abort_all();
+    served
 }
 
 /// What identifies a version of the config file: its content's hash.

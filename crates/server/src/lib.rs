@@ -1,0 +1,17 @@
+//! The tollgate server as a library: config, the HTTP adapter, metrics and
+//! reload. The `tollgate` binary is a thin CLI over it; tests drive it
+//! in-process with a manual clock over real loopback HTTP.
+//!
+//! Flow: request → identity ([`request`]) → policy ([`config`], [`matching`])
+//! → store ([`app::Backend`]) → decision → response ([`response`]).
+
+pub mod app;
+pub mod config;
+pub mod explain;
+pub mod http;
+pub mod matching;
+pub mod metrics;
+pub mod replay;
+pub mod request;
+pub mod response;
+pub mod serve;
