@@ -21,8 +21,10 @@ pub trait Store: Send + Sync + 'static {
     -> impl Future<Output = Result<Decision, StoreError>> + Send;
 
     /// Decides every check all-or-nothing: when any is rejected nothing is
-    /// consumed, and each decision says what that check alone would get.
-    /// Decisions come back in the order of `checks`.
+    /// consumed, and each decision says what that check alone would get
+    /// (a check that fails only because an earlier check of the batch took
+    /// from the same key reports that failure). The batch is admitted iff
+    /// every decision is. Decisions come back in the order of `checks`.
     fn decide_all(
         &self,
         checks: &[Check<'_>],

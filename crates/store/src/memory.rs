@@ -190,9 +190,16 @@ impl MemoryStore {
         load(&mut guards, &mut copies);
         let mut decisions = decide(&mut copies, Intent::Consume);
         if !decisions.iter().all(|d| d.allowed) {
-            // Start again from the stored states, consuming nothing.
+            // Start again from the stored states, consuming nothing. A check
+            // that failed only after an earlier check of this batch consumed
+            // from its key keeps that failure, so the batch still reads rejected.
             load(&mut guards, &mut copies);
-            decisions = decide(&mut copies, Intent::Probe);
+            let probed = decide(&mut copies, Intent::Probe);
+            for (decision, probe) in decisions.iter_mut().zip(probed) {
+                if decision.allowed {
+                    *decision = probe;
+                }
+            }
         }
         // Write each distinct key back once; its expiry follows its last decision.
         for (k, (first, state)) in copies.into_iter().enumerate() {

@@ -1,0 +1,245 @@
+//! `POST /v1/check` over real loopback HTTP, on a manual clock.
+
+mod support;
+
+use serde_json::json;
+use support::TestServer;
+
+const POLICIES: &str = r#"
+policies:
+  - name: write-api
+    algorithm: token_bucket
+    capacity: 20
+    refill: { tokens: 5, per: 1s }
+  - name: slow
+    algorithm: token_bucket
+    capacity: 5
+    refill: { tokens: 1, per: 1h }
+  - name: single
+    algorithm: gcra
+    capacity: 1
+    refill: { tokens: 1, per: 1h }
+  - name: window
+    algorithm: fixed_window
+    limit: 3
+    window: 1s
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worked_example_holds_over_http() {
+    let server = TestServer::start(POLICIES).await;
+    server.clock.set(99_900);
+    let (status, body) = server
+        .check(r#"{"policy":"write-api","key":"acme","cost":17}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"allowed": true, "policy": "write-api", "limit": 20, "remaining": 3, "retry_after_ms": 0, "reset_after_ms": 3400})
+    );
+    server.clock.set(100_000);
+    let (_, body) = server
+        .check(r#"{"policy":"write-api","key":"acme","cost":4}"#)
+        .await;
+    assert_eq!(
+        body,
+        json!({"allowed": false, "policy": "write-api", "limit": 20, "remaining": 3, "retry_after_ms": 100, "reset_after_ms": 3300})
+    );
+    server.clock.set(100_300);
+    let (_, body) = server
+        .check(r#"{"policy":"write-api","key":"acme","cost":4}"#)
+        .await;
+    assert_eq!(
+        body,
+        json!({"allowed": true, "policy": "write-api", "limit": 20, "remaining": 1, "retry_after_ms": 0, "reset_after_ms": 3800})
+    );
+    server.clock.set(100_500);
+    let (_, body) = server
+        .check(r#"{"policy":"write-api","key":"acme","cost":4}"#)
+        .await;
+    assert_eq!(
+        body,
+        json!({"allowed": false, "policy": "write-api", "limit": 20, "remaining": 2, "retry_after_ms": 400, "reset_after_ms": 3600})
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cost_defaults_to_one_and_composite_keys_are_their_own_bucket() {
+    let server = TestServer::start(POLICIES).await;
+    let (_, body) = server.check(r#"{"policy":"slow","key":"acme"}"#).await;
+    assert_eq!(body["remaining"], 4);
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":{"tenant":"acme","route":"/orders"}}"#)
+        .await;
+    assert_eq!(
+        body["remaining"], 4,
+        "a composite key is a bucket of its own"
+    );
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":{"route":"/orders","tenant":"acme"}}"#)
+        .await;
+    assert_eq!(
+        body["remaining"], 3,
+        "part order does not make a new identity"
+    );
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":"acme","cost":0}"#)
+        .await;
+    assert_eq!(
+        body,
+        json!({"allowed": true, "policy": "slow", "limit": 5, "remaining": 4, "retry_after_ms": 0, "reset_after_ms": 3600000})
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_above_the_limit_is_rejected_with_no_retry() {
+    let server = TestServer::start(POLICIES).await;
+    let (status, body) = server
+        .check(r#"{"policy":"slow","key":"k","cost":6}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"allowed": false, "policy": "slow", "limit": 5, "remaining": 5, "retry_after_ms": null, "reset_after_ms": 0})
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_all_or_nothing() {
+    let server = TestServer::start(POLICIES).await;
+    let (_, first) = server.check(r#"{"policy":"single","key":"t"}"#).await;
+    assert_eq!(first["allowed"], true);
+    let (status, body) = server
+        .check(r#"{"checks":[{"policy":"slow","key":"t","cost":3},{"policy":"single","key":"t"}]}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"allowed": false, "decisions": [
+            {"allowed": true, "policy": "slow", "limit": 5, "remaining": 5, "retry_after_ms": 0, "reset_after_ms": 0},
+            {"allowed": false, "policy": "single", "limit": 1, "remaining": 0, "retry_after_ms": 3600000, "reset_after_ms": 3600000}
+        ]})
+    );
+    // Nothing was consumed from "slow": all five tokens are still there.
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":"t","cost":5}"#)
+        .await;
+    assert_eq!(body["allowed"], true);
+    assert_eq!(body["remaining"], 0);
+
+    let (_, body) = server
+        .check(r#"{"checks":[{"policy":"window","key":"w","cost":2},{"policy":"write-api","key":"w","cost":20}]}"#)
+        .await;
+    assert_eq!(body["allowed"], true);
+    assert_eq!(body["decisions"][0]["remaining"], 1);
+    assert_eq!(body["decisions"][1]["remaining"], 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_named_twice_in_a_batch_sees_its_own_consumption() {
+    let server = TestServer::start(POLICIES).await;
+    let (_, body) = server
+        .check(r#"{"checks":[{"policy":"slow","key":"d","cost":3},{"policy":"slow","key":"d","cost":3}]}"#)
+        .await;
+    assert_eq!(body["allowed"], false);
+    assert_eq!(body["decisions"][0]["allowed"], true);
+    assert_eq!(body["decisions"][1]["allowed"], false);
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":"d","cost":0}"#)
+        .await;
+    assert_eq!(body["remaining"], 5, "the rejected batch consumed nothing");
+    server.stop().await;
+}
+
+/// Each bad input gets its status and a problem+json that names the fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_a_named_fault_and_changes_nothing() {
+    let server = TestServer::start(POLICIES).await;
+    let long_key = "k".repeat(1100);
+    let huge_body = format!(r#"{{"policy":"slow","key":"{}"}}"#, "x".repeat(70_000));
+    let cases: Vec<(String, u16, String)> = vec![
+        (r#"{"policy":"slow","key":"v""#.into(), 400, "malformed JSON: EOF while parsing an object at line 1 column 26".into()),
+        ("not json".into(), 400, "malformed JSON: expected ident at line 1 column 2".into()),
+        (r#"{"policy":"nope","key":"v"}"#.into(), 404, r#"unknown policy "nope""#.into()),
+        (r#"{"policy":"slow","key":"v","cost":-1}"#.into(), 422, "invalid check: invalid value: integer `-1`, expected u64 at line 1 column 36".into()),
+        (r#"{"policy":"slow","key":"v","cost":1.5}"#.into(), 422, "invalid check: invalid type: floating point `1.5`, expected u64 at line 1 column 37".into()),
+        (r#"{"policy":"slow","key":"v","cost":"2"}"#.into(), 422, "invalid check: invalid type: string \"2\", expected u64 at line 1 column 37".into()),
+        (r#"{"policy":"slow","key":"v","costs":1}"#.into(), 422, "invalid check: unknown field `costs`, expected one of `policy`, `key`, `cost`, `checks` at line 1 column 34".into()),
+        (r#"{"policy":"slow"}"#.into(), 422, "missing field `key`".into()),
+        (r#"{"key":"v"}"#.into(), 422, "missing field `policy`".into()),
+        (r#"{"policy":"slow","key":""}"#.into(), 422, "key must not be empty".into()),
+        (r#"{"policy":"slow","key":{"a":"1","a":"2"}}"#.into(), 422, r#"key: identity part "a" appears twice"#.into()),
+        (r#"{"policy":"slow","key":{"a":1}}"#.into(), 422, "invalid check: invalid type: integer `1`, expected a string at line 1 column 29".into()),
+        (r#"{"checks":[]}"#.into(), 422, "checks must not be empty".into()),
+        (r#"{"checks":[{"policy":"slow","key":"v"}],"policy":"slow"}"#.into(), 422, "give either checks or policy/key/cost, not both".into()),
+        (r#"{"checks":[{"policy":"slow","key":"v"},{"policy":"gone","key":"v"}]}"#.into(), 404, r#"checks[1]: unknown policy "gone""#.into()),
+        (format!(r#"{{"policy":"slow","key":"{long_key}"}}"#), 413, "key is longer than 1024 bytes".into()),
+        (huge_body, 413, "request body is larger than 65536 bytes".into()),
+    ];
+    for (body, status, detail) in cases {
+        let (got_status, got) = server.check(&body).await;
+        assert_eq!(got_status, status, "status for {body:.80}");
+        assert_eq!(got["detail"], detail, "detail for {body:.80}");
+        assert_eq!(got["status"], status);
+        assert!(got["title"].is_string());
+        assert_eq!(got["type"], "about:blank");
+    }
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":"v","cost":0}"#)
+        .await;
+    assert_eq!(body["remaining"], 5, "no refused request consumed anything");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn problem_responses_carry_the_problem_media_type() {
+    let server = TestServer::start(POLICIES).await;
+    let r = server
+        .client
+        .post(server.url("/v1/check"))
+        .body("{")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let r = server
+        .client
+        .get(server.url("/nowhere"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let r = server
+        .client
+        .get(server.url("/v1/check"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 405);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_retry_after_admits_and_one_ms_less_does_not() {
+    let server = TestServer::start(POLICIES).await;
+    server.clock.set(5_000_250);
+    for _ in 0..3 {
+        server.check(r#"{"policy":"window","key":"r"}"#).await;
+    }
+    let (_, body) = server.check(r#"{"policy":"window","key":"r"}"#).await;
+    assert_eq!(body["allowed"], false);
+    assert_eq!(body["retry_after_ms"], 750);
+    server.clock.set(5_000_999);
+    let (_, body) = server.check(r#"{"policy":"window","key":"r"}"#).await;
+    assert_eq!(body["allowed"], false);
+    server.clock.set(5_001_000);
+    let (_, body) = server.check(r#"{"policy":"window","key":"r"}"#).await;
+    assert_eq!(body["allowed"], true);
+    server.stop().await;
+}

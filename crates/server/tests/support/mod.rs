@@ -1,0 +1,155 @@
+//! The shared harness of the server's tests: tollgate in-process on a
+//! manual clock over real loopback HTTP, or as a real process.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tollgate::app::App;
+use tollgate::config::ServeConfig;
+use tollgate::serve::serve_app;
+use tollgate_core::ManualClock;
+
+/// The Unix time tests start at: a round number makes windows easy to reason about.
+pub const T0: u64 = 1_700_000_000_000;
+
+/// tollgate served in-process, its memory store on a manual clock.
+pub struct TestServer {
+    pub base: String,
+    pub clock: Arc<ManualClock>,
+    pub app: Arc<App>,
+    pub config_path: PathBuf,
+    pub client: reqwest::Client,
+    _dir: tempfile::TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), String>>>,
+}
+
+impl TestServer {
+    pub async fn start(yaml: &str) -> Self {
+        Self::start_with_env(yaml, |_| None).await
+    }
+
+    pub async fn start_with_env(yaml: &str, env: impl Fn(&str) -> Option<String>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config_path = dir.path().join("tollgate.yaml");
+        std::fs::write(&config_path, yaml).expect("write config");
+        let config = ServeConfig::parse(yaml, env).expect("test config is valid");
+        let clock = Arc::new(ManualClock::new(T0));
+        let app = Arc::new(App::new(config, config_path.clone(), clock.clone()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(serve_app(Arc::clone(&app), listener, async {
+            let _ = rx.await;
+        }));
+        Self {
+            base,
+            clock,
+            app,
+            config_path,
+            client: reqwest::Client::new(),
+            _dir: dir,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// POSTs a JSON text to /v1/check; returns status and parsed body.
+    pub async fn check(&self, body: &str) -> (u16, serde_json::Value) {
+        let r = self
+            .client
+            .post(self.url("/v1/check"))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        let text = r.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("server task")
+                .expect("server ran cleanly");
+        }
+    }
+}
+
+/// The built `tollgate` binary.
+pub fn tollgate_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tollgate")
+}
+
+/// A `tollgate serve` process; killed on drop.
+pub struct TollgateProcess {
+    pub child: Child,
+    pub base: String,
+}
+
+impl TollgateProcess {
+    pub fn spawn(config: &Path, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(tollgate_bin());
+        cmd.args(["serve", "--config"])
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn tollgate serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read listen line");
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from tollgate serve: {line:?}"))
+            .to_owned();
+        Self { child, base }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+}
+
+impl Drop for TollgateProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
