@@ -1,0 +1,272 @@
+//! Operations: /v1/policies, health, metrics, reload (SIGHUP, file change,
+//! refused configs) and graceful shutdown.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{TestServer, TollgateProcess};
+
+const V1: &str = r#"
+policies:
+  - name: api
+    algorithm: token_bucket
+    capacity: 10
+    refill: { tokens: 1, per: 1h }
+    identity: [{ header: X-Tenant }]
+"#;
+
+fn with_capacity(capacity: u64) -> String {
+    V1.replace("capacity: 10", &format!("capacity: {capacity}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_health_and_readiness_are_served() {
+    let server = TestServer::start(V1).await;
+    let policies: serde_json::Value = server
+        .client
+        .get(server.url("/v1/policies"))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        policies["policies"],
+        serde_json::json!([{
+            "name": "api", "algorithm": "token_bucket", "limit": 10, "capacity": 10,
+            "refill": {"tokens": 1, "per": "1h"},
+            "match": {"methods": null, "path_prefix": null, "path": null, "host": null},
+            "identity": ["header:x-tenant"], "cost": 1
+        }])
+    );
+    assert_eq!(
+        policies["config_hash"],
+        server.app.runtime.load().config.hash.as_str()
+    );
+    assert_eq!(policies["config_hash"].as_str().map(str::len), Some(16));
+    assert_eq!(
+        policies["ratelimit_headers"],
+        "draft-ietf-httpapi-ratelimit-headers-11"
+    );
+    assert_eq!(
+        policies["store"],
+        serde_json::json!({"memory": {"max_keys": 1_000_000}})
+    );
+    for path in ["/healthz", "/readyz"] {
+        let r = server
+            .client
+            .get(server.url(path))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    server.stop().await;
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_decisions_keys_and_reloads() {
+    let server = TestServer::start(V1).await;
+    for _ in 0..11 {
+        server.check(r#"{"policy":"api","key":"m"}"#).await;
+    }
+    server.check(r#"{"policy":"api","key":"other"}"#).await;
+    server.check(r#"{"policy":"api"}"#).await;
+    std::fs::write(&server.config_path, "policies: [").expect("write");
+    assert!(server.app.reload().is_err());
+    std::fs::write(&server.config_path, with_capacity(12)).expect("write");
+    assert!(server.app.reload().is_ok());
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_decisions_total{policy="api",outcome="allowed"}"#
+        ),
+        Some(11.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_decisions_total{policy="api",outcome="rejected"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(metric(&text, "tollgate_store_keys"), Some(2.0));
+    assert_eq!(metric(&text, "tollgate_config_reloads_total"), Some(1.0));
+    assert_eq!(
+        metric(&text, "tollgate_config_reload_failures_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, r#"tollgate_bad_requests_total{status="422"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, "tollgate_decision_duration_seconds_count"),
+        Some(12.0)
+    );
+    assert!(text.ends_with("# EOF\n"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_carries_buckets_over_and_mints_no_burst() {
+    let server = TestServer::start(V1).await;
+    for _ in 0..10 {
+        assert_eq!(
+            server.check(r#"{"policy":"api","key":"a"}"#).await.1["allowed"],
+            true
+        );
+    }
+    for _ in 0..2 {
+        server.check(r#"{"policy":"api","key":"b"}"#).await;
+    }
+    // A higher limit does not refill the emptied bucket.
+    std::fs::write(&server.config_path, with_capacity(20)).expect("write");
+    server.app.reload().expect("valid config");
+    let (_, a) = server.check(r#"{"policy":"api","key":"a"}"#).await;
+    assert_eq!(a["allowed"], false);
+    assert_eq!(a["limit"], 20);
+    assert_eq!(a["remaining"], 0);
+    let (_, b) = server.check(r#"{"policy":"api","key":"b","cost":0}"#).await;
+    assert_eq!(b["remaining"], 8, "b keeps its 8 tokens");
+    // A lower limit caps the bucket.
+    std::fs::write(&server.config_path, with_capacity(5)).expect("write");
+    server.app.reload().expect("valid config");
+    let (_, b) = server.check(r#"{"policy":"api","key":"b","cost":0}"#).await;
+    assert_eq!(b["remaining"], 5);
+    assert_eq!(b["limit"], 5);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_config_is_refused_and_the_old_one_keeps_serving() {
+    let server = TestServer::start(V1).await;
+    let before = server.app.runtime.load().config.hash.clone();
+    std::fs::write(
+        &server.config_path,
+        V1.replace("token_bucket", "leaky_bucket"),
+    )
+    .expect("write");
+    let err = server.app.reload().expect_err("refused");
+    assert!(
+        err.ends_with(r#"policy "api": algorithm: unknown algorithm "leaky_bucket" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"#),
+        "{err}"
+    );
+    assert_eq!(server.app.runtime.load().config.hash, before);
+    assert_eq!(
+        server.check(r#"{"policy":"api","key":"x"}"#).await.1["allowed"],
+        true
+    );
+    server.stop().await;
+}
+
+/// Reloads racing with 200 concurrent requests on one frozen-clock bucket:
+/// exactly the capacity is admitted, whichever config each request saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_under_traffic_admits_no_burst() {
+    let server = std::sync::Arc::new(TestServer::start(&with_capacity(50)).await);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let s = std::sync::Arc::clone(&server);
+        tasks.spawn(async move {
+            s.check(r#"{"policy":"api","key":"hot"}"#).await.1["allowed"] == true
+        });
+    }
+    for round in 0..20 {
+        // Alternate between two configs of the same capacity, different hash.
+        let yaml = format!("{}\n# round {round}\n", with_capacity(50));
+        std::fs::write(&server.config_path, yaml).expect("write");
+        server.app.reload().expect("valid");
+        tokio::task::yield_now().await;
+    }
+    let mut admitted = 0;
+    while let Some(ok) = tasks.join_next().await {
+        admitted += usize::from(ok.expect("task"));
+    }
+    assert_eq!(admitted, 50);
+    assert_eq!(server.app.metrics.reloads.get(), 20);
+}
+
+async fn policy_hash(client: &reqwest::Client, base: &str) -> String {
+    let v: serde_json::Value = client
+        .get(format!("{base}/v1/policies"))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    v["config_hash"].as_str().expect("hash").to_owned()
+}
+
+/// Waits (bounded) until the served config hash differs from `old`.
+async fn await_new_hash(client: &reqwest::Client, base: &str, old: &str) -> String {
+    for _ in 0..200 {
+        let now = policy_hash(client, base).await;
+        if now != old {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("config was not reloaded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_reloads_on_sighup_and_on_file_change_and_stops_gracefully_on_sigterm() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("tollgate.yaml");
+    // The file watcher is off first, so only SIGHUP can reload.
+    let config = |cap: u64, watch: u64| {
+        format!(
+            "server: {{watch_interval_ms: {watch}}}\n{}",
+            with_capacity(cap)
+        )
+    };
+    std::fs::write(&path, config(10, 0)).expect("write");
+    let process = TollgateProcess::spawn(&path, &[]);
+    let client = reqwest::Client::new();
+    let first = policy_hash(&client, &process.base).await;
+    std::fs::write(&path, config(11, 0)).expect("write");
+    process.signal("HUP");
+    let second = await_new_hash(&client, &process.base, &first).await;
+    let v: serde_json::Value = client
+        .get(format!("{}/v1/policies", process.base))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["policies"][0]["capacity"], 11);
+    drop(process);
+
+    // With the watcher on, writing the file is enough.
+    std::fs::write(&path, config(12, 50)).expect("write");
+    let mut process = TollgateProcess::spawn(&path, &[]);
+    let third = policy_hash(&client, &process.base).await;
+    assert_ne!(third, second);
+    std::fs::write(&path, config(13, 50)).expect("write");
+    await_new_hash(&client, &process.base, &third).await;
+
+    process.signal("TERM");
+    let status = process.child.wait().expect("wait");
+    assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+}
