@@ -10,4 +10,6 @@ pub enum StoreError {
     Unavailable(String),
     #[error("store answered something unexpected: {0}")]
     Protocol(String),
+    #[error("store misconfigured: {0}")]
+    Config(String),
 }

@@ -11,7 +11,12 @@
 mod check;
 mod error;
 mod memory;
+mod redis;
 
+pub use self::redis::{
+    BatchConfig, MAX_GIVEN_MS, MAX_TAG, RedisConfig, RedisStore, SentinelConfig, key_slot,
+    lua_source, state_key,
+};
 pub use check::{Check, Store};
 pub use error::StoreError;
 pub use memory::{MemoryStore, MemoryStoreConfig};

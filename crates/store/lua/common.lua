@@ -1,0 +1,98 @@
+-- tollgate: helpers shared by every script (concatenated first).
+--
+-- Lua numbers are doubles: every quantity here stays an integer below 2^53,
+-- where doubles are exact, and config validation rejects policies that
+-- could leave that range. Numbers are never turned into text with `..` or
+-- tostring (both print 14 significant digits); `int` prints them exactly.
+--
+-- ARGV[1]  the time in ms, or "" to read the store's own clock (TIME)
+-- ARGV[2]  TTL margin in ms: a key lives `reset_after_ms + margin`
+-- then five fields per key: algorithm, cost, and three parameters
+--   token_bucket, gcra:                      capacity C, n, p
+--   fixed_window, sliding_window, sliding_log: limit L, window W, 0
+-- Each script returns four integers per key:
+--   allowed (1/0), remaining, retry_after_ms (-1 for null), reset_after_ms.
+
+local EXACT = 9007199254740992 -- 2^53
+local fmod = math.fmod
+local tonumber = tonumber
+local format = string.format
+local ALGORITHMS = {}
+
+local function int(x)
+  return format('%d', x)
+end
+
+-- floor(x / y) for integers 0 <= x, 0 < y below 2^53. fmod is exact, so
+-- x - fmod(x, y) is an exact multiple of y and the division is exact.
+local function idiv(x, y)
+  return (x - fmod(x, y)) / y
+end
+
+-- ceil(x / y), same ranges.
+local function cdiv(x, y)
+  local r = fmod(x, y)
+  if r == 0 then
+    return x / y
+  end
+  return (x - r) / y + 1
+end
+
+-- floor(a * b / c) for integers 0 <= a < c, 0 <= b, all below 2^53 (the
+-- result is below b). When a * b leaves the exact range, long division over
+-- the bits of b keeps every intermediate below 2^53.
+local function muldiv(a, b, c)
+  local product = a * b
+  if product < EXACT then
+    return idiv(product, c)
+  end
+  local bits, x = {}, b
+  while x > 0 do
+    local bit = x % 2
+    bits[#bits + 1] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0 -- a * (bits read so far) = q * c + r, 0 <= r < c
+  for i = #bits, 1, -1 do
+    if r >= c - r then
+      q, r = q * 2 + 1, r - (c - r)
+    else
+      q, r = q * 2, r + r
+    end
+    if bits[i] == 1 then
+      if r >= c - a then
+        q, r = q + 1, r - (c - a)
+      else
+        r = r + a
+      end
+    end
+  end
+  return q
+end
+
+-- Units counted at `old_p` units a token, in a scale of `p`: tokens are
+-- preserved (rounded down, never up), capped at `capacity` tokens.
+local function rescale(units, old_p, p, capacity)
+  local tokens = idiv(units, old_p)
+  if tokens >= capacity then
+    return capacity * p
+  end
+  local carried = tokens * p + muldiv(units - tokens * old_p, p, old_p)
+  if carried > capacity * p then
+    return capacity * p
+  end
+  return carried
+end
+
+local function read_now()
+  local given = ARGV[1]
+  if given ~= '' then
+    return tonumber(given)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + idiv(tonumber(t[2]), 1000)
+end
+
+local function bad_state(key)
+  return error('tollgate: unreadable state at key ' .. key)
+end

@@ -1,0 +1,68 @@
+-- Decides all keys all-or-nothing: nothing is consumed unless every key
+-- admits. ARGV[3] is "consume" (the all-or-nothing decision) or "probe"
+-- (decide, consume nothing: the first phase across Cluster slots); the
+-- five fields per key start at ARGV[4].
+-- A key named twice sees its own earlier consumption, and a check that
+-- failed only because an earlier check of the call consumed from its key
+-- keeps that failure, so the call still reads rejected. Each key is
+-- written once, its TTL following its last decision.
+local now = read_now()
+local margin = tonumber(ARGV[2])
+local consume = ARGV[3] == 'consume'
+local states, stored = {}, {}
+local out = {}
+local all = true
+
+-- Decides every key; `keep` marks decisions already final (failures of the
+-- consuming pass), which the probing pass leaves in place.
+local function pass(intent, keep)
+  for i = 1, #KEYS do
+    local key = KEYS[i]
+    if states[key] == nil then
+      states[key] = redis.call('GET', key)
+      stored[key] = states[key]
+    end
+  end
+  all = true
+  for i = 1, #KEYS do
+    local at = 4 + (i - 1) * 5
+    local decide = ALGORITHMS[ARGV[at]]
+    if not decide then
+      return error('tollgate: unknown algorithm ' .. ARGV[at])
+    end
+    local key = KEYS[i]
+    local written, allowed, remaining, retry, reset =
+      decide(key, states[key], now, tonumber(ARGV[at + 1]), intent, ARGV[at + 2], ARGV[at + 3], ARGV[at + 4])
+    if written then
+      states[key] = written
+    end
+    all = all and allowed
+    local o = (i - 1) * 4
+    if not (keep and keep[i]) then
+      out[o + 1] = allowed and 1 or 0
+      out[o + 2] = remaining
+      out[o + 3] = retry
+      out[o + 4] = reset
+    end
+  end
+end
+
+pass(consume, nil)
+if consume and not all then
+  -- Start again from the stored states, consuming nothing.
+  local failed = {}
+  for i = 1, #KEYS do
+    failed[i] = out[(i - 1) * 4 + 1] == 0
+  end
+  states = {}
+  pass(false, failed)
+end
+for i = #KEYS, 1, -1 do
+  local key = KEYS[i]
+  local state = states[key]
+  if state and state ~= stored[key] then
+    redis.call('SET', key, state, 'PX', int(out[(i - 1) * 4 + 4] + margin))
+  end
+  states[key] = false
+end
+return out

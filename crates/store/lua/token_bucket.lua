@@ -1,0 +1,42 @@
+-- token_bucket (DESIGN.md §3; Rust twin: crates/core/src/algorithm/token_bucket.rs)
+-- state "units:last_ms:p": units in the scale of p units a token.
+ALGORITHMS.token_bucket = function(key, state, now, cost, consume, c_text, n_text, p_text)
+  local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
+  local full = capacity * p
+  local units, last = full, now
+  if state then
+    local u, l, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
+    if not u then
+      bad_state(key)
+    end
+    units, last, sp = tonumber(u), tonumber(l), tonumber(sp)
+    if sp ~= p and sp ~= 0 then
+      units = rescale(units, sp, p, capacity)
+    elseif units > full then
+      units = full
+    end
+  end
+  if now < last then
+    now = last
+  end
+  -- Refill capped at the capacity before the multiplication can grow.
+  local avail = full
+  if units < full and now - last < cdiv(full - units, n) then
+    avail = units + (now - last) * n
+  end
+  local allowed = cost <= capacity and cost * p <= avail
+  local left = avail
+  if allowed and consume then
+    left = avail - cost * p
+  end
+  local retry = 0
+  if not allowed then
+    if cost > capacity then
+      retry = -1
+    else
+      retry = cdiv(cost * p - avail, n)
+    end
+  end
+  local reset = cdiv(full - left, n)
+  return int(left) .. ':' .. int(now) .. ':' .. p_text, allowed, idiv(left, p), retry, reset
+end

@@ -1,0 +1,113 @@
+//! Batching: concurrent decisions gathered into fewer script calls.
+//!
+//! Each `decide` puts a job on a bounded queue. One task takes every job
+//! waiting (up to `max_keys`) whenever fewer than `in_flight` script calls
+//! are outstanding, and sends them as one call of the decide script, which
+//! decides each key on its own, in order. Every decision stays exact: the
+//! whole script runs atomically, so each key's transition sees every
+//! earlier one, exactly as separate calls would. Under light load a job
+//! leaves at once, alone; under heavy load the calls in flight give the
+//! queue time to fill, and one call carries many decisions.
+//!
+//! In a Cluster one script may only touch one slot, so a batch is split by
+//! slot and its parts are sent concurrently (the connection routes each to
+//! its node).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
+use tollgate_core::Decision;
+
+use super::Shared;
+use super::config::BatchConfig;
+use super::key::slot;
+use super::script::{At, Item, SCRIPTS, decisions};
+use crate::StoreError;
+
+pub struct Job {
+    pub item: Item,
+    pub reply: oneshot::Sender<Result<Decision, StoreError>>,
+}
+
+/// Runs until every sender is gone.
+pub async fn gather(mut queue: mpsc::Receiver<Job>, shared: Arc<Shared>, config: BatchConfig) {
+    let permits = Arc::new(Semaphore::new(config.in_flight));
+    let mut jobs = Vec::with_capacity(config.max_keys);
+    loop {
+        // Wait for room first: meanwhile the queue fills, and the next call carries more.
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            return;
+        };
+        if queue.recv_many(&mut jobs, config.max_keys).await == 0 {
+            return;
+        }
+        let batch = std::mem::replace(&mut jobs, Vec::with_capacity(config.max_keys));
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            if shared.connection.is_cluster() {
+                send_by_slot(shared, batch, permit).await;
+            } else {
+                send(&shared, batch).await;
+                drop(permit);
+            }
+        });
+    }
+}
+
+async fn send_by_slot(shared: Arc<Shared>, batch: Vec<Job>, permit: OwnedSemaphorePermit) {
+    let mut by_slot: HashMap<u16, Vec<Job>> = HashMap::new();
+    for job in batch {
+        by_slot.entry(slot(&job.item.key)).or_default().push(job);
+    }
+    let mut parts = tokio::task::JoinSet::new();
+    for (_, jobs) in by_slot {
+        let shared = Arc::clone(&shared);
+        parts.spawn(async move { send(&shared, jobs).await });
+    }
+    while parts.join_next().await.is_some() {}
+    drop(permit);
+}
+
+/// One script call for `jobs`; every job gets its own decision or the error.
+async fn send(shared: &Shared, jobs: Vec<Job>) {
+    let items: Vec<&Item> = jobs.iter().map(|j| &j.item).collect();
+    let first = items[0].algorithm;
+    // One algorithm: its own script, which defines nothing else.
+    let lua = if items.iter().all(|i| i.algorithm == first) {
+        SCRIPTS.for_algorithm(first)
+    } else {
+        &SCRIPTS.batch
+    };
+    let sent = Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_millis(shared.timeout_ms),
+        shared
+            .connection
+            .run(lua, &items, At::StoreClock, shared.margin_ms, None),
+    )
+    .await
+    .unwrap_or(Err(StoreError::Timeout {
+        timeout_ms: shared.timeout_ms,
+    }))
+    .and_then(|reply| decisions(&items, &reply));
+    let answered = Instant::now();
+    match answer {
+        Ok(decisions) => {
+            for (job, decision) in jobs.into_iter().zip(decisions) {
+                shared
+                    .rejected
+                    .remember(&job.item, &decision, sent, answered);
+                // The caller may have timed out and gone: nothing to tell it.
+                let _ = job.reply.send(Ok(decision));
+            }
+        }
+        Err(e) => {
+            for job in jobs {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}

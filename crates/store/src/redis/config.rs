@@ -1,0 +1,295 @@
+//! How a [`RedisStore`](super::RedisStore) reaches Redis, as the server's
+//! config spells it under `store: {redis: {...}}`:
+//!
+//! ```yaml
+//! store:
+//!   redis:
+//!     # exactly one of url, cluster, sentinel:
+//!     url: redis://127.0.0.1:6379/0         # standalone; rediss:// for TLS
+//!     # cluster: [redis://10.0.0.1:7000, redis://10.0.0.2:7000]   # seed nodes
+//!     # sentinel: { master: mymaster, nodes: [redis://10.0.0.1:26379] }
+//!     username: tollgate        # optional ACL user
+//!     password: s3cret          # optional; never logged
+//!     prefix: tollgate          # key prefix (default "tollgate"; no braces)
+//!     timeout: 250ms            # per store call, queueing included (default 250ms)
+//!     ttl_margin: 1s            # keys live reset_after + this (default 1s)
+//!     batch: { max_keys: 128, queue: 8192, in_flight: 4 }   # the defaults
+//!     rejected_cache: 100000    # keys remembered as rejected-until (0: off)
+//! ```
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer};
+use tollgate_core::parse_duration_ms;
+
+use crate::StoreError;
+
+/// Connection and behaviour of the Redis store. Deserialize it from the
+/// `store.redis` mapping; unknown fields are errors.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// A standalone server: `redis://HOST:PORT[/DB]`, or `rediss://` for TLS.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Redis Cluster seed nodes (`redis://` or `rediss://` URLs).
+    #[serde(default)]
+    pub cluster: Option<Vec<String>>,
+    /// A master found through Redis Sentinel.
+    #[serde(default)]
+    pub sentinel: Option<SentinelConfig>,
+    /// ACL user name for the data nodes (overrides one in a URL).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password for the data nodes (overrides one in a URL). Never logged.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Every key starts `<prefix>:`.
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// The longest a decision may wait on the store, queueing included.
+    #[serde(
+        default = "default_timeout",
+        rename = "timeout",
+        deserialize_with = "duration"
+    )]
+    pub timeout_ms: u64,
+    /// How much longer than its time to refill or forget a key lives.
+    #[serde(
+        default = "default_margin",
+        rename = "ttl_margin",
+        deserialize_with = "duration"
+    )]
+    pub ttl_margin_ms: u64,
+    #[serde(default)]
+    pub batch: BatchConfig,
+    /// How many (key, cost) rejections are answered locally until their
+    /// retry time; 0 turns the cache off.
+    #[serde(default = "default_rejected_cache")]
+    pub rejected_cache: usize,
+}
+
+/// Redis Sentinel: the master's name and where the sentinels listen.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelConfig {
+    pub master: String,
+    pub nodes: Vec<String>,
+}
+
+/// Concurrent decisions are gathered into one script call each.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// The most keys one script call decides.
+    #[serde(default = "default_batch_keys")]
+    pub max_keys: usize,
+    /// The most decisions waiting for a script call.
+    #[serde(default = "default_queue")]
+    pub queue: usize,
+    /// Script calls in flight at once; while they are, decisions gather.
+    #[serde(default = "default_in_flight")]
+    pub in_flight: usize,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_keys: default_batch_keys(),
+            queue: default_queue(),
+            in_flight: default_in_flight(),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// A standalone server at `url` with every default.
+    pub fn standalone(url: impl Into<String>) -> Self {
+        Self {
+            url: Some(url.into()),
+            ..Self::empty()
+        }
+    }
+
+    /// A Redis Cluster reached through `nodes` with every default.
+    pub fn cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            cluster: Some(nodes.into_iter().map(Into::into).collect()),
+            ..Self::empty()
+        }
+    }
+
+    fn empty() -> Self {
+        Self {
+            url: None,
+            cluster: None,
+            sentinel: None,
+            username: None,
+            password: None,
+            prefix: default_prefix(),
+            timeout_ms: default_timeout(),
+            ttl_margin_ms: default_margin(),
+            batch: BatchConfig::default(),
+            rejected_cache: default_rejected_cache(),
+        }
+    }
+
+    /// Checks what deserialization cannot: one topology, a usable prefix,
+    /// positive sizes.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let topologies = [
+            self.url.is_some(),
+            self.cluster.is_some(),
+            self.sentinel.is_some(),
+        ];
+        if topologies.iter().filter(|&&t| t).count() != 1 {
+            return config("store.redis: set exactly one of url, cluster, sentinel");
+        }
+        if self.cluster.as_ref().is_some_and(Vec::is_empty) {
+            return config("store.redis.cluster: list at least one node");
+        }
+        if let Some(sentinel) = &self.sentinel {
+            if sentinel.nodes.is_empty() {
+                return config("store.redis.sentinel.nodes: list at least one sentinel");
+            }
+            if sentinel.master.is_empty() {
+                return config("store.redis.sentinel.master: must not be empty");
+            }
+        }
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            return config(
+                "store.redis.prefix: must be non-empty and hold no brace (braces mark the Cluster hash tag)",
+            );
+        }
+        if self.timeout_ms == 0 {
+            return config("store.redis.timeout: must be positive");
+        }
+        if self.batch.max_keys == 0 || self.batch.queue == 0 || self.batch.in_flight == 0 {
+            return config("store.redis.batch: max_keys, queue and in_flight must be positive");
+        }
+        Ok(())
+    }
+}
+
+fn config<T>(message: &str) -> Result<T, StoreError> {
+    Err(StoreError::Config(message.to_owned()))
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.url.as_deref().map(redact_url))
+            .field(
+                "cluster",
+                &self
+                    .cluster
+                    .as_ref()
+                    .map(|nodes| nodes.iter().map(|n| redact_url(n)).collect::<Vec<_>>()),
+            )
+            .field("sentinel", &self.sentinel)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("prefix", &self.prefix)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("ttl_margin_ms", &self.ttl_margin_ms)
+            .field("batch", &self.batch)
+            .field("rejected_cache", &self.rejected_cache)
+            .finish()
+    }
+}
+
+impl fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelConfig")
+            .field("master", &self.master)
+            .field(
+                "nodes",
+                &self.nodes.iter().map(|n| redact_url(n)).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// A URL with any `user:password@` part hidden, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let host_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_end].rfind('@') {
+        Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+fn default_prefix() -> String {
+    "tollgate".to_owned()
+}
+fn default_timeout() -> u64 {
+    250
+}
+fn default_margin() -> u64 {
+    1_000
+}
+fn default_batch_keys() -> usize {
+    128
+}
+fn default_queue() -> usize {
+    8_192
+}
+fn default_in_flight() -> usize {
+    4
+}
+fn default_rejected_cache() -> usize {
+    100_000
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration_ms(&text).map_err(serde::de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_a_password() {
+        let mut config = RedisConfig::standalone("redis://user:hunter2@127.0.0.1:6379/0");
+        config.password = Some("hunter3".into());
+        config.cluster = None;
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter"), "{shown}");
+        assert!(
+            shown.contains("redis://<redacted>@127.0.0.1:6379/0"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn the_yaml_shape_deserializes_and_rejects_unknown_fields() {
+        let value = serde_json::json!({
+            "url": "redis://127.0.0.1:7000",
+            "timeout": "100ms",
+            "batch": {"max_keys": 64},
+        });
+        let config: RedisConfig = serde_json::from_value(value).expect("valid");
+        assert_eq!(config.timeout_ms, 100);
+        assert_eq!(config.batch.max_keys, 64);
+        assert_eq!(config.batch.queue, 8_192);
+        assert_eq!(config.prefix, "tollgate");
+        config.validate().expect("valid");
+        let unknown = serde_json::json!({"url": "redis://x", "pasword": "typo"});
+        assert!(serde_json::from_value::<RedisConfig>(unknown).is_err());
+    }
+
+    #[test]
+    fn exactly_one_topology_and_no_brace_in_the_prefix() {
+        let mut config = RedisConfig::standalone("redis://x");
+        config.cluster = Some(vec!["redis://y".into()]);
+        assert!(config.validate().is_err());
+        let mut config = RedisConfig::standalone("redis://x");
+        config.prefix = "a{b".into();
+        assert!(config.validate().is_err());
+    }
+}

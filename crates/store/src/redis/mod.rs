@@ -1,0 +1,292 @@
+//! The Redis store: every decision is one atomic Lua script on Redis's own
+//! clock (DESIGN.md §3–§5), shared by every tollgate instance.
+//!
+//! - Keys are `<prefix>:<policy>:<algorithm>:{<identity>}` ([`key`]); the
+//!   state stored under one records its scale, so a limit change carries
+//!   the bucket or window over instead of minting a burst.
+//! - Scripts ([`script`], crates/store/lua) are called by SHA1; NOSCRIPT
+//!   after a restart or failover reruns the call with the script's text.
+//! - Concurrent decisions are batched into fewer script calls ([`batch`]);
+//!   a key rejected until T is answered locally until T ([`rejected`]).
+//! - All-or-nothing decisions of one identity are one script call (one
+//!   slot, thanks to the hash tag). In a Cluster, checks that span slots
+//!   are decided in two phases; see [`RedisStore::decide_all`] for what
+//!   that guarantees.
+//! - Every call has a timeout, every queue and map a bound.
+
+mod batch;
+mod config;
+mod connection;
+mod key;
+mod rejected;
+mod script;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tollgate_core::{Decision, Identity, Policy};
+
+pub use config::{BatchConfig, RedisConfig, SentinelConfig};
+pub use key::{MAX_TAG, slot as key_slot, state_key};
+pub use script::{MAX_GIVEN_MS, source as lua_source};
+
+use connection::Connection;
+use script::{At, Item, SCRIPTS, decisions};
+
+use crate::{Check, Store, StoreError};
+
+/// Keys decided at a given time (replay, tests) live at least this long,
+/// so a fast replay never outruns its own state.
+const GIVEN_TIME_MARGIN_MS: u64 = 600_000;
+
+/// A [`Store`] on Redis: standalone, Cluster or Sentinel. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+    queue: mpsc::Sender<batch::Job>,
+}
+
+struct Shared {
+    connection: Connection,
+    prefix: String,
+    timeout_ms: u64,
+    margin_ms: u64,
+    rejected: rejected::RejectedCache,
+    answered_locally: AtomicU64,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.shared.prefix)
+            .field("cluster", &self.shared.connection.is_cluster())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects as `config` says and starts the batching task. Call it
+    /// inside a Tokio runtime.
+    pub async fn connect(config: &RedisConfig) -> Result<Self, StoreError> {
+        let connection = Connection::open(config).await?;
+        let shared = Arc::new(Shared {
+            connection,
+            prefix: config.prefix.clone(),
+            timeout_ms: config.timeout_ms,
+            margin_ms: config.ttl_margin_ms,
+            rejected: rejected::RejectedCache::new(config.rejected_cache),
+            answered_locally: AtomicU64::new(0),
+        });
+        let (queue, jobs) = mpsc::channel(config.batch.queue);
+        tokio::spawn(batch::gather(jobs, Arc::clone(&shared), config.batch));
+        Ok(Self { shared, queue })
+    }
+
+    /// The key holding `policy`'s state for `identity`.
+    pub fn key(&self, policy: &Policy, identity: &Identity) -> Vec<u8> {
+        state_key(&self.shared.prefix, policy, identity)
+    }
+
+    /// Decides one check at `now_ms` instead of Redis's clock (replay,
+    /// tests): unbatched, and never answered from the rejected-until cache.
+    pub async fn decide_at(&self, check: Check<'_>, now_ms: u64) -> Result<Decision, StoreError> {
+        let item = self.item(&check);
+        let lua = SCRIPTS.for_algorithm(item.algorithm);
+        self.timed(self.shared.connection.run(
+            lua,
+            &[&item],
+            At::Ms(now_ms),
+            self.given_margin(),
+            None,
+        ))
+        .await
+        .and_then(|reply| decisions(&[&item], &reply))
+        .and_then(|mut d| {
+            d.pop()
+                .ok_or_else(|| StoreError::Protocol("a script answered nothing".into()))
+        })
+    }
+
+    /// [`Store::decide_all`] at `now_ms` instead of Redis's clock.
+    pub async fn decide_all_at(
+        &self,
+        checks: &[Check<'_>],
+        now_ms: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        self.all_or_nothing(&items, At::Ms(now_ms), self.given_margin())
+            .await
+    }
+
+    /// Round trip to Redis: for readiness probes.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.timed(async {
+            self.shared
+                .connection
+                .query(&::redis::cmd("PING"))
+                .await
+                .map(drop)
+                .map_err(connection::from_redis)
+        })
+        .await
+    }
+
+    /// Rejections held in the rejected-until cache right now.
+    pub fn rejections_cached(&self) -> usize {
+        self.shared.rejected.len()
+    }
+
+    /// Decisions answered from the rejected-until cache, without Redis.
+    pub fn answered_locally(&self) -> u64 {
+        self.shared.answered_locally.load(Ordering::Relaxed)
+    }
+
+    fn item(&self, check: &Check<'_>) -> Item {
+        Item::new(
+            self.key(check.policy, check.identity),
+            check.policy.limits(),
+            check.cost,
+        )
+    }
+
+    fn given_margin(&self) -> u64 {
+        self.shared.margin_ms.max(GIVEN_TIME_MARGIN_MS)
+    }
+
+    async fn timed<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let timeout_ms = self.shared.timeout_ms;
+        tokio::time::timeout(Duration::from_millis(timeout_ms), call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout { timeout_ms }))
+    }
+
+    async fn decide_one(&self, item: Item) -> Result<Decision, StoreError> {
+        if let Some(decision) = self.shared.rejected.get(&item, Instant::now()) {
+            self.shared.answered_locally.fetch_add(1, Ordering::Relaxed);
+            return Ok(decision);
+        }
+        let (reply, answer) = oneshot::channel();
+        self.timed(async {
+            self.queue
+                .send(batch::Job { item, reply })
+                .await
+                .map_err(|_| StoreError::Unavailable("the batching task has stopped".into()))?;
+            answer
+                .await
+                .map_err(|_| StoreError::Unavailable("a batch was dropped".into()))?
+        })
+        .await
+    }
+
+    /// All-or-nothing over `items`. Keys of one slot (always, outside a
+    /// Cluster) are one script call. Across Cluster slots: see
+    /// [`RedisStore::decide_all`].
+    async fn all_or_nothing(
+        &self,
+        items: &[Item],
+        at: At,
+        margin_ms: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        if self.shared.connection.is_cluster() {
+            for (i, item) in items.iter().enumerate() {
+                groups.entry(key::slot(&item.key)).or_default().push(i);
+            }
+        } else {
+            groups.insert(0, (0..items.len()).collect());
+        }
+        let call = |group: &[usize], mode: &'static str| {
+            let group_items: Vec<&Item> = group.iter().map(|&i| &items[i]).collect();
+            async move {
+                let reply = self
+                    .timed(self.shared.connection.run(
+                        &SCRIPTS.decide_all,
+                        &group_items,
+                        at,
+                        margin_ms,
+                        Some(mode),
+                    ))
+                    .await?;
+                decisions(&group_items, &reply)
+            }
+        };
+        let mut out: Vec<Option<Decision>> = vec![None; items.len()];
+        let mut place = |group: &[usize], found: Vec<Decision>| {
+            for (&i, d) in group.iter().zip(found) {
+                out[i] = Some(d);
+            }
+        };
+        if groups.len() == 1 {
+            let group: Vec<usize> = groups.into_values().flatten().collect();
+            place(&group, call(&group, "consume").await?);
+        } else {
+            // Phase one: probe every slot; consume nothing.
+            let mut all = true;
+            for group in groups.values() {
+                let found = call(group, "probe").await?;
+                all &= found.iter().all(|d| d.allowed);
+                place(group, found);
+            }
+            // Phase two, only when every probe admitted: consume slot by
+            // slot, stopping at the first rejection (a race with another
+            // instance); later slots keep their probed decisions.
+            if all {
+                for group in groups.values() {
+                    let found = call(group, "consume").await?;
+                    let admitted = found.iter().all(|d| d.allowed);
+                    place(group, found);
+                    if !admitted {
+                        break;
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|d| d.ok_or_else(|| StoreError::Protocol("a check went undecided".into())))
+            .collect()
+    }
+}
+
+impl Store for RedisStore {
+    fn decide(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        let item = self.item(&check);
+        self.decide_one(item)
+    }
+
+    /// All-or-nothing. Checks of one identity share a hash tag, so in a
+    /// Cluster too they are one script call: nothing is consumed unless
+    /// every check admits, atomically. Checks spanning Cluster slots
+    /// (different identities) cannot share a script; they are decided in
+    /// two phases: every slot is probed (consuming nothing), and only if
+    /// all admit is each slot consumed, atomically within the slot, in
+    /// slot order. Guaranteed: no policy ever admits beyond its limit, and
+    /// a rejection seen in the probe consumes nothing anywhere. Not
+    /// guaranteed: if another instance consumes between the phases so
+    /// that a later slot now rejects, the slots already consumed stay
+    /// consumed (a refund could mint capacity that others were refused);
+    /// the request is reported rejected.
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        let items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        async move {
+            self.all_or_nothing(&items, At::StoreClock, self.shared.margin_ms)
+                .await
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The rejected-until cache: once the store rejects `cost` for a key with
+//! `retry_after_ms = R`, the same (key, limits, cost) is rejected for at
+//! least R from then on, because every other instance can only consume.
+//! Until then it is answered here, with no round trip.
+//!
+//! Exactness: the window is measured from when the request was *sent*,
+//! which is no later than when Redis decided, so the local answer never
+//! outlives the true one. The `retry_after_ms` and `reset_after_ms` shown
+//! count down from when the answer *arrived*, so they are never early;
+//! `remaining` repeats the store's answer.
+//!
+//! Entries are keyed by the policy's parameters too, so a changed limit
+//! misses at once. The map is bounded: full shards drop expired entries,
+//! and when none has expired the new entry is simply not cached.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tollgate_core::{Algorithm, Decision};
+
+use super::script::Item;
+
+const SHARDS: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Entry {
+    key: Vec<u8>,
+    algorithm: Algorithm,
+    params: [u64; 3],
+    cost: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rejection {
+    /// Rejected for certain until then (from when the request was sent).
+    until: Instant,
+    /// When the answer arrived: the countdown of retry and reset starts here.
+    answered: Instant,
+    decision: Decision,
+}
+
+pub struct RejectedCache {
+    shards: Box<[Mutex<HashMap<Entry, Rejection, foldhash::fast::RandomState>>]>,
+    per_shard: usize,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl RejectedCache {
+    /// A cache of at most `capacity` entries; 0 caches nothing.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::with_hasher(Default::default())))
+                .collect(),
+            per_shard: capacity.div_ceil(SHARDS),
+            hasher: Default::default(),
+        }
+    }
+
+    /// The local answer for `item` at `now`, while its rejection holds.
+    pub fn get(&self, item: &Item, now: Instant) -> Option<Decision> {
+        if self.per_shard == 0 {
+            return None;
+        }
+        let entry = entry(item);
+        let mut shard = self.shard(&entry).lock();
+        let rejection = *shard.get(&entry)?;
+        if now >= rejection.until {
+            shard.remove(&entry);
+            return None;
+        }
+        let waited = ms(now.saturating_duration_since(rejection.answered));
+        let mut decision = rejection.decision;
+        decision.retry_after_ms = decision
+            .retry_after_ms
+            .map(|r| r.saturating_sub(waited).max(1));
+        decision.reset_after_ms = decision.reset_after_ms.saturating_sub(waited);
+        Some(decision)
+    }
+
+    /// Remembers a rejection with a finite wait; `sent` is when the request
+    /// left, `answered` when the decision came back.
+    pub fn remember(&self, item: &Item, decision: &Decision, sent: Instant, answered: Instant) {
+        let Some(retry) = decision.retry_after_ms else {
+            return;
+        };
+        if decision.allowed || retry == 0 || self.per_shard == 0 {
+            return;
+        }
+        let until = sent + Duration::from_millis(retry);
+        if until <= answered {
+            return;
+        }
+        let entry = entry(item);
+        let mut shard = self.shard(&entry).lock();
+        if shard.len() >= self.per_shard && !shard.contains_key(&entry) {
+            shard.retain(|_, r| r.until > answered);
+            if shard.len() >= self.per_shard {
+                return;
+            }
+        }
+        shard.insert(
+            entry,
+            Rejection {
+                until,
+                answered,
+                decision: *decision,
+            },
+        );
+    }
+
+    /// Entries held (approximate under concurrency).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    fn shard(
+        &self,
+        entry: &Entry,
+    ) -> &Mutex<HashMap<Entry, Rejection, foldhash::fast::RandomState>> {
+        let hash = self.hasher.hash_one(entry);
+        &self.shards[(hash >> 60) as usize % SHARDS]
+    }
+}
+
+fn entry(item: &Item) -> Entry {
+    Entry {
+        key: item.key.clone(),
+        algorithm: item.algorithm,
+        params: item.params,
+        cost: item.cost,
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,224 @@
+//! The Lua scripts (crates/store/lua) and the arguments they take.
+//!
+//! Every script is `common.lua`, one or all algorithms, then a main part:
+//! `decide.lua` (each key on its own: one key, or a batch of independent
+//! decisions) or `decide_all.lua` (all-or-nothing). They share one argument
+//! layout, described at the top of `common.lua`.
+
+use std::sync::LazyLock;
+
+use redis::{Cmd, Script};
+use tollgate_core::{Algorithm, Decision, Limits};
+
+use crate::StoreError;
+
+macro_rules! lua {
+    ($($file:literal),*) => {
+        concat!(
+            include_str!("../../lua/common.lua"),
+            $(include_str!(concat!("../../lua/", $file)),)*
+        )
+    };
+}
+
+macro_rules! every_algorithm {
+    ($main:literal) => {
+        lua!(
+            "token_bucket.lua",
+            "gcra.lua",
+            "fixed_window.lua",
+            "sliding_window.lua",
+            "sliding_log.lua",
+            $main
+        )
+    };
+}
+
+/// The script texts, for `redis-benchmark` and the docs.
+pub mod source {
+    pub const TOKEN_BUCKET: &str = lua!("token_bucket.lua", "decide.lua");
+    pub const GCRA: &str = lua!("gcra.lua", "decide.lua");
+    pub const FIXED_WINDOW: &str = lua!("fixed_window.lua", "decide.lua");
+    pub const SLIDING_WINDOW: &str = lua!("sliding_window.lua", "decide.lua");
+    pub const SLIDING_LOG: &str = lua!("sliding_log.lua", "decide.lua");
+    /// Independent decisions of any algorithms.
+    pub const BATCH: &str = every_algorithm!("decide.lua");
+    /// All-or-nothing across keys.
+    pub const DECIDE_ALL: &str = every_algorithm!("decide_all.lua");
+}
+
+/// A script with its SHA1, called by EVALSHA.
+pub struct Lua {
+    pub script: Script,
+    pub body: &'static str,
+}
+
+impl Lua {
+    fn new(body: &'static str) -> Self {
+        Self {
+            script: Script::new(body),
+            body,
+        }
+    }
+
+    pub fn sha(&self) -> &str {
+        self.script.get_hash()
+    }
+}
+
+pub struct Scripts {
+    by_algorithm: [Lua; 5],
+    pub batch: Lua,
+    pub decide_all: Lua,
+}
+
+impl Scripts {
+    /// The script deciding keys of `algorithm` only.
+    pub fn for_algorithm(&self, algorithm: Algorithm) -> &Lua {
+        &self.by_algorithm[algorithm as usize]
+    }
+}
+
+pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    // In the order of `Algorithm`'s variants.
+    by_algorithm: [
+        Lua::new(source::TOKEN_BUCKET),
+        Lua::new(source::GCRA),
+        Lua::new(source::FIXED_WINDOW),
+        Lua::new(source::SLIDING_WINDOW),
+        Lua::new(source::SLIDING_LOG),
+    ],
+    batch: Lua::new(source::BATCH),
+    decide_all: Lua::new(source::DECIDE_ALL),
+});
+
+/// One key's share of a script call: its key and the five fields after it.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub key: Vec<u8>,
+    pub algorithm: Algorithm,
+    pub cost: u64,
+    pub params: [u64; 3],
+    pub limit: u64,
+}
+
+impl Item {
+    pub fn new(key: Vec<u8>, limits: &Limits, cost: u64) -> Self {
+        let params = match limits {
+            Limits::TokenBucket(r) | Limits::Gcra(r) => {
+                [r.capacity(), r.units_per_ms(), r.units_per_token()]
+            }
+            Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
+                [w.limit(), w.window_ms(), 0]
+            }
+        };
+        Self {
+            key,
+            algorithm: limits.algorithm(),
+            cost,
+            params,
+            limit: limits.limit(),
+        }
+    }
+}
+
+/// When a script decides: on the store's clock, or at a given time.
+#[derive(Debug, Clone, Copy)]
+pub enum At {
+    StoreClock,
+    Ms(u64),
+}
+
+/// Times and results stay below 2^53 in Lua; a given time beyond 2^52 ms
+/// (142,000 years) is refused rather than rounded.
+pub const MAX_GIVEN_MS: u64 = 1 << 52;
+
+/// How a script is named in a call: by SHA1, or by its text (after NOSCRIPT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum By {
+    Sha,
+    Body,
+}
+
+/// `EVALSHA sha nkeys keys... now margin [mode] fields...` (or `EVAL body ...`).
+pub fn command(
+    lua: &Lua,
+    by: By,
+    items: &[&Item],
+    at: At,
+    margin_ms: u64,
+    mode: Option<&str>,
+) -> Result<Cmd, StoreError> {
+    let mut cmd = match by {
+        By::Sha => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(lua.sha());
+            cmd
+        }
+        By::Body => {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(lua.body);
+            cmd
+        }
+    };
+    cmd.arg(items.len());
+    for item in items {
+        cmd.arg(&item.key[..]);
+    }
+    match at {
+        At::StoreClock => cmd.arg(""),
+        At::Ms(ms) if ms < MAX_GIVEN_MS => cmd.arg(ms),
+        At::Ms(ms) => {
+            return Err(StoreError::Protocol(format!(
+                "time {ms} ms is beyond what the Redis scripts decide exactly (2^52 ms)"
+            )));
+        }
+    };
+    cmd.arg(margin_ms);
+    if let Some(mode) = mode {
+        cmd.arg(mode);
+    }
+    for item in items {
+        cmd.arg(item.algorithm.as_str())
+            .arg(item.cost)
+            .arg(item.params[0])
+            .arg(item.params[1])
+            .arg(item.params[2]);
+    }
+    Ok(cmd)
+}
+
+/// Four integers per item, back into decisions.
+pub fn decisions(items: &[&Item], reply: &[i64]) -> Result<Vec<Decision>, StoreError> {
+    if reply.len() != items.len() * 4 {
+        return Err(StoreError::Protocol(format!(
+            "a script answered {} integers for {} keys",
+            reply.len(),
+            items.len()
+        )));
+    }
+    items
+        .iter()
+        .zip(reply.chunks_exact(4))
+        .map(|(item, d)| {
+            Ok(Decision {
+                allowed: match d[0] {
+                    1 => true,
+                    0 => false,
+                    x => return Err(StoreError::Protocol(format!("allowed = {x}"))),
+                },
+                limit: item.limit,
+                remaining: d[1],
+                retry_after_ms: match d[2] {
+                    -1 => None,
+                    x => Some(non_negative(x, "retry_after_ms")?),
+                },
+                reset_after_ms: non_negative(d[3], "reset_after_ms")?,
+            })
+        })
+        .collect()
+}
+
+fn non_negative(x: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(x).map_err(|_| StoreError::Protocol(format!("a script answered {what} = {x}")))
+}
