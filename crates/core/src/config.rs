@@ -23,6 +23,9 @@ use crate::policy::{Algorithm, Limits, Policy, Rate, Window};
 
 /// C·p and n·t must stay below 2^53 so the Lua scripts' doubles stay exact.
 pub const EXACT_LIMIT: u128 = 1 << 53;
+/// A bucket's time to refill from empty must stay below 2^52 ms, so the
+/// Redis scripts' gcra arrival time (now + that, in ms) stays exact.
+pub const MAX_REFILL_MS: u128 = 1 << 52;
 /// A sliding_log keeps up to `limit` entries per key; this bounds its memory.
 pub const MAX_LOG_LIMIT: u64 = 10_000;
 /// Policy names appear in keys, headers and metrics: short and plain.
@@ -200,6 +203,13 @@ pub fn parse_policy(
             // Both parts are positive, so the window exists.
             let window = Window::new(limit, window_ms)
                 .ok_or_else(|| ConfigError::field(&name, "limit", "must be positive"))?;
+            if u128::from(limit) >= EXACT_LIMIT {
+                return Err(ConfigError::field(
+                    &name,
+                    "limit",
+                    format!("{limit} must stay below 2^53 for exact arithmetic"),
+                ));
+            }
             match algorithm {
                 Algorithm::FixedWindow => Limits::FixedWindow(window),
                 Algorithm::SlidingWindow => {
@@ -267,6 +277,19 @@ fn parse_rate(name: &str, fields: &Map<String, Value>) -> Result<Rate, ConfigErr
             format!(
                 "capacity × scale ({capacity} × {}) = {units} must stay below 2^53 for exact arithmetic; use a coarser refill (tokens and per with a larger common divisor) or a smaller capacity",
                 rate.units_per_token()
+            ),
+        ));
+    }
+    // The Redis scripts keep gcra's arrival time as whole ms plus a
+    // remainder; the ms must stay exact too, now plus a full refill.
+    let refill_ms = units.div_ceil(u128::from(rate.units_per_ms()));
+    if refill_ms >= MAX_REFILL_MS {
+        return Err(ConfigError::field(
+            name,
+            "refill",
+            format!(
+                "refilling {capacity} tokens at {tokens} per {} ms takes {refill_ms} ms; it must stay below 2^52 ms for exact arithmetic",
+                rate.per_ms()
             ),
         ));
     }
@@ -349,5 +372,34 @@ pub fn describe(value: &Value) -> String {
         Value::String(s) => format!("string {s:?}"),
         Value::Array(_) => "a list".into(),
         Value::Object(_) => "a mapping".into(),
+    }
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    fn one_policy(yaml: &str) -> Result<PolicySet, ConfigError> {
+        PolicySet::from_yaml(&format!("policies:\n  - {yaml}"))
+    }
+
+    #[test]
+    fn a_refill_longer_than_2_pow_52_ms_is_refused_with_the_reason() {
+        // 2^22 tokens at 1 per 2^30 ms: 2^52 ms to refill, C·p = 2^52 < 2^53.
+        let err = one_policy(
+            "{name: slow, algorithm: gcra, capacity: 4194304, refill: {tokens: 1, per: 1073741824ms}}",
+        )
+        .expect_err("refused");
+        assert!(err.to_string().contains("below 2^52 ms"), "{err}");
+        one_policy("{name: ok, algorithm: gcra, capacity: 3, refill: {tokens: 1, per: 1h}}")
+            .expect("valid");
+    }
+
+    #[test]
+    fn a_fixed_window_limit_beyond_2_pow_53_is_refused() {
+        let err =
+            one_policy("{name: big, algorithm: fixed_window, limit: 9007199254740992, window: 1s}")
+                .expect_err("refused");
+        assert!(err.to_string().contains("below 2^53"), "{err}");
     }
 }
