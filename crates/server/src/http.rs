@@ -24,18 +24,19 @@ use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
 use crate::response::{PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
 
 pub fn router(app: Arc<App>) -> Router {
+    let authorize_any = get(authorize)
+        .post(authorize)
+        .put(authorize)
+        .delete(authorize)
+        .patch(authorize)
+        .head(authorize)
+        .options(authorize);
     Router::new()
         .route("/v1/check", post(check))
-        .route(
-            "/v1/authorize",
-            get(authorize)
-                .post(authorize)
-                .put(authorize)
-                .delete(authorize)
-                .patch(authorize)
-                .head(authorize)
-                .options(authorize),
-        )
+        .route(AUTHORIZE, authorize_any.clone())
+        // Envoy's HTTP ext_authz calls `path_prefix` + the original path.
+        .route("/v1/authorize/", authorize_any.clone())
+        .route("/v1/authorize/{*original}", authorize_any)
         .route("/v1/policies", get(policies))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -346,6 +347,8 @@ fn json_response(body: String) -> Response {
 
 // ---------- /v1/authorize (forward auth) ----------
 
+const AUTHORIZE: &str = "/v1/authorize";
+
 async fn authorize(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -355,7 +358,11 @@ async fn authorize(
     let runtime = app.runtime.load();
     let settings = &runtime.config.server;
     let (parts, _body) = req.into_parts();
-    let own_path = parts.uri.path();
+    // Below `/v1/authorize/` is the original path (Envoy ext_authz).
+    let own_path = match parts.uri.path().strip_prefix(AUTHORIZE) {
+        Some(original) if original.starts_with('/') => original,
+        _ => parts.uri.path(),
+    };
     let request = Forwarded::read(
         &parts.headers,
         parts.method.as_str(),
@@ -381,7 +388,18 @@ async fn authorize(
         .and_then(|identity| Ok((identity, cost_of(serve, &parts.headers)?)));
         match prepared {
             Ok((identity, cost)) => matched.push((live, identity, cost)),
-            Err(RequestFault(detail)) => return refuse(&app, Problem::bad_request(detail)),
+            Err(RequestFault(detail)) => {
+                // auth_request drops the body; nginx relays the fault from this header.
+                let problem = Problem::bad_request(detail);
+                let copy = HeaderValue::from_bytes(problem.body().as_bytes());
+                let mut response = refuse(&app, problem);
+                if let Ok(v) = copy {
+                    response
+                        .headers_mut()
+                        .insert(HeaderName::from_static(PROBLEM_HEADER), v);
+                }
+                return response;
+            }
         }
     }
     if matched.is_empty() {
