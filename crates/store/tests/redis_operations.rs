@@ -1,0 +1,293 @@
+//! The Redis store in operation, on real redis-server processes: many
+//! instances on one key admit exactly the limit, every key expires, and
+//! decisions survive SCRIPT FLUSH, a restart and a pause.
+
+mod redis_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_support::Topology;
+use tollgate_core::{Identity, Limits, Policy, Rate, Window};
+use tollgate_store::{Check, RedisStore, Store, StoreError};
+
+const INSTANCES: usize = 3;
+const CLIENTS: usize = 300;
+
+fn hourly(name: &str, limits: fn(u64) -> Limits, capacity: u64) -> Policy {
+    Policy::new(name, limits(capacity))
+}
+
+fn bucket(capacity: u64) -> Limits {
+    Limits::TokenBucket(Rate::new(capacity, 1, 3_600_000).expect("valid"))
+}
+fn gcra(capacity: u64) -> Limits {
+    Limits::Gcra(Rate::new(capacity, 1, 3_600_000).expect("valid"))
+}
+fn log(limit: u64) -> Limits {
+    Limits::SlidingLog(Window::new(limit, 86_400_000).expect("valid"))
+}
+
+/// `requests` decisions of cost 1 on one key from `CLIENTS` tasks spread
+/// over `INSTANCES` stores (as many tollgate processes); returns admissions.
+async fn admitted(topology: &Topology, policy: Policy, requests: usize) -> u64 {
+    let mut stores = Vec::new();
+    for _ in 0..INSTANCES {
+        stores.push(topology.store().await);
+    }
+    let policy = Arc::new(policy);
+    let identity = Arc::new(Identity::value("one-hot-key"));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let store: RedisStore = stores[client % INSTANCES].clone();
+        let (policy, identity, admitted) = (policy.clone(), identity.clone(), admitted.clone());
+        let share = requests / CLIENTS + usize::from(client < requests % CLIENTS);
+        tasks.spawn(async move {
+            for _ in 0..share {
+                let check = Check {
+                    policy: &policy,
+                    identity: &identity,
+                    cost: 1,
+                };
+                if store.decide(check).await.expect("decides").allowed {
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("a client task");
+    }
+    admitted.load(Ordering::Relaxed)
+}
+
+async fn exactly_the_capacity_is_admitted(topology: Topology) {
+    for (i, limits) in [bucket as fn(u64) -> Limits, gcra, log]
+        .into_iter()
+        .enumerate()
+    {
+        let one = hourly(&format!("one{i}"), limits, 1);
+        assert_eq!(admitted(&topology, one, CLIENTS).await, 1);
+        let thousand = hourly(&format!("thousand{i}"), limits, 1_000);
+        assert_eq!(admitted(&topology, thousand, 3_000).await, 1_000);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_instances_on_one_key_admit_exactly_the_capacity_on_standalone_redis() {
+    exactly_the_capacity_is_admitted(Topology::standalone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_instances_on_one_key_admit_exactly_the_capacity_on_a_redis_cluster() {
+    exactly_the_capacity_is_admitted(Topology::cluster()).await;
+}
+
+fn every_algorithm() -> Vec<Policy> {
+    let rate = |c, n, p| Rate::new(c, n, p).expect("valid");
+    let window = |l, w| Window::new(l, w).expect("valid");
+    vec![
+        Policy::new("tb", Limits::TokenBucket(rate(5, 1, 1_000))),
+        Policy::new("gcra", Limits::Gcra(rate(5, 1, 1_000))),
+        Policy::new("fw", Limits::FixedWindow(window(5, 3_000))),
+        Policy::new("sw", Limits::SlidingWindow(window(5, 3_000))),
+        Policy::new("log", Limits::SlidingLog(window(5, 3_000))),
+    ]
+}
+
+async fn every_key_has_a_ttl_and_idle_identities_disappear(topology: Topology) {
+    let mut config = topology.config();
+    config.ttl_margin_ms = 100;
+    let store = topology.store_with(config).await;
+    let policies = every_algorithm();
+    for i in 0..10 {
+        let identity = Identity::value(&format!("user{i}"));
+        for policy in &policies {
+            for cost in [1, 3, 0] {
+                store
+                    .decide(Check {
+                        policy,
+                        identity: &identity,
+                        cost,
+                    })
+                    .await
+                    .expect("decides");
+            }
+        }
+        let both: Vec<Check<'_>> = policies
+            .iter()
+            .map(|policy| Check {
+                policy,
+                identity: &identity,
+                cost: 1,
+            })
+            .collect();
+        store.decide_all(&both).await.expect("decides");
+    }
+    let keys = topology.keys_with_pttl();
+    assert!(keys.len() >= 10 * 5, "{} keys", keys.len());
+    for (key, pttl) in &keys {
+        assert!(*pttl > 0, "{key} has PTTL {pttl}");
+        assert!(key.starts_with("tollgate:"), "{key}");
+    }
+    // Idle: every key goes once its state is back to full or empty.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while topology.key_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "keys outlived their TTL: {:?}",
+            topology.keys_with_pttl()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_key_has_a_ttl_and_idle_identities_disappear_on_standalone_redis() {
+    every_key_has_a_ttl_and_idle_identities_disappear(Topology::standalone()).await;
+}
+
+#[tokio::test]
+async fn every_key_has_a_ttl_and_idle_identities_disappear_on_a_redis_cluster() {
+    every_key_has_a_ttl_and_idle_identities_disappear(Topology::cluster()).await;
+}
+
+fn roomy() -> Policy {
+    Policy::new(
+        "roomy",
+        Limits::TokenBucket(Rate::new(1_000_000, 1, 3_600_000).expect("valid")),
+    )
+}
+
+async fn decide_n(store: &RedisStore, policy: &Policy, n: usize) -> Result<(), StoreError> {
+    for i in 0..n {
+        let identity = Identity::value(&format!("k{}", i % 7));
+        store
+            .decide(Check {
+                policy,
+                identity: &identity,
+                cost: 1,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn script_flush_mid_traffic_is_invisible() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    let policy = roomy();
+    decide_n(&store, &policy, 50).await.expect("decides");
+    let port = topology.ports()[0];
+    tollgate_testkit::cli(port, &["script", "flush"]).expect("script flush");
+    decide_n(&store, &policy, 50)
+        .await
+        .expect("decides after SCRIPT FLUSH");
+    let all = [Check {
+        policy: &policy,
+        identity: &Identity::value("k0"),
+        cost: 1,
+    }];
+    tollgate_testkit::cli(port, &["script", "flush"]).expect("script flush");
+    store
+        .decide_all(&all)
+        .await
+        .expect("all-or-nothing after SCRIPT FLUSH");
+}
+
+#[tokio::test]
+async fn a_redis_restart_mid_traffic_loses_no_decision_after_the_restart_window() {
+    let mut topology = Topology::standalone();
+    let store = topology.store().await;
+    let policy = roomy();
+    decide_n(&store, &policy, 50).await.expect("decides");
+    if let Topology::Standalone(server) = &mut topology {
+        server.restart().expect("restarts on the same port");
+    }
+    // The restart window: calls may fail while the connection comes back
+    // (bounded in count, not in time).
+    let mut failures = 0;
+    while let Err(e) = decide_n(&store, &policy, 1).await {
+        assert!(
+            matches!(e, StoreError::Unavailable(_) | StoreError::Timeout { .. }),
+            "{e}"
+        );
+        failures += 1;
+        assert!(failures < 100, "no decision after the restart: {e}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Then every decision succeeds: scripts were reloaded transparently.
+    decide_n(&store, &policy, 200)
+        .await
+        .expect("decides after the restart");
+}
+
+#[tokio::test]
+async fn a_paused_redis_times_out_then_recovers() {
+    let topology = Topology::standalone();
+    let mut config = topology.config();
+    config.timeout_ms = 300;
+    let store = RedisStore::connect(&config).await.expect("connects");
+    let policy = roomy();
+    decide_n(&store, &policy, 5).await.expect("decides");
+    let Topology::Standalone(server) = &topology else {
+        unreachable!("standalone")
+    };
+    server.pause().expect("SIGSTOP");
+    let err = decide_n(&store, &policy, 1).await.expect_err("times out");
+    assert_eq!(err, StoreError::Timeout { timeout_ms: 300 });
+    server.resume().expect("SIGCONT");
+    let mut failures = 0;
+    while decide_n(&store, &policy, 1).await.is_err() {
+        failures += 1;
+        assert!(failures < 100, "no decision after SIGCONT");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    decide_n(&store, &policy, 50)
+        .await
+        .expect("decides after the pause");
+}
+
+#[tokio::test]
+async fn a_rejected_key_is_answered_locally_until_its_retry_time() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    let policy = hourly("tight", bucket, 1);
+    let identity = Identity::value("acme");
+    let check = |policy| Check {
+        policy,
+        identity: &identity,
+        cost: 1,
+    };
+    assert!(store.decide(check(&policy)).await.expect("decides").allowed);
+    let rejected = store.decide(check(&policy)).await.expect("decides");
+    assert!(!rejected.allowed);
+    assert_eq!(store.answered_locally(), 0);
+    assert_eq!(store.rejections_cached(), 1);
+    let local = store.decide(check(&policy)).await.expect("decides");
+    assert_eq!(store.answered_locally(), 1);
+    assert!(!local.allowed);
+    assert_eq!(
+        (local.limit, local.remaining),
+        (rejected.limit, rejected.remaining)
+    );
+    assert!(local.retry_after_ms <= rejected.retry_after_ms && local.retry_after_ms > Some(0));
+    // Another cost is another question: it goes to Redis.
+    let two = Check {
+        policy: &policy,
+        identity: &identity,
+        cost: 2,
+    };
+    assert_eq!(
+        store.decide(two).await.expect("decides").retry_after_ms,
+        None
+    );
+    assert_eq!(store.answered_locally(), 1);
+    // A changed limit misses the cache at once and asks Redis, which
+    // carries the empty bucket over: still rejected, no burst minted.
+    let raised = hourly("tight", bucket, 5);
+    assert!(!store.decide(check(&raised)).await.expect("decides").allowed);
+    assert_eq!(store.answered_locally(), 1);
+}
