@@ -41,6 +41,10 @@ enum Command {
         /// The most keys the memory store keeps before evicting.
         #[arg(long, default_value_t = 10_000_000)]
         max_keys: usize,
+        /// Where to decide: `memory` (default), or a `redis://HOST:PORT`
+        /// whose scripts decide at each event's own time.
+        #[arg(long)]
+        store: Option<String>,
     },
     /// Check a config and print its policies; exit 1 when it is invalid.
     Validate {
@@ -73,14 +77,18 @@ fn main() -> ExitCode {
                 Err(message) => fail(&message, 1),
             }
         }
-        Command::Replay { config, max_keys } => {
+        Command::Replay {
+            config,
+            max_keys,
+            store,
+        } => {
             let policies = match load_policies(&config) {
                 Ok(p) => p,
                 Err(message) => return fail(&message, 2),
             };
             let stdin = io::stdin().lock();
             let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
-            match replay::run(&policies, max_keys, stdin, stdout) {
+            match replay::run_on(&policies, max_keys, store.as_deref(), stdin, stdout) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(replay::ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
                     ExitCode::SUCCESS
