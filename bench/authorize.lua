@@ -1,0 +1,20 @@
+-- wrk script: forward auth as nginx sends it, over KEYS tenants.
+local keys = tonumber(os.getenv("KEYS") or "100000")
+local reqs = {}
+local n = 0
+init = function(args)
+  local pool = math.min(keys, 100000)
+  for i = 1, pool do
+    reqs[i] = wrk.format("GET", "/v1/authorize", {
+      ["X-Original-Method"] = "POST",
+      ["X-Original-URI"] = "/api/orders",
+      ["X-Tenant"] = "tenant-" .. ((i * 7919) % keys),
+    })
+  end
+  n = pool
+end
+local i = 0
+request = function()
+  i = i % n + 1
+  return reqs[i]
+end
