@@ -1,0 +1,229 @@
+//! `tollgate replay` and `tollgate validate`, run as the built binary: the
+//! shipped vectors reproduce byte for byte, a malformed line stops the run
+//! with status 2 naming the line and the fault (after the decisions of the
+//! lines before it), and an invalid config is refused naming the fault.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn vectors(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/vectors")
+        .join(name)
+}
+
+/// Runs `tollgate replay --config <config>` with `input` on stdin.
+fn replay(config: &Path, input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("replay")
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tollgate starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_vec();
+    // Fed from a thread so a large output cannot block the writer.
+    let feeder = std::thread::spawn(move || {
+        // tollgate may stop reading early (a malformed line); that is fine.
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().expect("tollgate runs");
+    feeder.join().expect("feeder finished");
+    output
+}
+
+fn validate(config: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("validate")
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("tollgate runs")
+}
+
+fn text(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).expect("UTF-8 output")
+}
+
+/// A config file in a temporary directory (kept alive by the returned guard).
+fn config_file(yaml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policies.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    (dir, path)
+}
+
+#[test]
+fn shipped_vectors_reproduce_byte_for_byte() {
+    let events = std::fs::read(vectors("events.jsonl")).expect("events");
+    let expected = std::fs::read(vectors("expected.jsonl")).expect("expected");
+    let out = replay(&vectors("policies.yaml"), &events);
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), text(&expected));
+}
+
+const FW: &str =
+    "policies:\n  - name: fw\n    algorithm: fixed_window\n    limit: 2\n    window: 1s\n";
+
+#[test]
+fn cost_defaults_to_one_and_blank_lines_are_skipped() {
+    let (_dir, config) = config_file(FW);
+    let out = replay(
+        &config,
+        b"{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\"}\n\
+          \n\
+          {\"t_ms\": 1500, \"policy\": \"fw\", \"key\": \"a\", \"cost\": 1}\n\
+          {\"t_ms\": 1999, \"policy\": \"fw\", \"key\": \"a\"}",
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        "{\"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n\
+         {\"allowed\": true, \"limit\": 2, \"remaining\": 0, \"retry_after_ms\": 0, \"reset_after_ms\": 500}\n\
+         {\"allowed\": false, \"limit\": 2, \"remaining\": 0, \"retry_after_ms\": 1, \"reset_after_ms\": 1}\n"
+    );
+}
+
+#[test]
+fn malformed_line_stops_with_status_2_naming_the_line_after_the_lines_before_it() {
+    let (_dir, config) = config_file(FW);
+    let good = "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\", \"cost\": 1}";
+    let before = "{\"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n\
+                  {\"allowed\": true, \"limit\": 2, \"remaining\": 0, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n";
+    let long_key = format!(
+        "{{\"t_ms\": 1, \"policy\": \"fw\", \"key\": \"{}\"}}",
+        "k".repeat(1 << 20)
+    );
+    let cases: [(&str, &str); 10] = [
+        (
+            "{\"t_ms\": 1000, \"policy\": \"fw\"",
+            "not a trace event: EOF while parsing an object at line 1 column 29",
+        ),
+        (
+            "garbage",
+            "not a trace event: expected value at line 1 column 1",
+        ),
+        (
+            "{\"t_ms\": 1000, \"policy\": \"fw\"}",
+            "not a trace event: missing field `key` at line 1 column 30",
+        ),
+        (
+            "{\"policy\": \"fw\", \"key\": \"a\"}",
+            "not a trace event: missing field `t_ms` at line 1 column 28",
+        ),
+        (
+            "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\", \"weight\": 1}",
+            "not a trace event: unknown field `weight`, expected one of `t_ms`, `policy`, `key`, `cost` at line 1 column 51",
+        ),
+        (
+            "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\", \"cost\": -1}",
+            "not a trace event: invalid value: integer `-1`, expected u64 at line 1 column 53",
+        ),
+        (
+            "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\", \"cost\": 1.5}",
+            "not a trace event: invalid type: floating point `1.5`, expected u64 at line 1 column 54",
+        ),
+        (
+            "{\"t_ms\": -1, \"policy\": \"fw\", \"key\": \"a\"}",
+            "not a trace event: invalid value: integer `-1`, expected u64 at line 1 column 11",
+        ),
+        (
+            "{\"t_ms\": 1000, \"policy\": \"nope\", \"key\": \"a\"}",
+            "unknown policy \"nope\"",
+        ),
+        (long_key.as_str(), "longer than 1048576 bytes"),
+    ];
+    for (bad, fault) in cases {
+        // Two good lines, a blank one (still counted), the bad one, then more.
+        let input = format!("{good}\n{good}\n\n{bad}\n{good}\n");
+        let out = replay(&config, input.as_bytes());
+        assert_eq!(out.status.code(), Some(2), "{bad:.80}");
+        assert_eq!(
+            text(&out.stderr),
+            format!("tollgate: line 4: {fault}\n"),
+            "{bad:.80}"
+        );
+        assert_eq!(text(&out.stdout), before, "{bad:.80}");
+    }
+}
+
+#[test]
+fn invalid_config_exits_2_naming_the_fault() {
+    let (_dir, config) = config_file("policies:\n  - name: x\n    algorithm: leaky\n");
+    let out = replay(
+        &config,
+        b"{\"t_ms\": 1, \"policy\": \"x\", \"key\": \"a\"}\n",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tollgate: {}: policy \"x\": algorithm: unknown algorithm \"leaky\" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)\n",
+            config.display()
+        )
+    );
+
+    let missing = config.with_file_name("absent.yaml");
+    let out = replay(&missing, b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tollgate: cannot read config {}: No such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
+}
+
+#[test]
+fn validate_prints_each_policy_of_a_valid_config() {
+    let config = vectors("policies.yaml");
+    let out = validate(&config);
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let (first, rest) = stdout.split_once('\n').expect("several lines");
+    let hash = first
+        .strip_prefix(&format!("config {} is valid (hash ", config.display()))
+        .and_then(|h| h.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+    assert_eq!(hash.len(), 16, "{hash:?}");
+    assert!(hash.chars().all(|c| c.is_ascii_hexdigit()), "{hash:?}");
+    assert_eq!(
+        rest,
+        "tb-seed: token_bucket capacity 20 refill 5 per 1s\n\
+         tb-slow: token_bucket capacity 3 refill 1 per 1h\n\
+         tb-odd: token_bucket capacity 7 refill 100 per 1m\n\
+         gcra-odd: gcra capacity 7 refill 100 per 1m\n\
+         fw: fixed_window limit 10 per 1s\n\
+         sw: sliding_window limit 10 per 1s\n\
+         sw-odd: sliding_window limit 7 per 700ms\n\
+         log: sliding_log limit 5 per 2s\n"
+    );
+    // The same text, the same hash.
+    assert_eq!(text(&validate(&config).stdout), stdout);
+}
+
+#[test]
+fn validate_exits_1_naming_the_fault_of_an_invalid_config() {
+    let (_dir, config) = config_file(
+        "policies:\n  - name: x\n    algorithm: sliding_log\n    limit: 10001\n    window: 1s\n",
+    );
+    let out = validate(&config);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tollgate: {}: policy \"x\": limit: 10001 is too large to log: sliding_log keeps an entry per request, at most 10000; use sliding_window for larger limits\n",
+            config.display()
+        )
+    );
+}
