@@ -34,7 +34,9 @@ async fn check(State(counts): State<Counts>, body: axum::body::Bytes) -> String 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let counts: Counts = Arc::new(DashMap::new());
-    let app = Router::new().route("/v1/check", post(check)).with_state(counts);
+    let app = Router::new()
+        .route("/v1/check", post(check))
+        .with_state(counts);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, app).await

@@ -170,6 +170,12 @@ pub fn run_with(
         if trimmed.is_empty() {
             continue;
         }
+        if trimmed.first() != Some(&b'{') {
+            return Err(ReplayError::Line {
+                line: number,
+                fault: "not a trace event: expected a JSON object".into(),
+            });
+        }
         let event: Event = serde_json::from_slice(trimmed).map_err(|e| ReplayError::Line {
             line: number,
             fault: format!("not a trace event: {e}"),

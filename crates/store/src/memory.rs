@@ -118,7 +118,9 @@ impl MemoryStore {
                     .policy
                     .limits()
                     .decide(&mut slot.state, now, check.cost);
-                slot.expires_at_ms = now.saturating_add(decision.reset_after_ms);
+                if let Some(state) = &slot.state {
+                    slot.expires_at_ms = state.expires_at_ms(now, &decision);
+                }
                 if slot.state.is_none() {
                     entry.remove();
                 }
@@ -210,8 +212,8 @@ impl MemoryStore {
             match (table.find_entry(hash, |s| s.is(hash, check)), state) {
                 (Ok(mut entry), Some(state)) => {
                     let slot = entry.get_mut();
+                    slot.expires_at_ms = state.expires_at_ms(now, &decisions[last]);
                     slot.state = Some(state);
-                    slot.expires_at_ms = now.saturating_add(decisions[last].reset_after_ms);
                 }
                 (Ok(entry), None) => {
                     entry.remove();
@@ -278,6 +280,9 @@ impl MemoryStore {
         if table.len() >= self.max_per_shard && sweep_table(table, now) == 0 {
             self.evict_one(table);
         }
+        let expires_at_ms = state
+            .as_ref()
+            .map_or(now, |s| s.expires_at_ms(now, decision));
         table.insert_unique(
             hash,
             Slot {
@@ -286,7 +291,7 @@ impl MemoryStore {
                 algorithm: check.policy.algorithm(),
                 identity: check.identity.as_bytes().into(),
                 state,
-                expires_at_ms: now.saturating_add(decision.reset_after_ms),
+                expires_at_ms,
             },
             |s| s.hash,
         );

@@ -42,6 +42,29 @@ pub enum State {
     SlidingLog(LogState),
 }
 
+impl State {
+    /// The key's own clock: the latest time it has seen (every algorithm but
+    /// gcra keeps one). A decision's `reset_after_ms` counts from it, so a
+    /// store computing when the state expires must too.
+    pub fn clock_ms(&self) -> Option<u64> {
+        match self {
+            State::TokenBucket(s) => Some(s.last_ms),
+            State::Gcra(_) => None,
+            State::FixedWindow(s) => Some(s.last_ms),
+            State::SlidingWindow(s) => Some(s.last_ms),
+            State::SlidingLog(s) => Some(s.last_ms),
+        }
+    }
+
+    /// When this state, left alone, is back to full or empty and may be
+    /// forgotten unobservably: the key's clock plus the decision's reset.
+    pub fn expires_at_ms(&self, now_ms: u64, decision: &Decision) -> u64 {
+        self.clock_ms()
+            .map_or(now_ms, |clock| clock.max(now_ms))
+            .saturating_add(decision.reset_after_ms)
+    }
+}
+
 impl Limits {
     /// Decides `cost` at `now_ms` and consumes it when admitted.
     pub fn decide(&self, state: &mut Option<State>, now_ms: u64, cost: u64) -> Decision {
