@@ -291,3 +291,43 @@ async fn a_rejected_key_is_answered_locally_until_its_retry_time() {
     assert!(!store.decide(check(&raised)).await.expect("decides").allowed);
     assert_eq!(store.answered_locally(), 1);
 }
+
+#[tokio::test]
+async fn a_master_found_through_sentinel_decides() {
+    let master = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    let sentinel =
+        tollgate_testkit::RedisSentinel::start("tollgate-master", master.port()).expect("sentinel");
+    let mut config = tollgate_store::RedisConfig::standalone("unused");
+    config.url = None;
+    config.sentinel = Some(tollgate_store::SentinelConfig {
+        master: "tollgate-master".into(),
+        nodes: vec![sentinel.url()],
+    });
+    config.timeout_ms = 5_000;
+    let store = RedisStore::connect(&config).await.expect("connects");
+    let policy = hourly("tight", bucket, 2);
+    let identity = Identity::value("acme");
+    let check = Check {
+        policy: &policy,
+        identity: &identity,
+        cost: 1,
+    };
+    let admitted: Vec<bool> = [
+        store.decide(check).await.expect("decides").allowed,
+        store.decide(check).await.expect("decides").allowed,
+        store.decide(check).await.expect("decides").allowed,
+    ]
+    .to_vec();
+    assert_eq!(admitted, [true, true, false]);
+    // The state lives on the master the sentinel named.
+    let key = String::from_utf8(store.key(&policy, &identity)).expect("utf-8");
+    assert!(
+        master
+            .cli(&["pttl", &key])
+            .expect("pttl")
+            .trim()
+            .parse::<i64>()
+            .expect("int")
+            > 0
+    );
+}

@@ -201,6 +201,80 @@ impl Drop for RedisServer {
     }
 }
 
+/// A Redis Sentinel watching one master.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisSentinel {
+    /// A sentinel (quorum 1) that monitors `master` at `127.0.0.1:master_port`.
+    pub fn start(master: &str, master_port: u16) -> Result<Self, HarnessError> {
+        require_redis()?;
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-sentinel-")
+            .tempdir()
+            .map_err(io("creating a temporary directory"))?;
+        let port = free_port()?;
+        let conf = dir.path().join("sentinel.conf");
+        let log = dir.path().join("sentinel.log");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
+                 sentinel monitor {master} 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds {master} 1000\n",
+                path_text(dir.path()),
+                path_text(&log),
+            ),
+        )
+        .map_err(io("writing sentinel.conf"))?;
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| HarnessError::Missing {
+                program: "redis-server",
+                source,
+            })?;
+        let sentinel = Self {
+            port,
+            dir,
+            child: Some(child),
+        };
+        wait_for_pong(port, &log)?;
+        Ok(sentinel)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Nothing to report from a destructor.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// A Redis Cluster of masters without replicas, made by `redis-cli --cluster create`.
 #[derive(Debug)]
 pub struct RedisCluster {
