@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tollgate_core::{Clock, Decision};
-use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, Store, StoreError};
+use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, RedisStore, Store, StoreError};
 
 use crate::config::{ServeConfig, ServePolicy, StoreSettings};
 use crate::metrics::{Metrics, PolicyCounters};
@@ -59,53 +59,58 @@ impl Runtime {
 /// Where this server's state lives.
 pub enum Backend {
     Memory(MemoryStore),
+    Redis(RedisStore),
 }
 
 impl Backend {
-    pub fn open(settings: &StoreSettings, clock: Arc<dyn Clock>) -> Self {
+    /// Opens the configured store; Redis is connected (and its scripts
+    /// loaded) before the server starts answering.
+    pub async fn open(settings: &StoreSettings, clock: Arc<dyn Clock>) -> Result<Self, String> {
         match settings {
-            StoreSettings::Memory { max_keys } => Backend::Memory(MemoryStore::new(
+            StoreSettings::Memory { max_keys } => Ok(Backend::Memory(MemoryStore::new(
                 clock,
                 MemoryStoreConfig {
                     max_keys: *max_keys,
                     ..MemoryStoreConfig::default()
                 },
-            )),
+            ))),
+            StoreSettings::Redis(config) => RedisStore::connect(config)
+                .await
+                .map(Backend::Redis)
+                .map_err(|e| format!("cannot open the Redis store: {e}")),
         }
     }
 
     pub async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         match self {
             Backend::Memory(store) => store.decide(check).await,
+            Backend::Redis(store) => store.decide(check).await,
         }
     }
 
     pub async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match self {
             Backend::Memory(store) => store.decide_all(checks).await,
+            Backend::Redis(store) => store.decide_all(checks).await,
         }
     }
 
-    /// Periodic upkeep: expire idle keys.
+    /// Periodic upkeep: expire idle keys (Redis expires its own by TTL).
     pub fn sweep(&self) {
-        match self {
-            Backend::Memory(store) => {
-                store.sweep();
-            }
+        if let Backend::Memory(store) = self {
+            store.sweep();
         }
     }
 
     /// Refreshes the store gauges (at scrape time).
     pub fn maintain_gauges(&self, metrics: &Metrics) {
-        match self {
-            Backend::Memory(store) => {
-                metrics
-                    .store_keys
-                    .set(i64::try_from(store.key_count()).unwrap_or(i64::MAX));
-                metrics
-                    .store_evictions
-                    .set(i64::try_from(store.evictions()).unwrap_or(i64::MAX));
-            }
+        if let Backend::Memory(store) = self {
+            metrics
+                .store_keys
+                .set(i64::try_from(store.key_count()).unwrap_or(i64::MAX));
+            metrics
+                .store_evictions
+                .set(i64::try_from(store.evictions()).unwrap_or(i64::MAX));
         }
     }
 
@@ -113,6 +118,7 @@ impl Backend {
     pub async fn ready(&self) -> Result<(), StoreError> {
         match self {
             Backend::Memory(_) => Ok(()),
+            Backend::Redis(store) => store.ping().await,
         }
     }
 }
@@ -125,18 +131,22 @@ pub struct App {
 }
 
 impl App {
-    /// `clock` is the memory store's time: the system clock in production,
-    /// a manual clock in tests.
-    pub fn new(config: ServeConfig, config_path: PathBuf, clock: Arc<dyn Clock>) -> Self {
+    /// Opens the store and serves `config`. `clock` is the memory store's
+    /// time: the system clock in production, a manual clock in tests.
+    pub async fn open(
+        config: ServeConfig,
+        config_path: PathBuf,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
         let metrics = Metrics::new();
-        let store = Backend::open(&config.store, clock);
+        let store = Backend::open(&config.store, clock).await?;
         let runtime = Runtime::new(config, &metrics);
-        Self {
+        Ok(Self {
             runtime: ArcSwap::from_pointee(runtime),
             store,
             metrics,
             config_path,
-        }
+        })
     }
 
     /// Loads the config file again. A valid config replaces the old one
@@ -145,7 +155,7 @@ impl App {
     pub fn reload(&self) -> Result<(), String> {
         let result = ServeConfig::load(&self.config_path).and_then(|config| {
             let current = self.runtime.load();
-            if config.store != current.config.store {
+            if config.store_hash != current.config.store_hash {
                 return Err("the store section changed; restart tollgate to apply it".into());
             }
             if config.hash == current.config.hash {

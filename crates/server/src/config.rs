@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use tollgate_core::{
     ConfigError, Policy, PolicySet, SecretHasher, describe, parse_policy, parse_yaml,
 };
+use tollgate_store::RedisConfig;
 
 use crate::matching::{Matcher, PathPattern};
 
@@ -25,6 +26,8 @@ pub const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
 pub struct ServeConfig {
     pub server: ServerSettings,
     pub store: StoreSettings,
+    /// A hash of the `store` section: a reload may not change it.
+    pub store_hash: String,
     pub policies: Vec<ServePolicy>,
     pub set: PolicySet,
     /// A short hash of the config text, to tell which config an instance runs.
@@ -90,9 +93,10 @@ fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Err
 }
 
 /// Where state lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum StoreSettings {
     Memory { max_keys: usize },
+    Redis(Box<RedisConfig>),
 }
 
 impl Default for StoreSettings {
@@ -220,6 +224,14 @@ impl ServeConfig {
             )));
         }
         let store = parse_store(top.get("store"))?;
+        let store_hash = blake3::hash(
+            top.get("store")
+                .map(ToString::to_string)
+                .unwrap_or_default()
+                .as_bytes(),
+        )
+        .to_hex()[..16]
+            .to_owned();
         let list = match top.get("policies") {
             Some(Value::Array(list)) => list,
             Some(other) => {
@@ -258,6 +270,7 @@ impl ServeConfig {
         Ok(Self {
             server,
             store,
+            store_hash,
             policies,
             set,
             hash: blake3::hash(text.as_bytes()).to_hex()[..16].to_owned(),
@@ -292,8 +305,16 @@ fn parse_store(value: Option<&Value>) -> Result<StoreSettings, ConfigError> {
                 max_keys: settings.max_keys,
             })
         }
+        Some((kind, settings)) if map.len() == 1 && kind == "redis" => {
+            let config: RedisConfig = serde_json::from_value(settings.clone())
+                .map_err(|e| ConfigError::Document(format!("store.redis: {e}")))?;
+            config
+                .validate()
+                .map_err(|e| ConfigError::Document(format!("store.redis: {e}")))?;
+            Ok(StoreSettings::Redis(Box::new(config)))
+        }
         _ => Err(ConfigError::Document(
-            "store: expected exactly one of: memory".into(),
+            "store: expected exactly one of: memory, redis".into(),
         )),
     }
 }

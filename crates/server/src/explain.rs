@@ -47,5 +47,11 @@ pub fn policy_json(serve: &ServePolicy) -> Value {
 pub fn store_json(store: &StoreSettings) -> Value {
     match store {
         StoreSettings::Memory { max_keys } => json!({"memory": {"max_keys": max_keys}}),
+        // The topology and timeouts, never credentials.
+        StoreSettings::Redis(config) => json!({"redis": {
+            "topology": if config.url.is_some() { "standalone" } else if config.cluster.is_some() { "cluster" } else { "sentinel" },
+            "prefix": config.prefix,
+            "timeout_ms": config.timeout_ms,
+        }}),
     }
 }

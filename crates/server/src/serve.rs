@@ -23,7 +23,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub async fn run(config_path: PathBuf, listen: Option<SocketAddr>) -> Result<(), String> {
     let config = ServeConfig::load(&config_path)?;
     let addr = listen.unwrap_or(config.server.listen);
-    let app = Arc::new(App::new(config, config_path, Arc::new(SystemClock)));
+    let app = Arc::new(App::open(config, config_path, Arc::new(SystemClock)).await?);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

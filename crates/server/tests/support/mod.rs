@@ -40,7 +40,11 @@ impl TestServer {
         std::fs::write(&config_path, yaml).expect("write config");
         let config = ServeConfig::parse(yaml, env).expect("test config is valid");
         let clock = Arc::new(ManualClock::new(T0));
-        let app = Arc::new(App::new(config, config_path.clone(), clock.clone()));
+        let app = Arc::new(
+            App::open(config, config_path.clone(), clock.clone())
+                .await
+                .expect("store opens"),
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (tx, rx) = oneshot::channel();
