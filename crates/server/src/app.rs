@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use tollgate_core::{Clock, Decision};
-use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, RedisStore, Store, StoreError};
+use tollgate_core::{Clock, Policy};
+use tollgate_store::{
+    BreakerConfig, DecisionPath, Guarded, GuardedCheck, GuardedDecisions, MemoryStore,
+    MemoryStoreConfig, OnStoreFailure, RedisStore, StoreError, local_policy,
+};
 
 use crate::config::{ServeConfig, ServePolicy, StoreSettings};
 use crate::metrics::{Metrics, PolicyCounters};
@@ -19,6 +22,27 @@ pub struct LivePolicy {
     pub serve: ServePolicy,
     pub counters: PolicyCounters,
     pub policy_item: String,
+    /// The policy scaled to its local share, for `on_store_failure: local`.
+    pub local: Option<Policy>,
+}
+
+impl LivePolicy {
+    /// The check as the guarded store takes it.
+    pub fn guarded<'a>(
+        &'a self,
+        identity: &'a tollgate_core::Identity,
+        cost: u64,
+    ) -> GuardedCheck<'a> {
+        GuardedCheck {
+            check: tollgate_store::Check {
+                policy: &self.serve.policy,
+                identity,
+                cost,
+            },
+            on_failure: self.serve.on_store_failure,
+            local_policy: self.local.as_ref(),
+        }
+    }
 }
 
 /// One loaded config. Replaced whole on reload; never mutated.
@@ -26,6 +50,8 @@ pub struct Runtime {
     pub config: ServeConfig,
     pub policies: Vec<LivePolicy>,
     by_name: HashMap<String, usize, foldhash::fast::RandomState>,
+    /// envoyproxy/ratelimit descriptor rules, for the gRPC service.
+    pub envoy: crate::rls::LiveRules,
 }
 
 impl Runtime {
@@ -35,6 +61,12 @@ impl Runtime {
             .iter()
             .map(|serve| LivePolicy {
                 counters: metrics.policy_counters(serve.policy.name()),
+                local: match serve.on_store_failure {
+                    OnStoreFailure::Local { share_percent } => {
+                        Some(local_policy(&serve.policy, share_percent))
+                    }
+                    _ => None,
+                },
                 policy_item: policy_item(&serve.policy),
                 serve: serve.clone(),
             })
@@ -44,10 +76,12 @@ impl Runtime {
             .enumerate()
             .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
             .collect();
+        let envoy = crate::rls::LiveRules::new(Arc::clone(&config.envoy), metrics);
         Self {
             config,
             policies,
             by_name,
+            envoy,
         }
     }
 
@@ -56,10 +90,14 @@ impl Runtime {
     }
 }
 
-/// Where this server's state lives.
+/// How many keys the local fallback budgets may hold.
+const LOCAL_FALLBACK_KEYS: usize = 100_000;
+
+/// Where this server's state lives. The memory store cannot fail; a shared
+/// store is guarded by a circuit breaker and the policies' failure modes.
 pub enum Backend {
     Memory(MemoryStore),
-    Redis(RedisStore),
+    Redis(Guarded<RedisStore>),
 }
 
 impl Backend {
@@ -76,41 +114,64 @@ impl Backend {
             ))),
             StoreSettings::Redis(config) => RedisStore::connect(config)
                 .await
-                .map(Backend::Redis)
+                .map(|store| {
+                    Backend::Redis(Guarded::new(
+                        store,
+                        BreakerConfig::default(),
+                        clock,
+                        LOCAL_FALLBACK_KEYS,
+                    ))
+                })
                 .map_err(|e| format!("cannot open the Redis store: {e}")),
         }
     }
 
-    pub async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+    /// Decides every check all-or-nothing, on the shared store when it can.
+    pub async fn decide_all(&self, checks: &[GuardedCheck<'_>]) -> GuardedDecisions {
         match self {
-            Backend::Memory(store) => store.decide(check).await,
-            Backend::Redis(store) => store.decide(check).await,
-        }
-    }
-
-    pub async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match self {
-            Backend::Memory(store) => store.decide_all(checks).await,
-            Backend::Redis(store) => store.decide_all(checks).await,
+            Backend::Memory(store) => GuardedDecisions {
+                decisions: match checks {
+                    [one] => vec![store.decide_now(one.check)],
+                    _ => {
+                        let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                        store.decide_all_now(&plain)
+                    }
+                },
+                path: DecisionPath::Shared,
+                error: None,
+                store_ms: None,
+            },
+            Backend::Redis(guarded) => guarded.decide_all(checks).await,
         }
     }
 
     /// Periodic upkeep: expire idle keys (Redis expires its own by TTL).
     pub fn sweep(&self) {
-        if let Backend::Memory(store) = self {
-            store.sweep();
+        match self {
+            Backend::Memory(store) => {
+                store.sweep();
+            }
+            Backend::Redis(guarded) => guarded.sweep(),
         }
     }
 
     /// Refreshes the store gauges (at scrape time).
     pub fn maintain_gauges(&self, metrics: &Metrics) {
-        if let Backend::Memory(store) = self {
-            metrics
-                .store_keys
-                .set(i64::try_from(store.key_count()).unwrap_or(i64::MAX));
-            metrics
-                .store_evictions
-                .set(i64::try_from(store.evictions()).unwrap_or(i64::MAX));
+        match self {
+            Backend::Memory(store) => {
+                metrics
+                    .store_keys
+                    .set(i64::try_from(store.key_count()).unwrap_or(i64::MAX));
+                metrics
+                    .store_evictions
+                    .set(i64::try_from(store.evictions()).unwrap_or(i64::MAX));
+            }
+            Backend::Redis(guarded) => {
+                metrics.circuit_state.set(guarded.circuit().as_gauge());
+                metrics
+                    .store_keys
+                    .set(i64::try_from(guarded.local_keys()).unwrap_or(i64::MAX));
+            }
         }
     }
 
@@ -118,12 +179,34 @@ impl Backend {
     pub async fn ready(&self) -> Result<(), StoreError> {
         match self {
             Backend::Memory(_) => Ok(()),
-            Backend::Redis(store) => store.ping().await,
+            Backend::Redis(guarded) => guarded.shared().ping().await,
         }
     }
 }
 
+/// Lets one log line through per interval; the rest are only counted.
+#[derive(Default)]
+pub struct LogLimiter {
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl LogLimiter {
+    pub fn should_log(&self) -> bool {
+        let Ok(mut last) = self.last.lock() else {
+            return false;
+        };
+        let now = std::time::Instant::now();
+        let due = last.is_none_or(|t| now.duration_since(t).as_secs() >= 10);
+        if due {
+            *last = Some(now);
+        }
+        due
+    }
+}
+
 pub struct App {
+    /// Rate-limits the warning logged for degraded decisions.
+    pub degraded_log: LogLimiter,
     pub runtime: ArcSwap<Runtime>,
     pub store: Backend,
     pub metrics: Metrics,
@@ -142,6 +225,7 @@ impl App {
         let store = Backend::open(&config.store, clock).await?;
         let runtime = Runtime::new(config, &metrics);
         Ok(Self {
+            degraded_log: LogLimiter::default(),
             runtime: ArcSwap::from_pointee(runtime),
             store,
             metrics,

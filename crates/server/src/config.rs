@@ -4,7 +4,8 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -12,12 +13,19 @@ use serde_json::{Map, Value};
 use tollgate_core::{
     ConfigError, Policy, PolicySet, SecretHasher, describe, parse_policy, parse_yaml,
 };
-use tollgate_store::RedisConfig;
+use tollgate_store::{OnStoreFailure, RedisConfig};
 
 use crate::matching::{Matcher, PathPattern};
+use crate::rls::EnvoyRules;
 
 /// Fields a policy may carry beyond the core's.
-const SERVE_FIELDS: &[&str] = &["match", "identity", "cost"];
+const SERVE_FIELDS: &[&str] = &[
+    "match",
+    "identity",
+    "cost",
+    "on_store_failure",
+    "local_share_percent",
+];
 /// The environment variable holding the key for hashing secret identity parts.
 pub const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
 
@@ -34,6 +42,11 @@ pub struct ServeConfig {
     pub hash: String,
     /// Present when some policy hashes an API key or bearer token.
     pub hasher: Option<SecretHasher>,
+    /// `envoy_ratelimit_configs`: envoyproxy/ratelimit files or directories,
+    /// as written (relative to the config file's directory).
+    pub envoy_ratelimit_configs: Vec<PathBuf>,
+    /// Their descriptor rules, read by [`ServeConfig::load`].
+    pub envoy: Arc<EnvoyRules>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -59,6 +72,12 @@ pub struct ServerSettings {
     pub max_checks: usize,
     /// How often the config file is checked for changes, in ms (0: never).
     pub watch_interval_ms: u64,
+    /// Where Envoy's rate limit service (gRPC) listens when
+    /// `--grpc-listen` is not given; absent: not served.
+    pub grpc_listen: Option<SocketAddr>,
+    /// Whether `ShouldRateLimit` answers carry the RateLimit fields (and
+    /// `Retry-After`) for Envoy to add to its response.
+    pub grpc_response_headers: bool,
 }
 
 impl Default for ServerSettings {
@@ -72,6 +91,8 @@ impl Default for ServerSettings {
             max_key_bytes: 1024,
             max_checks: 16,
             watch_interval_ms: 1000,
+            grpc_listen: None,
+            grpc_response_headers: false,
         }
     }
 }
@@ -126,7 +147,12 @@ pub struct ServePolicy {
     /// Parts of the identity taken from a forwarded request.
     pub identity: Vec<IdentityPart>,
     pub cost: CostRule,
+    /// What the policy does when the shared store cannot decide.
+    pub on_store_failure: OnStoreFailure,
 }
+
+/// The share of its limit a `local` policy enforces per instance by default.
+pub const DEFAULT_LOCAL_SHARE_PERCENT: u8 = 10;
 
 /// One part of an identity, taken from the request being limited.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,8 +221,33 @@ impl ServeConfig {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-        Self::parse(&text, |name| std::env::var(name).ok())
-            .map_err(|e| format!("{}: {e}", path.display()))
+        let mut config = Self::parse(&text, |name| std::env::var(name).ok())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if !config.envoy_ratelimit_configs.is_empty() {
+            let base = path.parent().unwrap_or_else(|| Path::new("."));
+            let paths: Vec<PathBuf> = config
+                .envoy_ratelimit_configs
+                .iter()
+                .map(|p| base.join(p))
+                .collect();
+            let rules = EnvoyRules::load(&paths, &config.set)
+                .map_err(|e| format!("{}: envoy_ratelimit_configs: {e}", path.display()))?;
+            // A change to an envoyproxy/ratelimit file is a config change.
+            config.hash = blake3::hash(format!("{}{}", config.hash, rules.content_hash).as_bytes())
+                .to_hex()[..16]
+                .to_owned();
+            config.envoy = Arc::new(rules);
+        }
+        Ok(config)
+    }
+
+    /// The envoyproxy/ratelimit paths as read, relative to `config_path`.
+    pub fn envoy_paths(&self, config_path: &Path) -> Vec<PathBuf> {
+        let base = config_path.parent().unwrap_or_else(|| Path::new("."));
+        self.envoy_ratelimit_configs
+            .iter()
+            .map(|p| base.join(p))
+            .collect()
     }
 
     /// Parses and validates; `env` resolves environment variables.
@@ -206,12 +257,16 @@ impl ServeConfig {
             .as_object()
             .ok_or_else(|| ConfigError::Document("expected a mapping with `policies`".into()))?;
         for key in top.keys() {
-            if !matches!(key.as_str(), "server" | "store" | "policies") {
+            if !matches!(
+                key.as_str(),
+                "server" | "store" | "policies" | "envoy_ratelimit_configs"
+            ) {
                 return Err(ConfigError::Document(format!(
-                    "unknown top-level field {key:?} (expected: server, store, policies)"
+                    "unknown top-level field {key:?} (expected: server, store, policies, envoy_ratelimit_configs)"
                 )));
             }
         }
+        let envoy_ratelimit_configs = parse_envoy_paths(top.get("envoy_ratelimit_configs"))?;
         let server: ServerSettings = match top.get("server") {
             None | Some(Value::Null) => ServerSettings::default(),
             Some(v) => serde_json::from_value(v.clone())
@@ -232,6 +287,7 @@ impl ServeConfig {
         )
         .to_hex()[..16]
             .to_owned();
+        let no_policies = Vec::new();
         let list = match top.get("policies") {
             Some(Value::Array(list)) => list,
             Some(other) => {
@@ -240,6 +296,7 @@ impl ServeConfig {
                     describe(other)
                 )));
             }
+            None if !envoy_ratelimit_configs.is_empty() => &no_policies,
             None => return Err(ConfigError::Document("missing `policies`".into())),
         };
         let mut set = PolicySet::default();
@@ -275,7 +332,34 @@ impl ServeConfig {
             set,
             hash: blake3::hash(text.as_bytes()).to_hex()[..16].to_owned(),
             hasher,
+            envoy_ratelimit_configs,
+            envoy: Arc::new(EnvoyRules::default()),
         })
+    }
+}
+
+fn parse_envoy_paths(value: Option<&Value>) -> Result<Vec<PathBuf>, ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(list)) if !list.is_empty() => list
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                item.as_str()
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)
+                    .ok_or_else(|| {
+                        ConfigError::Document(format!(
+                            "envoy_ratelimit_configs[{i}] must be a file or directory path, got {}",
+                            describe(item)
+                        ))
+                    })
+            })
+            .collect(),
+        Some(other) => Err(ConfigError::Document(format!(
+            "envoy_ratelimit_configs must be a non-empty list of files or directories, got {}",
+            describe(other)
+        ))),
     }
 }
 
@@ -389,12 +473,67 @@ fn parse_serve_fields(
             ));
         }
     };
+    let on_store_failure = parse_failure_mode(&policy, fields)?;
     Ok(ServePolicy {
         policy,
         matcher,
         identity,
         cost,
+        on_store_failure,
     })
+}
+
+fn parse_failure_mode(
+    policy: &Policy,
+    fields: &Map<String, Value>,
+) -> Result<OnStoreFailure, ConfigError> {
+    let mode = match fields.get("on_store_failure") {
+        None | Some(Value::Null) => "fail_open",
+        Some(Value::String(s)) => s.as_str(),
+        Some(other) => {
+            return Err(field_error(
+                policy,
+                "on_store_failure",
+                format!(
+                    "must be fail_open, fail_closed or local, got {}",
+                    describe(other)
+                ),
+            ));
+        }
+    };
+    let share = match fields.get("local_share_percent") {
+        None => None,
+        Some(v) => match v.as_u64() {
+            Some(n @ 1..=100) => Some(n as u8),
+            _ => {
+                return Err(field_error(
+                    policy,
+                    "local_share_percent",
+                    format!(
+                        "must be a whole percentage from 1 to 100, got {}",
+                        describe(v)
+                    ),
+                ));
+            }
+        },
+    };
+    match (mode, share) {
+        ("fail_open", None) => Ok(OnStoreFailure::FailOpen),
+        ("fail_closed", None) => Ok(OnStoreFailure::FailClosed),
+        ("local", share) => Ok(OnStoreFailure::Local {
+            share_percent: share.unwrap_or(DEFAULT_LOCAL_SHARE_PERCENT),
+        }),
+        ("fail_open" | "fail_closed", Some(_)) => Err(field_error(
+            policy,
+            "local_share_percent",
+            "only applies with on_store_failure: local",
+        )),
+        (other, _) => Err(field_error(
+            policy,
+            "on_store_failure",
+            format!("unknown mode {other:?} (expected one of: fail_open, fail_closed, local)"),
+        )),
+    }
 }
 
 fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, ConfigError> {

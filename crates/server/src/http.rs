@@ -16,12 +16,12 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 use tollgate_core::{Decision, Identity};
-use tollgate_store::Check;
+use tollgate_store::{DecisionPath, GuardedCheck, GuardedDecisions, StoreError};
 
 use crate::app::{App, LivePolicy};
-use crate::metrics::StatusLabels;
+use crate::metrics::{DegradedLabels, ErrorLabels, StatusLabels};
 use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
-use crate::response::{PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
+use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
 
 pub fn router(app: Arc<App>) -> Router {
     let authorize_any = get(authorize)
@@ -235,19 +235,13 @@ async fn check_one(
     let runtime = app.runtime.load();
     let live = runtime.policy(name).ok_or_else(|| unknown_policy(name))?;
     let identity = key.identity(max_key)?;
-    let policy = &live.serve.policy;
-    let decision = app
-        .store
-        .decide(Check {
-            policy,
-            identity: &identity,
-            cost,
-        })
-        .await
-        .map_err(|e| Problem::unavailable(format!("the limiter could not decide: {e}")))?;
-    count(live, &decision);
+    let decided = decide(app, &[live.guarded(&identity, cost)]).await;
+    let decision = decided.decisions.first().ok_or_else(|| {
+        Problem::unavailable("the limiter could not decide: the store answered nothing")
+    })?;
+    count(live, decision);
     let mut body = String::with_capacity(160);
-    write_decision(&mut body, policy.name(), &decision);
+    write_decision(&mut body, live.serve.policy.name(), decision, decided.path);
     Ok(json_response(body))
 }
 
@@ -279,33 +273,81 @@ async fn check_batch(
         lives.push(live);
         identities.push(identity);
     }
-    let checks: Vec<Check<'_>> = lives
+    let checks: Vec<GuardedCheck<'_>> = lives
         .iter()
         .zip(&identities)
         .zip(items)
-        .map(|((live, identity), item)| Check {
-            policy: &live.serve.policy,
-            identity,
-            cost: item.cost,
-        })
+        .map(|((live, identity), item)| live.guarded(identity, item.cost))
         .collect();
-    let decisions = app
-        .store
-        .decide_all(&checks)
-        .await
-        .map_err(|e| Problem::unavailable(format!("the limiter could not decide: {e}")))?;
-    let allowed = decisions.iter().all(|d| d.allowed);
-    let mut body = String::with_capacity(32 + 160 * decisions.len());
-    let _ = write!(body, "{{\"allowed\":{allowed},\"decisions\":[");
-    for (i, (live, decision)) in lives.iter().zip(&decisions).enumerate() {
+    let decided = decide(app, &checks).await;
+    let allowed = decided.decisions.iter().all(|d| d.allowed);
+    let mut body = String::with_capacity(48 + 160 * decided.decisions.len());
+    let _ = write!(body, "{{\"allowed\":{allowed},");
+    if decided.path.is_degraded() {
+        let _ = write!(
+            body,
+            "\"degraded\":true,\"path\":\"{}\",",
+            decided.path.name()
+        );
+    }
+    body.push_str("\"decisions\":[");
+    for (i, (live, decision)) in lives.iter().zip(&decided.decisions).enumerate() {
         count(live, decision);
         if i > 0 {
             body.push(',');
         }
-        write_decision(&mut body, live.serve.policy.name(), decision);
+        write_decision(&mut body, live.serve.policy.name(), decision, decided.path);
     }
     body.push_str("]}");
     Ok(json_response(body))
+}
+
+/// How often a degraded decision may be logged (the rest are counted).
+const DEGRADED_LOG_EVERY_MS: u64 = 10_000;
+
+/// Asks the store, and records what the store did: its latency, its
+/// errors, and decisions made without it.
+async fn decide(app: &App, checks: &[GuardedCheck<'_>]) -> GuardedDecisions {
+    let decided = app.store.decide_all(checks).await;
+    if let Some(ms) = decided.store_ms {
+        app.metrics.store_seconds.observe(ms as f64 / 1000.0);
+    }
+    if let Some(error) = &decided.error {
+        app.metrics
+            .store_errors
+            .get_or_create(&ErrorLabels {
+                kind: error_kind(error),
+            })
+            .inc();
+    }
+    if decided.path.is_degraded() {
+        let allowed = decided.decisions.iter().all(|d| d.allowed);
+        app.metrics
+            .degraded
+            .get_or_create(&DegradedLabels {
+                path: decided.path.name(),
+                outcome: if allowed { "allowed" } else { "rejected" },
+            })
+            .inc();
+        if app.degraded_log.should_log() {
+            tracing::warn!(
+                path = decided.path.name(),
+                error = decided.error.as_ref().map(ToString::to_string),
+                "deciding without the shared store (logged at most every {} s)",
+                DEGRADED_LOG_EVERY_MS / 1000
+            );
+        }
+    }
+    decided
+}
+
+fn error_kind(error: &StoreError) -> &'static str {
+    match error {
+        StoreError::Timeout { .. } => "timeout",
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Protocol(_) => "protocol",
+        StoreError::Config(_) => "config",
+    }
 }
 
 fn count(live: &LivePolicy, decision: &Decision) {
@@ -318,7 +360,7 @@ fn count(live: &LivePolicy, decision: &Decision) {
 
 /// The decision as JSON; `remaining` is shown as 0 when a stepped-back
 /// clock made gcra's internal figure negative.
-fn write_decision(out: &mut String, policy: &str, d: &Decision) {
+fn write_decision(out: &mut String, policy: &str, d: &Decision, path: DecisionPath) {
     let _ = write!(
         out,
         "{{\"allowed\":{},\"policy\":\"{}\",\"limit\":{},\"remaining\":{},\"retry_after_ms\":",
@@ -333,7 +375,11 @@ fn write_decision(out: &mut String, policy: &str, d: &Decision) {
         }
         None => out.push_str("null"),
     }
-    let _ = write!(out, ",\"reset_after_ms\":{}}}", d.reset_after_ms);
+    let _ = write!(out, ",\"reset_after_ms\":{}", d.reset_after_ms);
+    if path.is_degraded() {
+        let _ = write!(out, ",\"degraded\":true,\"path\":\"{}\"", path.name());
+    }
+    out.push('}');
 }
 
 fn json_response(body: String) -> Response {
@@ -405,33 +451,30 @@ async fn authorize(
     if matched.is_empty() {
         return StatusCode::OK.into_response();
     }
-    let checks: Vec<Check<'_>> = matched
+    let checks: Vec<GuardedCheck<'_>> = matched
         .iter()
-        .map(|(live, identity, cost)| Check {
-            policy: &live.serve.policy,
-            identity,
-            cost: *cost,
-        })
+        .map(|(live, identity, cost)| live.guarded(identity, *cost))
         .collect();
-    let decisions = match app.store.decide_all(&checks).await {
-        Ok(d) => d,
-        Err(e) => {
-            return Problem::unavailable(format!("the limiter could not decide: {e}"))
-                .into_response();
-        }
-    };
+    let decided = decide(&app, &checks).await;
+    let decisions = decided.decisions.as_slice();
     app.metrics
         .decision_seconds
         .observe(started.elapsed().as_secs_f64());
-    for ((live, _, _), decision) in matched.iter().zip(&decisions) {
+    for ((live, _, _), decision) in matched.iter().zip(decisions) {
         count(live, decision);
     }
     let mut headers = HeaderMap::new();
+    if decided.path.is_degraded() {
+        headers.insert(
+            HeaderName::from_static(DEGRADED_HEADER),
+            HeaderValue::from_static(decided.path.name()),
+        );
+    }
     ratelimit_headers(
         &mut headers,
         matched
             .iter()
-            .zip(&decisions)
+            .zip(decisions)
             .map(|((live, _, _), d)| (live.policy_item.as_str(), &live.serve.policy, d)),
     );
     if decisions.iter().all(|d| d.allowed) {
@@ -439,15 +482,26 @@ async fn authorize(
     }
     let violated = matched
         .iter()
-        .zip(&decisions)
+        .zip(decisions)
         .filter(|(_, d)| !d.allowed)
         .map(|((live, _, _), d)| (&live.serve.policy, d));
-    let reject = rejection(violated, |policy| {
-        matched
-            .iter()
-            .find(|(live, _, _)| live.serve.policy.name() == policy.name())
-            .map_or(0, |(_, _, cost)| *cost)
+    let cause = (decided.path == DecisionPath::FailClosed).then(|| {
+        let why = decided
+            .error
+            .as_ref()
+            .map_or_else(|| "its circuit is open".to_owned(), ToString::to_string);
+        format!("the limiter could not decide: the shared store is unavailable ({why}), and a matching policy fails closed")
     });
+    let reject = rejection(
+        violated,
+        |policy| {
+            matched
+                .iter()
+                .find(|(live, _, _)| live.serve.policy.name() == policy.name())
+                .map_or(0, |(_, _, cost)| *cost)
+        },
+        cause,
+    );
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),

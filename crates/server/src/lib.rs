@@ -5,6 +5,9 @@
 //! Flow: request → identity ([`request`]) → policy ([`config`], [`matching`])
 //! → store ([`app::Backend`]) → decision → response ([`response`]).
 
+// The guarded Redis store's nested futures need a deeper layout query.
+#![recursion_limit = "256"]
+
 pub mod app;
 pub mod config;
 pub mod explain;
@@ -14,4 +17,5 @@ pub mod metrics;
 pub mod replay;
 pub mod request;
 pub mod response;
+pub mod rls;
 pub mod serve;

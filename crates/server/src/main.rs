@@ -31,6 +31,10 @@ enum Command {
         /// Address to listen on [default: server.listen, else 127.0.0.1:8080].
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+        /// Serve Envoy's rate limit service (RLS v3 gRPC) on this address
+        /// [default: server.grpc_listen, else not served].
+        #[arg(long)]
+        grpc_listen: Option<std::net::SocketAddr>,
     },
     /// Decide a trace of events (JSON lines on stdin) at their own times;
     /// write one decision a line to stdout.
@@ -57,7 +61,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config, listen } => {
+        Command::Serve {
+            config,
+            listen,
+            grpc_listen,
+        } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
@@ -72,7 +80,7 @@ fn main() -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(&format!("cannot start the runtime: {e}"), 1),
             };
-            match runtime.block_on(serve::run(config, listen)) {
+            match runtime.block_on(serve::run(config, listen, grpc_listen)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => fail(&message, 1),
             }

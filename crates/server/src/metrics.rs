@@ -16,6 +16,17 @@ pub struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DegradedLabels {
+    pub path: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: u16,
 }
@@ -29,6 +40,12 @@ pub struct Metrics {
     pub reloads: Counter,
     pub reload_failures: Counter,
     pub bad_requests: Family<StatusLabels, Counter>,
+    pub store_seconds: Histogram,
+    pub store_errors: Family<ErrorLabels, Counter>,
+    pub circuit_state: Gauge,
+    pub degraded: Family<DegradedLabels, Counter>,
+    /// Envoy's rate limit service (gRPC).
+    pub rls: RlsMetrics,
 }
 
 /// The counters one policy increments.
@@ -84,8 +101,38 @@ impl Metrics {
             "Requests refused as malformed, by status",
             bad_requests.clone(),
         );
+        let store_seconds = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        registry.register(
+            "store_call_duration_seconds",
+            "Time of each call to the shared store (Redis)",
+            store_seconds.clone(),
+        );
+        let store_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Shared-store calls that failed, by kind (timeout, unavailable, protocol, config)",
+            store_errors.clone(),
+        );
+        let circuit_state = Gauge::default();
+        registry.register(
+            "store_circuit_state",
+            "The shared store's circuit: 0 closed, 1 open, 2 half-open",
+            circuit_state.clone(),
+        );
+        let degraded = Family::<DegradedLabels, Counter>::default();
+        registry.register(
+            "degraded_decisions",
+            "Requests decided without the shared store, by path (fail_open, fail_closed, local) and outcome",
+            degraded.clone(),
+        );
+        let rls = RlsMetrics::register(&mut registry);
         Self {
+            rls,
             registry,
+            store_seconds,
+            store_errors,
+            circuit_state,
+            degraded,
             decisions,
             decision_seconds,
             store_keys,
@@ -122,5 +169,87 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RlsLabels {
+    pub domain: String,
+    /// The configured descriptor key (`key_value.subkey`), never a request value.
+    pub key: String,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RlsCodeLabels {
+    pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RlsPathLabels {
+    pub path: &'static str,
+}
+
+/// The metrics of `ShouldRateLimit`. Label sets come from the loaded
+/// config (domains and descriptor keys), so their number is bounded by it.
+pub struct RlsMetrics {
+    hits: Family<RlsLabels, Counter>,
+    pub requests: Family<RlsCodeLabels, Counter>,
+    pub store_failures: Family<RlsPathLabels, Counter>,
+}
+
+/// The counters one configured descriptor increments, by hits.
+#[derive(Clone, Debug)]
+pub struct RlsCounters {
+    pub within_limit: Counter,
+    pub over_limit: Counter,
+    /// Over the limit but answered OK (`shadow_mode`).
+    pub shadow_mode: Counter,
+    pub unlimited: Counter,
+}
+
+impl RlsMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let hits = Family::<RlsLabels, Counter>::default();
+        registry.register(
+            "rls_hits",
+            "ShouldRateLimit hits by domain, descriptor key and outcome (within_limit, over_limit, shadow_mode, unlimited)",
+            hits.clone(),
+        );
+        let requests = Family::<RlsCodeLabels, Counter>::default();
+        registry.register(
+            "rls_requests",
+            "ShouldRateLimit calls by answer (ok, over_limit, invalid_argument, unavailable)",
+            requests.clone(),
+        );
+        let store_failures = Family::<RlsPathLabels, Counter>::default();
+        registry.register(
+            "rls_store_failures",
+            "ShouldRateLimit store calls that failed, by the path that answered instead",
+            store_failures.clone(),
+        );
+        Self {
+            hits,
+            requests,
+            store_failures,
+        }
+    }
+
+    pub fn counters(&self, domain: &str, key: &str) -> RlsCounters {
+        let get = |outcome| {
+            self.hits
+                .get_or_create(&RlsLabels {
+                    domain: domain.to_owned(),
+                    key: key.to_owned(),
+                    outcome,
+                })
+                .clone()
+        };
+        RlsCounters {
+            within_limit: get("within_limit"),
+            over_limit: get("over_limit"),
+            shadow_mode: get("shadow_mode"),
+            unlimited: get("unlimited"),
+        }
     }
 }

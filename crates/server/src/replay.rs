@@ -170,16 +170,17 @@ pub fn run_with(
         if trimmed.is_empty() {
             continue;
         }
+        let event: Event = serde_json::from_slice(trimmed).map_err(|e| ReplayError::Line {
+            line: number,
+            fault: format!("not a trace event: {e}"),
+        })?;
+        // serde reads a struct from an array too; a trace line is an object.
         if trimmed.first() != Some(&b'{') {
             return Err(ReplayError::Line {
                 line: number,
                 fault: "not a trace event: expected a JSON object".into(),
             });
         }
-        let event: Event = serde_json::from_slice(trimmed).map_err(|e| ReplayError::Line {
-            line: number,
-            fault: format!("not a trace event: {e}"),
-        })?;
         let policy = policies
             .get(&event.policy)
             .ok_or_else(|| ReplayError::Line {

@@ -22,6 +22,9 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// The problem+json of a rejection as one header, for proxies (nginx
 /// `auth_request`) that cannot pass the subrequest's body to the client.
 pub const PROBLEM_HEADER: &str = "tollgate-problem";
+/// Set when a decision was not made by the shared store; its value is the
+/// path that made it (fail_open, fail_closed, local).
+pub const DEGRADED_HEADER: &str = "tollgate-degraded";
 
 /// Whole seconds rounded up, for `Retry-After` (never 0, never early).
 pub fn retry_after_seconds(ms: u64) -> u64 {
@@ -156,6 +159,7 @@ pub struct Rejection {
 pub fn rejection<'a>(
     violated: impl Iterator<Item = (&'a Policy, &'a Decision)> + Clone,
     cost_of: impl Fn(&Policy) -> u64,
+    cause: Option<String>,
 ) -> Rejection {
     let names: Vec<&str> = violated.clone().map(|(p, _)| p.name()).collect();
     let never: Vec<(&Policy, &Decision)> = violated
@@ -163,7 +167,9 @@ pub fn rejection<'a>(
         .filter(|(_, d)| d.retry_after_ms.is_none())
         .collect();
     let retry_ms = violated.filter_map(|(_, d)| d.retry_after_ms).max();
-    let (detail, retry_after_seconds) = if let Some((policy, decision)) = never.first() {
+    let (detail, retry_after_seconds) = if let Some(cause) = cause {
+        (cause, Some(retry_after_seconds(retry_ms.unwrap_or(0))))
+    } else if let Some((policy, decision)) = never.first() {
         (
             format!(
                 "the request's cost {} exceeds the limit {} of policy {} and can never be admitted",

@@ -20,20 +20,38 @@ use crate::http::router;
 /// How often idle keys are swept from the memory store.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-pub async fn run(config_path: PathBuf, listen: Option<SocketAddr>) -> Result<(), String> {
+pub async fn run(
+    config_path: PathBuf,
+    listen: Option<SocketAddr>,
+    grpc_listen: Option<SocketAddr>,
+) -> Result<(), String> {
     let config = ServeConfig::load(&config_path)?;
     let addr = listen.unwrap_or(config.server.listen);
-    let app = Arc::new(App::open(config, config_path, Arc::new(SystemClock)).await?);
+    let grpc_addr = grpc_listen.or(config.server.grpc_listen);
+    let clock: Arc<dyn tollgate_core::Clock> = Arc::new(SystemClock);
+    let app = Arc::new(App::open(config, config_path, Arc::clone(&clock)).await?);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    // The first line on stdout says where we listen (tests and scripts read it).
+    let grpc_listener = match grpc_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen for gRPC on {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    // The first line on stdout says where we listen (tests and scripts read
+    // it); the second, when served, where gRPC listens.
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on http://{local}");
+        if let Some(grpc) = grpc_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+            let _ = writeln!(out, "grpc listening on {grpc}");
+        }
         let _ = out.flush();
     }
     tracing::info!(%local, policies = app.runtime.load().policies.len(), "tollgate serving");
@@ -45,7 +63,27 @@ pub async fn run(config_path: PathBuf, listen: Option<SocketAddr>) -> Result<(),
             let _ = reloader.reload();
         }
     });
-    serve_app(app, listener, shutdown_signal()).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let grpc = grpc_listener.map(|listener| {
+        tokio::spawn(crate::rls::serve_grpc(
+            Arc::clone(&app),
+            clock,
+            listener,
+            stopped(stop_rx.clone()),
+        ))
+    });
+    serve_app(app, listener, stopped(stop_rx)).await?;
+    if let Some(grpc) = grpc {
+        grpc.await
+            .map_err(|e| format!("gRPC server task failed: {e}"))??;
+    }
     tracing::info!("tollgate stopped");
     Ok(())
 }
@@ -64,10 +102,10 @@ pub async fn serve_app(
         let watcher = Arc::clone(&app);
         upkeep.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(watch_ms));
-            let mut last = file_stamp(&watcher.config_path);
+            let mut last = file_stamp(&watcher);
             loop {
                 tick.tick().await;
-                let stamp = file_stamp(&watcher.config_path);
+                let stamp = file_stamp(&watcher);
                 if stamp != last {
                     last = stamp;
                     let _ = watcher.reload();
@@ -94,9 +132,15 @@ pub async fn serve_app(
     served
 }
 
-/// What identifies a version of the config file: its content's hash.
-fn file_stamp(path: &std::path::Path) -> Option<blake3::Hash> {
-    std::fs::read(path).ok().map(|bytes| blake3::hash(&bytes))
+/// What identifies a version of the config: its file's content and that
+/// of the envoyproxy/ratelimit files it names.
+fn file_stamp(app: &App) -> Option<blake3::Hash> {
+    let bytes = std::fs::read(&app.config_path).ok()?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&bytes);
+    let envoy = app.runtime.load().config.envoy_paths(&app.config_path);
+    crate::rls::rules::stamp_into(&mut hasher, &envoy);
+    Some(hasher.finalize())
 }
 
 async fn shutdown_signal() {

@@ -8,8 +8,10 @@
 //!   checks all-or-nothing: nothing is consumed unless every check admits.
 //! - Every store is bounded: keys expire once idle, and there is a maximum.
 
+mod breaker;
 mod check;
 mod error;
+mod fallback;
 mod memory;
 mod redis;
 
@@ -17,6 +19,11 @@ pub use self::redis::{
     BatchConfig, MAX_GIVEN_MS, MAX_TAG, RedisConfig, RedisStore, SentinelConfig, key_slot,
     lua_source, state_key,
 };
+pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::{Check, Store};
 pub use error::StoreError;
+pub use fallback::{
+    DecisionPath, FAIL_CLOSED_RETRY_MS, Guarded, GuardedCheck, GuardedDecisions, OnStoreFailure,
+    local_policy,
+};
 pub use memory::{MemoryStore, MemoryStoreConfig};

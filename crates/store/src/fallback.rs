@@ -1,0 +1,267 @@
+//! Failure is a policy (DESIGN.md §6). [`Guarded`] puts a shared store
+//! behind a circuit breaker and, when the store cannot decide, decides each
+//! check as its policy declared: admit (`fail_open`), reject (`fail_closed`),
+//! or spend an in-process budget, a stated share of the limit (`local`).
+//! Every decision says which path made it, so degraded ones can be marked.
+
+use std::sync::Arc;
+
+use tollgate_core::{Clock, Decision, Limits, Policy, Rate, Window};
+
+use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
+use crate::{Check, MemoryStore, MemoryStoreConfig, Store, StoreError};
+
+/// What a policy does when the shared store cannot decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreFailure {
+    /// Admit: read-only APIs, where an outage must not become one.
+    #[default]
+    FailOpen,
+    /// Reject: authentication and other abuse-sensitive endpoints.
+    FailClosed,
+    /// Enforce `share_percent`% of the limit in this process until the store
+    /// is back. Worst case while degraded: instances × share × limit.
+    Local { share_percent: u8 },
+}
+
+impl OnStoreFailure {
+    pub fn name(self) -> &'static str {
+        match self {
+            OnStoreFailure::FailOpen => "fail_open",
+            OnStoreFailure::FailClosed => "fail_closed",
+            OnStoreFailure::Local { .. } => "local",
+        }
+    }
+}
+
+/// Which path made a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionPath {
+    /// The shared store decided: exact.
+    Shared,
+    FailOpen,
+    FailClosed,
+    Local,
+}
+
+impl DecisionPath {
+    pub fn is_degraded(self) -> bool {
+        self != DecisionPath::Shared
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DecisionPath::Shared => "shared",
+            DecisionPath::FailOpen => "fail_open",
+            DecisionPath::FailClosed => "fail_closed",
+            DecisionPath::Local => "local",
+        }
+    }
+}
+
+/// A check with what to do when the store fails.
+#[derive(Debug, Clone, Copy)]
+pub struct GuardedCheck<'a> {
+    pub check: Check<'a>,
+    pub on_failure: OnStoreFailure,
+    /// For `Local`: the policy scaled to its share (see [`local_policy`]).
+    pub local_policy: Option<&'a Policy>,
+}
+
+/// The decisions of one request, with the paths that made them.
+#[derive(Debug, Clone)]
+pub struct GuardedDecisions {
+    pub decisions: Vec<Decision>,
+    pub path: DecisionPath,
+    /// Why the shared store did not decide (`None` when it did, or when an
+    /// open circuit skipped it).
+    pub error: Option<StoreError>,
+    /// How long the shared store took, when it was called.
+    pub store_ms: Option<u64>,
+}
+
+/// How long a fail-closed rejection tells the client to wait.
+pub const FAIL_CLOSED_RETRY_MS: u64 = 1_000;
+
+/// A shared store behind a circuit breaker with per-policy fallbacks.
+pub struct Guarded<S> {
+    shared: S,
+    local: MemoryStore,
+    breaker: CircuitBreaker,
+    clock: Arc<dyn Clock>,
+}
+
+impl<S: Store> Guarded<S> {
+    /// `clock` times the breaker and the local budgets; `local_keys` bounds
+    /// the local fallback's memory.
+    pub fn new(
+        shared: S,
+        breaker: BreakerConfig,
+        clock: Arc<dyn Clock>,
+        local_keys: usize,
+    ) -> Self {
+        Self {
+            shared,
+            local: MemoryStore::new(
+                Arc::clone(&clock),
+                MemoryStoreConfig {
+                    max_keys: local_keys,
+                    ..MemoryStoreConfig::default()
+                },
+            ),
+            breaker: CircuitBreaker::new(breaker),
+            clock,
+        }
+    }
+
+    pub fn shared(&self) -> &S {
+        &self.shared
+    }
+
+    pub fn circuit(&self) -> CircuitState {
+        self.breaker.state()
+    }
+
+    pub fn local_keys(&self) -> usize {
+        self.local.key_count()
+    }
+
+    /// Expires idle local-fallback keys.
+    pub fn sweep(&self) {
+        self.local.sweep();
+    }
+
+    /// Decides every check all-or-nothing: on the shared store when it
+    /// answers, else by each check's declared failure mode.
+    pub async fn decide_all(&self, checks: &[GuardedCheck<'_>]) -> GuardedDecisions {
+        let admission = self.breaker.admit(self.clock.now_ms());
+        let mut error = None;
+        let mut store_ms = None;
+        if admission != Admission::Skip {
+            let started = self.clock.now_ms();
+            let result = match checks {
+                [one] => self.shared.decide(one.check).await.map(|d| vec![d]),
+                _ => {
+                    let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
+                    self.shared.decide_all(&plain).await
+                }
+            };
+            let ended = self.clock.now_ms();
+            store_ms = Some(ended.saturating_sub(started));
+            self.breaker.record(admission, result.is_ok(), ended);
+            match result {
+                Ok(decisions) => {
+                    return GuardedDecisions {
+                        decisions,
+                        path: DecisionPath::Shared,
+                        error: None,
+                        store_ms,
+                    };
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        let mut out = self.fallback(checks);
+        out.error = error;
+        out.store_ms = store_ms;
+        out
+    }
+
+    fn fallback(&self, checks: &[GuardedCheck<'_>]) -> GuardedDecisions {
+        let closed = checks
+            .iter()
+            .any(|g| g.on_failure == OnStoreFailure::FailClosed);
+        if closed {
+            // The request is rejected; no local budget is spent on it.
+            return GuardedDecisions {
+                decisions: checks.iter().map(|g| fail_closed(g.check.policy)).collect(),
+                path: DecisionPath::FailClosed,
+                error: None,
+                store_ms: None,
+            };
+        }
+        let local: Vec<Check<'_>> = checks
+            .iter()
+            .filter_map(|g| match (g.on_failure, g.local_policy) {
+                (OnStoreFailure::Local { .. }, Some(policy)) => Some(Check {
+                    policy,
+                    identity: g.check.identity,
+                    cost: g.check.cost,
+                }),
+                _ => None,
+            })
+            .collect();
+        if local.is_empty() {
+            return GuardedDecisions {
+                decisions: checks.iter().map(|g| fail_open(g.check.policy)).collect(),
+                path: DecisionPath::FailOpen,
+                error: None,
+                store_ms: None,
+            };
+        }
+        let mut local_decisions = self.local.decide_all_now(&local).into_iter();
+        let decisions = checks
+            .iter()
+            .map(|g| match (g.on_failure, g.local_policy) {
+                (OnStoreFailure::Local { .. }, Some(_)) => local_decisions
+                    .next()
+                    .unwrap_or_else(|| fail_open(g.check.policy)),
+                _ => fail_open(g.check.policy),
+            })
+            .collect();
+        GuardedDecisions {
+            decisions,
+            path: DecisionPath::Local,
+            error: None,
+            store_ms: None,
+        }
+    }
+}
+
+/// Admitted without a store: nothing is known to be used.
+fn fail_open(policy: &Policy) -> Decision {
+    let limit = policy.limits().limit();
+    Decision {
+        allowed: true,
+        limit,
+        remaining: i64::try_from(limit).unwrap_or(i64::MAX),
+        retry_after_ms: Some(0),
+        reset_after_ms: 0,
+    }
+}
+
+/// Rejected because no store could decide.
+fn fail_closed(policy: &Policy) -> Decision {
+    Decision {
+        allowed: false,
+        limit: policy.limits().limit(),
+        remaining: 0,
+        retry_after_ms: Some(FAIL_CLOSED_RETRY_MS),
+        reset_after_ms: 0,
+    }
+}
+
+/// `policy` scaled to `share_percent`% for the local fallback: a bucket's
+/// capacity and refill rate, a window's limit; rounded down, never below 1,
+/// so the local budget never exceeds its stated share (but for that floor).
+pub fn local_policy(policy: &Policy, share_percent: u8) -> Policy {
+    let share = u64::from(share_percent.clamp(1, 100));
+    let scale = |x: u64| (u128::from(x) * u128::from(share) / 100).max(1) as u64;
+    let rate = |r: &Rate| {
+        // tokens·share per per·100 is the exact share of the refill rate.
+        Rate::new(
+            scale(r.capacity()),
+            r.tokens().saturating_mul(share),
+            r.per_ms().saturating_mul(100),
+        )
+        .unwrap_or(*r)
+    };
+    let window = |w: &Window| Window::new(scale(w.limit()), w.window_ms()).unwrap_or(*w);
+    let limits = match policy.limits() {
+        Limits::TokenBucket(r) => Limits::TokenBucket(rate(r)),
+        Limits::Gcra(r) => Limits::Gcra(rate(r)),
+        Limits::FixedWindow(w) => Limits::FixedWindow(window(w)),
+        Limits::SlidingWindow(w) => Limits::SlidingWindow(window(w)),
+        Limits::SlidingLog(w) => Limits::SlidingLog(window(w)),
+    };
+    Policy::new(policy.name(), limits)
+}
