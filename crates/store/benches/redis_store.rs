@@ -6,8 +6,9 @@
 //!   100,000): the ceiling of one script call per decision;
 //! - `one EVALSHA per decision`: a plain redis-rs client over one
 //!   multiplexed connection, 64 concurrent tasks: the usual Redis limiter;
-//! - `RedisStore`: the store's own `decide`, 64 concurrent tasks, batched,
-//!   and with batching off (`max_keys: 1`) for comparison;
+//! - `RedisStore`: the store's own `decide`, 64 concurrent tasks, batched
+//!   (default `in_flight` 2, then 1, 4 and 8), and with batching off
+//!   (`max_keys: 1`) for comparison;
 //! - `MEMORY USAGE` bytes per key of each algorithm (keys
 //!   `tollgate:api:<algorithm>:{uNNNNN}`).
 //!
@@ -101,7 +102,10 @@ async fn run(server: &RedisServer, decisions: u64) {
     flush(&manager).await;
     let batched = store(server, BatchConfig::default()).await;
     let (store_rate, p99) = store_decisions(&batched, decisions).await;
-    println!("RedisStore (batched)                {store_rate:>10.0} /s  p99 {p99:>6} µs");
+    let per_call = decisions as f64 / batched.batched_calls().max(1) as f64;
+    println!(
+        "RedisStore (batched)                {store_rate:>10.0} /s  p99 {p99:>6} µs  {per_call:>5.1} decisions/call"
+    );
     flush(&manager).await;
     let unbatched = store(
         server,
@@ -114,6 +118,22 @@ async fn run(server: &RedisServer, decisions: u64) {
     .await;
     let (rate, p99) = store_decisions(&unbatched, decisions).await;
     println!("RedisStore (batching off)           {rate:>10.0} /s  p99 {p99:>6} µs");
+    for in_flight in [1, 4, 8] {
+        flush(&manager).await;
+        let other = store(
+            server,
+            BatchConfig {
+                in_flight,
+                ..BatchConfig::default()
+            },
+        )
+        .await;
+        let (rate, p99) = store_decisions(&other, decisions).await;
+        let per_call = decisions as f64 / other.batched_calls().max(1) as f64;
+        println!(
+            "RedisStore (in_flight {in_flight})             {rate:>10.0} /s  p99 {p99:>6} µs  {per_call:>5.1} decisions/call"
+        );
+    }
     let gcra_ceiling = redis_benchmark(
         server.port(),
         300_000,

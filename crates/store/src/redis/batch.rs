@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -81,6 +82,7 @@ async fn send(shared: &Shared, jobs: Vec<Job>) {
     } else {
         &SCRIPTS.batch
     };
+    shared.batched_calls.fetch_add(1, Ordering::Relaxed);
     let sent = Instant::now();
     let answer = tokio::time::timeout(
         Duration::from_millis(shared.timeout_ms),

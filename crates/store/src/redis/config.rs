@@ -13,7 +13,7 @@
 //!     prefix: tollgate          # key prefix (default "tollgate"; no braces)
 //!     timeout: 250ms            # per store call, queueing included (default 250ms)
 //!     ttl_margin: 1s            # keys live reset_after + this (default 1s)
-//!     batch: { max_keys: 128, queue: 8192, in_flight: 4 }   # the defaults
+//!     batch: { max_keys: 128, queue: 8192, in_flight: 2 }   # the defaults
 //!     rejected_cache: 100000    # keys remembered as rejected-until (0: off)
 //! ```
 
@@ -238,7 +238,7 @@ fn default_queue() -> usize {
     8_192
 }
 fn default_in_flight() -> usize {
-    4
+    2
 }
 fn default_rejected_cache() -> usize {
     100_000

@@ -58,6 +58,8 @@ struct Shared {
     margin_ms: u64,
     rejected: rejected::RejectedCache,
     answered_locally: AtomicU64,
+    /// Script calls made by the batching task: decisions / this = batch size.
+    batched_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -81,6 +83,7 @@ impl RedisStore {
             margin_ms: config.ttl_margin_ms,
             rejected: rejected::RejectedCache::new(config.rejected_cache),
             answered_locally: AtomicU64::new(0),
+            batched_calls: AtomicU64::new(0),
         });
         let (queue, jobs) = mpsc::channel(config.batch.queue);
         tokio::spawn(batch::gather(jobs, Arc::clone(&shared), config.batch));
@@ -139,6 +142,12 @@ impl RedisStore {
     /// Rejections held in the rejected-until cache right now.
     pub fn rejections_cached(&self) -> usize {
         self.shared.rejected.len()
+    }
+
+    /// Script calls the batching task has made for single decisions; the
+    /// decisions it carried divided by this is the mean batch size.
+    pub fn batched_calls(&self) -> u64 {
+        self.shared.batched_calls.load(Ordering::Relaxed)
     }
 
     /// Decisions answered from the rejected-until cache, without Redis.

@@ -13,10 +13,11 @@
 //! misses at once. The map is bounded: full shards drop expired entries,
 //! and when none has expired the new entry is simply not cached.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use hashbrown::{Equivalent, HashMap};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tollgate_core::{Algorithm, Decision};
@@ -27,10 +28,29 @@ const SHARDS: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Entry {
-    key: Vec<u8>,
+    key: Box<[u8]>,
     algorithm: Algorithm,
     params: [u64; 3],
     cost: u64,
+}
+
+/// An [`Entry`] borrowed from an item: looks up without copying the key.
+/// Its fields hash exactly as `Entry`'s (a boxed slice hashes as the slice).
+#[derive(Hash)]
+struct Lookup<'a> {
+    key: &'a [u8],
+    algorithm: Algorithm,
+    params: [u64; 3],
+    cost: u64,
+}
+
+impl Equivalent<Entry> for Lookup<'_> {
+    fn equivalent(&self, entry: &Entry) -> bool {
+        *self.key == *entry.key
+            && self.algorithm == entry.algorithm
+            && self.params == entry.params
+            && self.cost == entry.cost
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -42,10 +62,14 @@ struct Rejection {
     decision: Decision,
 }
 
+type Shard = Mutex<HashMap<Entry, Rejection, foldhash::fast::RandomState>>;
+
 pub struct RejectedCache {
-    shards: Box<[Mutex<HashMap<Entry, Rejection, foldhash::fast::RandomState>>]>,
+    shards: Box<[Shard]>,
     per_shard: usize,
     hasher: foldhash::fast::RandomState,
+    /// Entries held: while zero, a lookup costs no lock.
+    held: AtomicUsize,
 }
 
 impl RejectedCache {
@@ -57,19 +81,22 @@ impl RejectedCache {
                 .collect(),
             per_shard: capacity.div_ceil(SHARDS),
             hasher: Default::default(),
+            held: AtomicUsize::new(0),
         }
     }
 
     /// The local answer for `item` at `now`, while its rejection holds.
     pub fn get(&self, item: &Item, now: Instant) -> Option<Decision> {
-        if self.per_shard == 0 {
+        if self.held.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let entry = entry(item);
-        let mut shard = self.shard(&entry).lock();
-        let rejection = *shard.get(&entry)?;
+        let lookup = lookup(item);
+        let mut shard = self.shard(&lookup).lock();
+        let rejection = *shard.get(&lookup)?;
         if now >= rejection.until {
-            shard.remove(&entry);
+            if shard.remove(&lookup).is_some() {
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
             return None;
         }
         let waited = ms(now.saturating_duration_since(rejection.answered));
@@ -94,41 +121,50 @@ impl RejectedCache {
         if until <= answered {
             return;
         }
-        let entry = entry(item);
-        let mut shard = self.shard(&entry).lock();
-        if shard.len() >= self.per_shard && !shard.contains_key(&entry) {
+        let lookup = lookup(item);
+        let mut shard = self.shard(&lookup).lock();
+        if shard.len() >= self.per_shard && !shard.contains_key(&lookup) {
+            let before = shard.len();
             shard.retain(|_, r| r.until > answered);
+            self.held.fetch_sub(before - shard.len(), Ordering::Relaxed);
             if shard.len() >= self.per_shard {
                 return;
             }
         }
-        shard.insert(
-            entry,
-            Rejection {
-                until,
-                answered,
-                decision: *decision,
-            },
-        );
+        let rejection = Rejection {
+            until,
+            answered,
+            decision: *decision,
+        };
+        if shard.insert(entry(item), rejection).is_none() {
+            self.held.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
-    /// Entries held (approximate under concurrency).
+    /// Entries held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.held.load(Ordering::Relaxed)
     }
 
-    fn shard(
-        &self,
-        entry: &Entry,
-    ) -> &Mutex<HashMap<Entry, Rejection, foldhash::fast::RandomState>> {
-        let hash = self.hasher.hash_one(entry);
+    fn shard(&self, lookup: &Lookup<'_>) -> &Shard {
+        // The same hash picks the shard (top bits) and the bucket in it.
+        let hash = self.hasher.hash_one(lookup);
         &self.shards[(hash >> 60) as usize % SHARDS]
+    }
+}
+
+fn lookup(item: &Item) -> Lookup<'_> {
+    Lookup {
+        key: &item.key,
+        algorithm: item.algorithm,
+        params: item.params,
+        cost: item.cost,
     }
 }
 
 fn entry(item: &Item) -> Entry {
     Entry {
-        key: item.key.clone(),
+        key: item.key.as_slice().into(),
         algorithm: item.algorithm,
         params: item.params,
         cost: item.cost,
