@@ -707,11 +707,20 @@ impl Loader<'_> {
                 fields.insert(k.clone(), v.clone());
             }
         }
-        let algorithm = ext.get("algorithm").and_then(Value::as_str).unwrap_or("");
+        // Without an algorithm the limit stays envoyproxy/ratelimit's fixed
+        // window (the extension then only adds a failure mode).
+        fields
+            .entry("algorithm")
+            .or_insert_with(|| Value::String("fixed_window".into()));
+        let algorithm = fields
+            .get("algorithm")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         if let Some(unit) = unit {
             let rpu = Value::from(rule.requests_per_unit);
             let per = Value::String(format!("{}ms", unit.ms()));
-            if matches!(algorithm, "token_bucket" | "gcra") {
+            if matches!(algorithm.as_str(), "token_bucket" | "gcra") {
                 fields.entry("capacity").or_insert(rpu.clone());
                 fields
                     .entry("refill")
