@@ -1,7 +1,10 @@
 -- Decides all keys all-or-nothing: nothing is consumed unless every key
--- admits. ARGV[3] is "consume" (the all-or-nothing decision) or "probe"
--- (decide, consume nothing: the first phase across Cluster slots); the
--- five fields per key start at ARGV[4].
+-- admits. ARGV[3] is the mode:
+--   consume  the all-or-nothing decision;
+--   probe    the same verdict, consuming nothing (a rejected call's writes);
+--   verdict  the same verdict, writing nothing (the first phase across
+--            Cluster slots, whose outcome decides what the others do).
+-- The five fields per key start at ARGV[4].
 -- A key named twice sees its own earlier consumption, and a check that
 -- failed only because an earlier check of the call consumed from its key
 -- keeps that failure, so the call still reads rejected. Each key is
@@ -9,6 +12,7 @@
 local now = read_now()
 local margin = tonumber(ARGV[2])
 local consume = ARGV[3] == 'consume'
+local write = ARGV[3] ~= 'verdict'
 local states, stored = {}, {}
 local out = {}
 local all = true
@@ -47,8 +51,12 @@ local function pass(intent, keep)
   end
 end
 
-pass(consume, nil)
-if consume and not all then
+-- Both modes first decide consuming (on copies), so a check that fails only
+-- after an earlier one consumed from its key fails in a probe too. A probe,
+-- or a consuming call that was not all admitted, then decides again from the
+-- stored states without consuming, and only that is written.
+pass(true, nil)
+if not consume or not all then
   -- Start again from the stored states, consuming nothing.
   local failed = {}
   for i = 1, #KEYS do
@@ -57,7 +65,7 @@ if consume and not all then
   states = {}
   pass(false, failed)
 end
-for i = #KEYS, 1, -1 do
+for i = #KEYS, write and 1 or #KEYS + 1, -1 do
   local key = KEYS[i]
   local state = states[key]
   if state and state ~= stored[key] then

@@ -82,20 +82,27 @@ async fn random_traces_match_on_a_redis_cluster() {
 }
 
 /// decide_all over random groups of checks, against the memory store.
-async fn random_all_or_nothing_matches(topology: &Topology, seed: u64) {
+/// With `mixed`, each check keeps its own identity: on a Cluster the group
+/// then spans slots and is decided in two phases, which (with no other
+/// instance racing) must match the memory store all the same.
+async fn random_all_or_nothing_matches(topology: &Topology, seed: u64, mixed: bool) {
     let mut config = topology.config();
-    config.prefix = format!("all{seed}");
+    config.prefix = format!("all{seed}{mixed}");
     let store = topology.store_with(config).await;
     let reference = Reference::new();
     let steps = random_trace(seed, 900);
     for (i, group) in steps.chunks(3).enumerate() {
-        // One identity for the whole group, as one request's policies.
-        let identity = &group[0].identity;
+        // Unless mixed, one identity for the whole group, as one request's
+        // policies.
         let checks: Vec<Check<'_>> = group
             .iter()
             .map(|s| Check {
                 policy: &s.policy,
-                identity,
+                identity: if mixed {
+                    &s.identity
+                } else {
+                    &group[0].identity
+                },
                 cost: s.cost.min(2),
             })
             .collect();
@@ -110,7 +117,8 @@ async fn random_all_or_nothing_matches(topology: &Topology, seed: u64) {
 async fn all_or_nothing_matches_on_standalone_redis() {
     let topology = Topology::standalone();
     for seed in 0..4 {
-        random_all_or_nothing_matches(&topology, seed).await;
+        random_all_or_nothing_matches(&topology, seed, false).await;
+        random_all_or_nothing_matches(&topology, seed, true).await;
     }
 }
 
@@ -118,7 +126,8 @@ async fn all_or_nothing_matches_on_standalone_redis() {
 async fn all_or_nothing_matches_on_a_redis_cluster() {
     let topology = Topology::cluster();
     for seed in 10..12 {
-        random_all_or_nothing_matches(&topology, seed).await;
+        random_all_or_nothing_matches(&topology, seed, false).await;
+        random_all_or_nothing_matches(&topology, seed, true).await;
     }
 }
 
@@ -347,4 +356,57 @@ fn assert_store<S: Store>(_: &S) {}
 #[allow(dead_code)]
 fn redis_store_is_a_store(store: &RedisStore) {
     assert_store(store);
+}
+
+#[tokio::test]
+async fn across_cluster_slots_a_key_named_twice_is_judged_before_anything_is_consumed() {
+    let topology = Topology::cluster();
+    let store = topology.store().await;
+    let roomy = bucket("roomy", 100, 1, 3_600_000);
+    let pair = bucket("pair", 3, 1, 3_600_000);
+    let (a, b) = (Identity::value("a"), Identity::value("b"));
+    assert_ne!(
+        key_slot(&store.key(&roomy, &a)),
+        key_slot(&store.key(&pair, &b))
+    );
+    // b's key is named twice: 2 + 2 > 3, so the request is rejected in the
+    // probe, and a's slot is never charged.
+    let checks = [
+        Check {
+            policy: &roomy,
+            identity: &a,
+            cost: 1,
+        },
+        Check {
+            policy: &pair,
+            identity: &b,
+            cost: 2,
+        },
+        Check {
+            policy: &pair,
+            identity: &b,
+            cost: 2,
+        },
+    ];
+    let decisions = store.decide_all(&checks).await.expect("decides");
+    assert_eq!(
+        decisions.iter().map(|d| d.allowed).collect::<Vec<_>>(),
+        [true, true, false]
+    );
+    let peek = |policy, identity| {
+        let store = store.clone();
+        async move {
+            store
+                .decide(Check {
+                    policy,
+                    identity,
+                    cost: 0,
+                })
+                .await
+                .expect("decides")
+                .remaining
+        }
+    };
+    assert_eq!(peek(&roomy, &a).await, 100);
+    assert_eq!(peek(&pair, &b).await, 3);
 }

@@ -240,24 +240,25 @@ impl RedisStore {
             let group: Vec<usize> = groups.into_values().flatten().collect();
             place(&group, call(&group, "consume").await?);
         } else {
-            // Phase one: probe every slot; consume nothing.
+            // Phase one: every slot's verdict; nothing written.
             let mut all = true;
             for group in groups.values() {
-                let found = call(group, "probe").await?;
+                let found = call(group, "verdict").await?;
                 all &= found.iter().all(|d| d.allowed);
                 place(group, found);
             }
-            // Phase two, only when every probe admitted: consume slot by
-            // slot, stopping at the first rejection (a race with another
-            // instance); later slots keep their probed decisions.
-            if all {
-                for group in groups.values() {
-                    let found = call(group, "consume").await?;
-                    let admitted = found.iter().all(|d| d.allowed);
-                    place(group, found);
-                    if !admitted {
-                        break;
-                    }
+            // Phase two: when every slot admitted, consume slot by slot,
+            // stopping at the first rejection (only a race with another
+            // instance can cause one); later slots keep their verdicts.
+            // Otherwise decide every slot again consuming nothing, which
+            // advances each key's clock as a rejected request does.
+            let mode = if all { "consume" } else { "probe" };
+            for group in groups.values() {
+                let found = call(group, mode).await?;
+                let admitted = found.iter().all(|d| d.allowed);
+                place(group, found);
+                if all && !admitted {
+                    break;
                 }
             }
         }
@@ -280,10 +281,11 @@ impl Store for RedisStore {
     /// Cluster too they are one script call: nothing is consumed unless
     /// every check admits, atomically. Checks spanning Cluster slots
     /// (different identities) cannot share a script; they are decided in
-    /// two phases: every slot is probed (consuming nothing), and only if
-    /// all admit is each slot consumed, atomically within the slot, in
-    /// slot order. Guaranteed: no policy ever admits beyond its limit, and
-    /// a rejection seen in the probe consumes nothing anywhere. Not
+    /// two phases: every slot's verdict is taken (writing nothing), and
+    /// only if all admit is each slot consumed, atomically within the slot,
+    /// in slot order; otherwise each slot is decided again consuming
+    /// nothing. Guaranteed: no policy ever admits beyond its limit, and a
+    /// rejection seen in the first phase consumes nothing anywhere. Not
     /// guaranteed: if another instance consumes between the phases so
     /// that a later slot now rejects, the slots already consumed stay
     /// consumed (a refund could mint capacity that others were refused);
