@@ -331,3 +331,63 @@ async fn a_master_found_through_sentinel_decides() {
             > 0
     );
 }
+
+#[tokio::test]
+async fn tls_and_a_password_from_the_config() {
+    let certs = std::env::temp_dir().join(format!("tollgate-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&certs).expect("a directory");
+    let (cert, key) = (certs.join("cert.pem"), certs.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let tls_port = tollgate_testkit::free_port().expect("a port");
+    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
+    let server = tollgate_testkit::RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &cert,
+        "--tls-auth-clients",
+        "no",
+        "--requirepass",
+        "s3cret",
+    ])
+    .expect("redis-server with TLS starts");
+    // `#insecure`: the certificate is self-signed.
+    let mut config =
+        tollgate_store::RedisConfig::standalone(format!("rediss://127.0.0.1:{tls_port}/#insecure"));
+    config.password = Some("s3cret".into());
+    config.timeout_ms = 5_000;
+    let store = RedisStore::connect(&config).await.expect("connects");
+    let policy = hourly("tight", bucket, 1);
+    let identity = Identity::value("acme");
+    let check = Check {
+        policy: &policy,
+        identity: &identity,
+        cost: 1,
+    };
+    assert!(store.decide(check).await.expect("decides over TLS").allowed);
+    assert!(!store.decide(check).await.expect("decides over TLS").allowed);
+    // Without the password the server refuses.
+    config.password = None;
+    let refused = RedisStore::connect(&config).await.expect("connects lazily");
+    assert!(refused.decide(check).await.is_err());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&certs);
+}

@@ -393,8 +393,10 @@ fn ping(port: u16) -> bool {
     if stream.write_all(b"PING\r\n").is_err() {
         return false;
     }
+    // A server that wants a password answers -NOAUTH: it is up all the same.
     let mut reply = [0u8; 7];
-    stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    stream.read_exact(&mut reply).is_ok()
+        && (&reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH"))
 }
 
 fn path_text(path: &Path) -> String {
