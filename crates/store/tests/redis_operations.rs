@@ -391,3 +391,49 @@ async fn tls_and_a_password_from_the_config() {
     drop(server);
     let _ = std::fs::remove_dir_all(&certs);
 }
+
+#[tokio::test]
+async fn decisions_continue_after_a_sentinel_failover() {
+    let mut master = tollgate_testkit::RedisServer::start().expect("master starts");
+    let master_port = master.port().to_string();
+    let replica =
+        tollgate_testkit::RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port])
+            .expect("replica starts");
+    let sentinel =
+        tollgate_testkit::RedisSentinel::start("failover", master.port()).expect("sentinel");
+    let mut config = tollgate_store::RedisConfig::standalone("unused");
+    config.url = None;
+    config.sentinel = Some(tollgate_store::SentinelConfig {
+        master: "failover".into(),
+        nodes: vec![sentinel.url()],
+    });
+    config.timeout_ms = 2_000;
+    let store = RedisStore::connect(&config).await.expect("connects");
+    let policy = roomy();
+    // The sentinel must have seen the replica before the master dies.
+    let mut waited = 0;
+    while !tollgate_testkit::cli(sentinel.port(), &["sentinel", "replicas", "failover"])
+        .expect("sentinel answers")
+        .contains(&replica.port().to_string())
+    {
+        waited += 1;
+        assert!(waited < 300, "the sentinel never saw the replica");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    decide_n(&store, &policy, 20)
+        .await
+        .expect("decides on the master");
+    master.kill().expect("SIGKILL the master");
+    // Failures while the sentinel notices and promotes (bounded in count).
+    let mut failures = 0;
+    while let Err(e) = decide_n(&store, &policy, 1).await {
+        failures += 1;
+        assert!(failures < 300, "no decision after the failover: {e}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    decide_n(&store, &policy, 50)
+        .await
+        .expect("decides on the promoted replica");
+    let role = replica.cli(&["role"]).expect("role");
+    assert!(role.starts_with("master"), "{role}");
+}
