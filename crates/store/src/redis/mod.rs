@@ -294,8 +294,14 @@ impl Store for RedisStore {
         &self,
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        let items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
         async move {
+            // One check is a plain decision: batched, and cached when rejected.
+            if items.len() == 1
+                && let Some(item) = items.pop()
+            {
+                return self.decide_one(item).await.map(|d| vec![d]);
+            }
             self.all_or_nothing(&items, At::StoreClock, self.shared.margin_ms)
                 .await
         }
