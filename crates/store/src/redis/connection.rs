@@ -55,6 +55,9 @@ impl Connection {
             )
             .connection_timeout(timeout)
             .response_timeout(timeout)
+            // Retries follow MOVED/ASK and reconnect. A call retried after
+            // its connection dropped may have run already: its cost is then
+            // consumed twice, which never admits more (docs/redis.md).
             .retries(2);
             if let Some(username) = &config.username {
                 builder = builder.username(username);
