@@ -3,6 +3,8 @@
 use serde_json::{Value, json};
 use tollgate_core::{Limits, format_duration_ms};
 
+use tollgate_store::{OnStoreFailure, local_policy};
+
 use crate::config::{CostRule, ServePolicy, StoreSettings};
 
 pub fn policy_json(serve: &ServePolicy) -> Value {
@@ -35,6 +37,7 @@ pub fn policy_json(serve: &ServePolicy) -> Value {
             .map(|p| p.describe())
             .collect::<Vec<_>>()
     );
+    v["on_store_failure"] = failure_json(serve);
     v["cost"] = match &serve.cost {
         CostRule::Constant(c) => json!(c),
         CostRule::Header { name, max, default } => {
@@ -53,5 +56,34 @@ pub fn store_json(store: &StoreSettings) -> Value {
             "prefix": config.prefix,
             "timeout_ms": config.timeout_ms,
         }}),
+    }
+}
+
+/// The failure mode and what it may cost while the shared store is down.
+/// With the memory store nothing is shared, so nothing can degrade.
+fn failure_json(serve: &ServePolicy) -> Value {
+    match serve.on_store_failure {
+        OnStoreFailure::FailOpen => json!({
+            "mode": "fail_open",
+            "while_degraded": "every request is admitted: no limit while the shared store is down",
+        }),
+        OnStoreFailure::FailClosed => json!({
+            "mode": "fail_closed",
+            "while_degraded": "every request is rejected (429) while the shared store is down",
+        }),
+        OnStoreFailure::Local { share_percent } => {
+            let local = local_policy(&serve.policy, share_percent);
+            let per = format_duration_ms(local.limits().window_ms());
+            json!({
+                "mode": "local",
+                "local_share_percent": share_percent,
+                "local_limit": local.limits().limit(),
+                "while_degraded": format!(
+                    "each instance enforces {} per {per} alone: at most instances × {} while the shared store is down",
+                    local.limits().limit(),
+                    local.limits().limit()
+                ),
+            })
+        }
     }
 }

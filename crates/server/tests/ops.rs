@@ -38,7 +38,11 @@ async fn policies_health_and_readiness_are_served() {
             "name": "api", "algorithm": "token_bucket", "limit": 10, "capacity": 10,
             "refill": {"tokens": 1, "per": "1h"},
             "match": {"methods": null, "path_prefix": null, "path": null, "host": null},
-            "identity": ["header:x-tenant"], "cost": 1
+            "identity": ["header:x-tenant"], "cost": 1,
+            "on_store_failure": {
+                "mode": "fail_open",
+                "while_degraded": "every request is admitted: no limit while the shared store is down"
+            }
         }])
     );
     assert_eq!(

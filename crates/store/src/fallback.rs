@@ -171,9 +171,16 @@ impl<S: Store> Guarded<S> {
             .iter()
             .any(|g| g.on_failure == OnStoreFailure::FailClosed);
         if closed {
-            // The request is rejected; no local budget is spent on it.
+            // The request is rejected by the fail-closed policies alone; no
+            // local budget is spent on it.
             return GuardedDecisions {
-                decisions: checks.iter().map(|g| fail_closed(g.check.policy)).collect(),
+                decisions: checks
+                    .iter()
+                    .map(|g| match g.on_failure {
+                        OnStoreFailure::FailClosed => fail_closed(g.check.policy),
+                        _ => fail_open(g.check.policy),
+                    })
+                    .collect(),
                 path: DecisionPath::FailClosed,
                 error: None,
                 store_ms: None,

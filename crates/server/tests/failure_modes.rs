@@ -1,0 +1,290 @@
+//! Failure is a policy: with its Redis paused (SIGSTOP) or killed, each
+//! policy does what it declared, degraded decisions are marked and counted,
+//! the circuit opens and closes, and shared decisions resume exactly.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::TestServer;
+use tollgate_testkit::RedisServer;
+
+fn config(redis_url: &str) -> String {
+    format!(
+        r#"
+server: {{ watch_interval_ms: 0 }}
+store:
+  redis: {{ url: "{redis_url}", timeout: 100ms, rejected_cache: 0 }}
+policies:
+  - name: open
+    algorithm: gcra
+    capacity: 5
+    refill: {{ tokens: 1, per: 1h }}
+  - name: closed
+    algorithm: token_bucket
+    capacity: 5
+    refill: {{ tokens: 1, per: 1h }}
+    on_store_failure: fail_closed
+    match: {{ path_prefix: /login }}
+    identity: [{{ literal: everyone }}]
+  - name: local
+    algorithm: fixed_window
+    limit: 10
+    window: 1h
+    on_store_failure: local
+    local_share_percent: 40
+"#
+    )
+}
+
+async fn metric(server: &TestServer, name: &str) -> Option<f64> {
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Failed store calls, all kinds together.
+async fn store_errors(server: &TestServer) -> f64 {
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .filter(|l| l.starts_with("tollgate_store_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_store_is_answered_by_each_policys_failure_mode_and_recovers_exactly() {
+    let redis = RedisServer::start().expect("redis-server");
+    let server = TestServer::start(&config(&redis.url())).await;
+
+    let (_, healthy) = server.check(r#"{"policy":"open","key":"steady"}"#).await;
+    assert_eq!(healthy["remaining"], 4);
+    assert!(healthy.get("degraded").is_none());
+
+    redis.pause().expect("SIGSTOP");
+    let (_, open) = server.check(r#"{"policy":"open","key":"outage"}"#).await;
+    assert_eq!(
+        open,
+        json!({"allowed": true, "policy": "open", "limit": 5, "remaining": 5, "retry_after_ms": 0, "reset_after_ms": 0, "degraded": true, "path": "fail_open"})
+    );
+    let (_, closed) = server.check(r#"{"policy":"closed","key":"outage"}"#).await;
+    assert_eq!(
+        closed,
+        json!({"allowed": false, "policy": "closed", "limit": 5, "remaining": 0, "retry_after_ms": 1000, "reset_after_ms": 0, "degraded": true, "path": "fail_closed"})
+    );
+    // local: 40% of 10 in this process, then rejected.
+    let mut local = Vec::new();
+    for _ in 0..5 {
+        let (_, d) = server.check(r#"{"policy":"local","key":"outage"}"#).await;
+        assert_eq!(d["path"], "local");
+        local.push((
+            d["allowed"].clone(),
+            d["remaining"].clone(),
+            d["limit"].clone(),
+        ));
+    }
+    assert_eq!(
+        local,
+        vec![
+            (json!(true), json!(3), json!(4)),
+            (json!(true), json!(2), json!(4)),
+            (json!(true), json!(1), json!(4)),
+            (json!(true), json!(0), json!(4)),
+            (json!(false), json!(0), json!(4)),
+        ]
+    );
+    // Five consecutive timeouts opened the circuit: no more store calls.
+    assert_eq!(
+        metric(&server, "tollgate_store_circuit_state").await,
+        Some(1.0)
+    );
+    // Timeouts, or the connection giving up on the stalled server first.
+    let errors = store_errors(&server).await;
+    assert_eq!(errors, 5.0);
+    let r = server
+        .client
+        .get(server.url("/v1/authorize"))
+        .header("x-original-uri", "/login")
+        .send()
+        .await
+        .expect("authorize");
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["tollgate-degraded"], "fail_closed");
+    assert_eq!(r.headers()["retry-after"], "1");
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(
+        body["detail"],
+        "the limiter could not decide: the shared store is unavailable (its circuit is open), and a matching policy fails closed"
+    );
+    assert_eq!(body["violated-policies"], json!(["closed"]));
+    assert_eq!(
+        store_errors(&server).await,
+        errors,
+        "an open circuit skips the store"
+    );
+    assert_eq!(
+        metric(
+            &server,
+            r#"tollgate_degraded_decisions_total{path="local",outcome="allowed"}"#
+        )
+        .await,
+        Some(4.0)
+    );
+    assert_eq!(
+        metric(
+            &server,
+            r#"tollgate_degraded_decisions_total{path="local",outcome="rejected"}"#
+        )
+        .await,
+        Some(1.0)
+    );
+
+    redis.resume().expect("SIGCONT");
+    // After the cool-down, one probe goes through and closes the circuit.
+    server.clock.advance(1_000);
+    let (_, resumed) = server.check(r#"{"policy":"open","key":"steady"}"#).await;
+    // Redis decides on its own clock, so the reset has moved on by the real
+    // time the test took; everything else is exact.
+    assert_eq!(resumed["allowed"], true);
+    assert_eq!(
+        resumed["remaining"], 3,
+        "the shared state from before the outage is intact"
+    );
+    assert!(resumed.get("degraded").is_none());
+    let reset = resumed["reset_after_ms"].as_u64().expect("reset");
+    assert!((7_000_000..=7_200_000).contains(&reset), "{reset}");
+    assert_eq!(
+        metric(&server, "tollgate_store_circuit_state").await,
+        Some(0.0)
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_store_falls_back_and_a_restarted_empty_one_decides_exactly() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let server = TestServer::start(&config(&redis.url())).await;
+    assert_eq!(
+        server.check(r#"{"policy":"open","key":"k"}"#).await.1["remaining"],
+        4
+    );
+    redis.kill().expect("SIGKILL");
+    for _ in 0..6 {
+        let (status, d) = server.check(r#"{"policy":"open","key":"k"}"#).await;
+        assert_eq!(status, 200);
+        assert_eq!(d["path"], "fail_open");
+    }
+    let (_, d) = server.check(r#"{"policy":"closed","key":"k"}"#).await;
+    assert_eq!(d["path"], "fail_closed");
+    redis.restart().expect("restart on the same port");
+    // Probe until the reconnect succeeds (each probe follows a cool-down).
+    let mut recovered = None;
+    for _ in 0..50 {
+        server.clock.advance(1_000);
+        let (_, d) = server.check(r#"{"policy":"open","key":"fresh"}"#).await;
+        if d.get("degraded").is_none() {
+            recovered = Some(d);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d = recovered.expect("the store came back");
+    assert_eq!(
+        d["remaining"], 4,
+        "a restarted, empty Redis starts the key full"
+    );
+    let (_, d) = server.check(r#"{"policy":"open","key":"fresh"}"#).await;
+    assert_eq!(d["remaining"], 3);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_change_while_the_store_is_down_applies_to_the_local_budget() {
+    let redis = RedisServer::start().expect("redis-server");
+    let text = config(&redis.url());
+    let server = TestServer::start(&text).await;
+    redis.pause().expect("SIGSTOP");
+    std::fs::write(
+        &server.config_path,
+        text.replace("local_share_percent: 40", "local_share_percent: 20"),
+    )
+    .expect("write");
+    server.app.reload().expect("a reload needs no store");
+    let (_, d) = server.check(r#"{"policy":"local","key":"r"}"#).await;
+    assert_eq!(d["path"], "local");
+    assert_eq!(d["limit"], 2);
+    assert_eq!(d["remaining"], 1);
+    redis.resume().expect("SIGCONT");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_requests_during_an_outage_are_all_answered_and_leave_no_tasks() {
+    let redis = RedisServer::start().expect("redis-server");
+    let server = std::sync::Arc::new(TestServer::start(&config(&redis.url())).await);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    server.check(r#"{"policy":"open","key":"warm"}"#).await;
+    let baseline = metrics.num_alive_tasks();
+    redis.pause().expect("SIGSTOP");
+    // A client of its own, so its connections close when it is dropped.
+    let burst = reqwest::Client::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000 {
+        let (client, url) = (burst.clone(), server.url("/v1/check"));
+        tasks.spawn(async move {
+            let r = client
+                .post(url)
+                .body(format!(r#"{{"policy":"open","key":"k{i}"}}"#))
+                .send()
+                .await
+                .expect("request");
+            let status = r.status().as_u16();
+            let d: serde_json::Value = r.json().await.expect("json");
+            (status, d["path"].as_str().map(str::to_owned))
+        });
+    }
+    let mut answered = 0;
+    while let Some(result) = tasks.join_next().await {
+        let (status, path) = result.expect("task");
+        assert_eq!(status, 200);
+        assert_eq!(path.as_deref(), Some("fail_open"));
+        answered += 1;
+    }
+    assert_eq!(answered, 1000);
+    drop(burst);
+    redis.resume().expect("SIGCONT");
+    // Once the burst's connections close, no task it caused is left.
+    let mut alive = metrics.num_alive_tasks();
+    for _ in 0..100 {
+        if alive <= baseline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        alive = metrics.num_alive_tasks();
+    }
+    assert!(
+        alive <= baseline,
+        "tasks alive: {alive}, before the outage: {baseline}"
+    );
+    let server = std::sync::Arc::into_inner(server).expect("sole owner");
+    server.stop().await;
+}
