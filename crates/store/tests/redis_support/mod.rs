@@ -119,7 +119,7 @@ impl Topology {
 
     pub async fn store_with(&self, mut config: RedisConfig) -> RedisStore {
         // Generous: two cores are shared with builds and other tests.
-        config.timeout_ms = 5_000;
+        config.timeout_ms = 10_000;
         RedisStore::connect(&config).await.expect("connects")
     }
 
