@@ -48,23 +48,72 @@ impl Default for MemoryStoreConfig {
 /// How many slots a full shard inspects to pick one to evict.
 const EVICTION_SAMPLE: usize = 16;
 
+/// Bits at the top of a hash that hashbrown keeps in a slot's control byte.
+const TAG_BITS: u32 = 7;
+
+/// Aligned to a cache line, so a slot spans exactly two lines.
+#[repr(align(64))]
 struct Slot {
     hash: u64,
     policy: Arc<str>,
     algorithm: Algorithm,
-    identity: Box<[u8]>,
+    identity: IdentityBytes,
     /// Always `Some` while stored; an `Option` so the core decides in place.
     state: Option<State>,
     /// When the state is back to full or empty: forgetting it is unobservable.
     expires_at_ms: u64,
 }
 
+// Two cache lines per key. Should a state grow past this, shrink
+// INLINE_IDENTITY or accept a third line knowingly.
+const _: () = assert!(
+    std::mem::size_of::<Slot>() <= 128,
+    "a memory store slot outgrew two cache lines"
+);
+
 impl Slot {
     fn is(&self, hash: u64, check: &Check<'_>) -> bool {
         self.hash == hash
             && self.algorithm == check.policy.algorithm()
-            && *self.policy == *check.policy.name()
-            && *self.identity == *check.identity.as_bytes()
+            // A policy's name is shared, so the pointer almost always answers.
+            && (Arc::ptr_eq(&self.policy, check.policy.name_arc())
+                || *self.policy == *check.policy.name())
+            && self.identity.as_bytes() == check.identity.as_bytes()
+    }
+}
+
+/// Identities up to this many encoded bytes are kept inside the slot.
+const INLINE_IDENTITY: usize = 22;
+
+/// An identity's encoded bytes, inside the slot when short (user ids, IPv4
+/// addresses, tenant names): the lookup that finds the slot then has them,
+/// with no further memory read to compare them, and storing them allocates
+/// nothing. Longer identities live on the heap.
+enum IdentityBytes {
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_IDENTITY],
+    },
+    Heap(Box<[u8]>),
+}
+
+impl IdentityBytes {
+    fn new(identity: &[u8]) -> Self {
+        match u8::try_from(identity.len()) {
+            Ok(len) if identity.len() <= INLINE_IDENTITY => {
+                let mut bytes = [0; INLINE_IDENTITY];
+                bytes[..identity.len()].copy_from_slice(identity);
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(identity.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Heap(bytes) => bytes,
+        }
     }
 }
 
@@ -260,8 +309,11 @@ impl MemoryStore {
     }
 
     fn shard_index(&self, hash: u64) -> usize {
-        // High bits pick the shard; the table uses the low bits.
-        (hash >> (64 - self.shard_bits.max(1))) as usize & (self.shards.len() - 1)
+        // The table places a slot by the low bits and tags it with the top 7
+        // (hashbrown's control byte); the shard takes the bits just below the
+        // tag. Were it to take the tag's bits, every slot of a shard would
+        // share one tag and each probe would compare every slot it passes.
+        ((hash << TAG_BITS) >> (64 - self.shard_bits.max(1))) as usize & (self.shards.len() - 1)
     }
 
     fn shard(&self, hash: u64) -> &Shard {
@@ -289,7 +341,7 @@ impl MemoryStore {
                 hash,
                 policy: Arc::clone(check.policy.name_arc()),
                 algorithm: check.policy.algorithm(),
-                identity: check.identity.as_bytes().into(),
+                identity: IdentityBytes::new(check.identity.as_bytes()),
                 state,
                 expires_at_ms,
             },
