@@ -1131,5 +1131,8 @@ descriptors:
         .await;
     assert_eq!(r.overall_code, OVER);
     let m = rls.metrics();
-    assert_eq!(metric(&m, "tollgate_rls_requests_total{code=\"unavailable\"}"), 2);
+    assert_eq!(
+        metric(&m, "tollgate_rls_requests_total{code=\"unavailable\"}"),
+        2
+    );
 }
