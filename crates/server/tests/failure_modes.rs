@@ -38,8 +38,8 @@ policies:
     )
 }
 
-async fn metric(server: &TestServer, name: &str) -> Option<f64> {
-    let text = server
+async fn metrics_text(server: &TestServer) -> String {
+    server
         .client
         .get(server.url("/metrics"))
         .send()
@@ -47,8 +47,13 @@ async fn metric(server: &TestServer, name: &str) -> Option<f64> {
         .expect("metrics")
         .text()
         .await
-        .expect("text");
-    text.lines()
+        .expect("text")
+}
+
+async fn metric(server: &TestServer, name: &str) -> Option<f64> {
+    metrics_text(server)
+        .await
+        .lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
@@ -56,16 +61,9 @@ async fn metric(server: &TestServer, name: &str) -> Option<f64> {
 
 /// Failed store calls, all kinds together.
 async fn store_errors(server: &TestServer) -> f64 {
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
+    metrics_text(server)
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
+        .lines()
         .filter(|l| l.starts_with("tollgate_store_errors_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
