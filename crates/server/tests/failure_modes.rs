@@ -195,22 +195,24 @@ async fn a_killed_store_falls_back_and_a_restarted_empty_one_decides_exactly() {
     assert_eq!(d["path"], "fail_closed");
     redis.restart().expect("restart on the same port");
     // Probe until the reconnect succeeds (each probe follows a cool-down).
+    // A key per attempt: a probe that timed out may still have been applied.
     let mut recovered = None;
-    for _ in 0..50 {
+    for attempt in 0..50 {
         server.clock.advance(1_000);
-        let (_, d) = server.check(r#"{"policy":"open","key":"fresh"}"#).await;
+        let body = format!(r#"{{"policy":"open","key":"fresh-{attempt}"}}"#);
+        let (_, d) = server.check(&body).await;
         if d.get("degraded").is_none() {
-            recovered = Some(d);
+            recovered = Some((body, d));
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let d = recovered.expect("the store came back");
+    let (body, d) = recovered.expect("the store came back");
     assert_eq!(
         d["remaining"], 4,
         "a restarted, empty Redis starts the key full"
     );
-    let (_, d) = server.check(r#"{"policy":"open","key":"fresh"}"#).await;
+    let (_, d) = server.check(&body).await;
     assert_eq!(d["remaining"], 3);
     server.stop().await;
 }
@@ -284,5 +286,98 @@ async fn many_concurrent_requests_during_an_outage_are_all_answered_and_leave_no
         "tasks alive: {alive}, before the outage: {baseline}"
     );
     let server = std::sync::Arc::into_inner(server).expect("sole owner");
+    server.stop().await;
+}
+
+const EXACT: &str = r#"
+  - name: exact
+    algorithm: token_bucket
+    capacity: 20
+    refill: { tokens: 1, per: 1h }
+    on_store_failure: fail_closed
+"#;
+
+/// `count` sequential-in-batches /v1/check calls on one key; returns
+/// (admitted, degraded).
+async fn spend(server: &TestServer, count: usize) -> (usize, usize) {
+    let (mut admitted, mut degraded) = (0, 0);
+    for _ in 0..count / 10 {
+        let mut batch = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let (client, url) = (server.client.clone(), server.url("/v1/check"));
+            batch.spawn(async move {
+                let r = client
+                    .post(url)
+                    .body(r#"{"policy":"exact","key":"k"}"#)
+                    .send()
+                    .await
+                    .expect("request");
+                let d: serde_json::Value = r.json().await.expect("json");
+                (d["allowed"] == true, d.get("degraded").is_some())
+            });
+        }
+        while let Some(r) = batch.join_next().await {
+            let (ok, deg) = r.expect("task");
+            admitted += usize::from(ok);
+            degraded += usize::from(deg);
+        }
+    }
+    (admitted, degraded)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_store_within_the_timeout_still_decides_exactly() {
+    let redis = RedisServer::start().expect("redis-server");
+    let text = config(&redis.url()).replace("timeout: 100ms", "timeout: 5s") + EXACT;
+    let server = TestServer::start(&text).await;
+    // Another client keeps the server busy 100 ms at a time.
+    let port = redis.port();
+    let slow = std::thread::spawn(move || {
+        for _ in 0..10 {
+            let _ = tollgate_testkit::cli(port, &["DEBUG", "SLEEP", "0.1"]);
+        }
+    });
+    let (admitted, degraded) = spend(&server, 100).await;
+    slow.join().expect("slow client");
+    assert_eq!((admitted, degraded), (20, 0));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_dropped_mid_traffic_never_over_admit_a_fail_closed_policy() {
+    let redis = RedisServer::start().expect("redis-server");
+    let text = config(&redis.url()) + EXACT;
+    let server = TestServer::start(&text).await;
+    let port = redis.port();
+    let killer = std::thread::spawn(move || {
+        for _ in 0..20 {
+            let _ =
+                tollgate_testkit::cli(port, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let (admitted, _) = spend(&server, 100).await;
+    killer.join().expect("killer");
+    assert!(admitted <= 20, "admitted {admitted} of a capacity of 20");
+    // Once the connection is back, the shared bucket is exactly where the
+    // store says: never more than the capacity in all.
+    server.clock.advance(2_000);
+    let mut shared_left = None;
+    for _ in 0..50 {
+        let (_, d) = server
+            .check(r#"{"policy":"exact","key":"k","cost":0}"#)
+            .await;
+        if d.get("degraded").is_none() {
+            shared_left = d["remaining"].as_u64();
+            break;
+        }
+        server.clock.advance(1_000);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = shared_left.expect("the store came back");
+    assert!(
+        admitted as u64 + left <= 20,
+        "admitted {admitted}, {left} left"
+    );
     server.stop().await;
 }
