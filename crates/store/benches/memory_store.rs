@@ -11,8 +11,9 @@
 //!   decisions of each thread (0.5 ms per decision), so tollgate and governor
 //!   see the same times and, single-threaded, make the same decisions (checked
 //!   at start-up): `tollgate_gcra`, `tollgate_token_bucket`,
-//!   `tollgate_fixed_window`, `governor_gcra`; and `tollgate_gcra_async`, the
-//!   same store through the async `Store::decide`.
+//!   `tollgate_fixed_window`, `governor_gcra` (its default SipHash), and
+//!   `governor_gcra_foldhash` (given the hasher tollgate uses); and
+//!   `tollgate_gcra_async`, the same store through the async `Store::decide`.
 //! - production clock — each contender reads its own clock, as deployed:
 //!   `tollgate_gcra_system_clock` and `tollgate_fixed_window_system_clock`
 //!   (`SystemClock`), `governor_gcra_quanta_clock` (its default clock),
@@ -28,6 +29,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::pin::pin;
@@ -162,18 +164,23 @@ fn governor_quota() -> Quota {
         .allow_burst(NonZeroU32::new(CAPACITY).expect("100 is not zero"))
 }
 
-struct GovernorKeyed<C: GovernorClock> {
-    limiter: Governor<String, DashMapStateStore<String>, C, NoOpMiddleware<C::Instant>>,
+struct GovernorKeyed<C: GovernorClock, S: BuildHasher + Clone = RandomState> {
+    limiter: Governor<String, DashMapStateStore<String, S>, C, NoOpMiddleware<C::Instant>>,
     keys: Vec<String>,
     clock: Option<FakeRelativeClock>,
 }
 
-impl GovernorKeyed<FakeRelativeClock> {
+impl<S: BuildHasher + Clone + Default> GovernorKeyed<FakeRelativeClock, S> {
     fn simulated(keys: usize) -> Self {
         let clock = FakeRelativeClock::default();
         clock.advance(Duration::from_millis(START_MS));
+        let hasher = S::default();
         Self {
-            limiter: Governor::dashmap_with_clock(governor_quota(), clock.clone()),
+            limiter: Governor::dashmap_with_clock_and_hasher(
+                governor_quota(),
+                clock.clone(),
+                hasher,
+            ),
             keys: (0..keys).map(key_name).collect(),
             clock: Some(clock),
         }
@@ -191,7 +198,7 @@ impl GovernorKeyed<DefaultClock> {
     }
 }
 
-impl<C: GovernorClock + Sync> Contender for GovernorKeyed<C>
+impl<C: GovernorClock + Sync, S: BuildHasher + Clone + Sync> Contender for GovernorKeyed<C, S>
 where
     C::Instant: Sync,
 {
@@ -405,7 +412,7 @@ fn bench<C: Contender>(
 /// the same decisions: the quotas are equivalent, and the workload is the same.
 fn check_equivalent_quotas() {
     let tollgate = Tollgate::simulated(Limits::Gcra(gcra_rate()), 1);
-    let governor = GovernorKeyed::simulated(1);
+    let governor = GovernorKeyed::<_, RandomState>::simulated(1);
     let mut picker = KeyPicker::new(0, 1);
     for i in 0..100_000u64 {
         let index = picker.next();
@@ -441,7 +448,10 @@ fn memory_store(c: &mut Criterion) {
         bench(g, workload, "tollgate_token_bucket", build);
         let build = |k| Tollgate::simulated(fixed_window, k);
         bench(g, workload, "tollgate_fixed_window", build);
-        bench(g, workload, "governor_gcra", GovernorKeyed::simulated);
+        let build = GovernorKeyed::<_, RandomState>::simulated;
+        bench(g, workload, "governor_gcra", build);
+        let build = GovernorKeyed::<_, foldhash::quality::RandomState>::simulated;
+        bench(g, workload, "governor_gcra_foldhash", build);
         let build = |k| Tollgate::system_clock(gcra, k);
         bench(g, workload, "tollgate_gcra_system_clock", build);
         let build = |k| Tollgate::system_clock(fixed_window, k);
