@@ -15,7 +15,7 @@ fn config(redis_url: &str) -> String {
         r#"
 server: {{ watch_interval_ms: 0 }}
 store:
-  redis: {{ url: "{redis_url}", timeout: 100ms, rejected_cache: 0 }}
+  redis: {{ url: "{redis_url}", timeout: 300ms, rejected_cache: 0 }}
 policies:
   - name: open
     algorithm: gcra
@@ -328,7 +328,7 @@ async fn spend(server: &TestServer, count: usize) -> (usize, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_store_within_the_timeout_still_decides_exactly() {
     let redis = RedisServer::start().expect("redis-server");
-    let text = config(&redis.url()).replace("timeout: 100ms", "timeout: 5s") + EXACT;
+    let text = config(&redis.url()).replace("timeout: 300ms", "timeout: 5s") + EXACT;
     let server = TestServer::start(&text).await;
     // Another client keeps the server busy 100 ms at a time.
     let port = redis.port();
