@@ -81,52 +81,25 @@ impl Limits {
         intent: Intent,
     ) -> Decision {
         let consume = intent == Intent::Consume;
+        // Each arm: take this algorithm's state (another algorithm's is
+        // treated as absent), decide, and put the new state back.
+        macro_rules! run {
+            ($variant:ident, $module:ident, $params:expr) => {{
+                let mut slot = match state.take() {
+                    Some(State::$variant(s)) => Some(s),
+                    _ => None,
+                };
+                let decision = $module::decide($params, &mut slot, now_ms, cost, consume);
+                *state = slot.map(State::$variant);
+                decision
+            }};
+        }
         match self {
-            Limits::TokenBucket(rate) => {
-                let mut slot = match state.take() {
-                    Some(State::TokenBucket(s)) => Some(s),
-                    _ => None,
-                };
-                let d = token_bucket::decide(rate, &mut slot, now_ms, cost, consume);
-                *state = slot.map(State::TokenBucket);
-                d
-            }
-            Limits::Gcra(rate) => {
-                let mut slot = match state.take() {
-                    Some(State::Gcra(s)) => Some(s),
-                    _ => None,
-                };
-                let d = gcra::decide(rate, &mut slot, now_ms, cost, consume);
-                *state = slot.map(State::Gcra);
-                d
-            }
-            Limits::FixedWindow(window) => {
-                let mut slot = match state.take() {
-                    Some(State::FixedWindow(s)) => Some(s),
-                    _ => None,
-                };
-                let d = fixed_window::decide(window, &mut slot, now_ms, cost, consume);
-                *state = slot.map(State::FixedWindow);
-                d
-            }
-            Limits::SlidingWindow(window) => {
-                let mut slot = match state.take() {
-                    Some(State::SlidingWindow(s)) => Some(s),
-                    _ => None,
-                };
-                let d = sliding_window::decide(window, &mut slot, now_ms, cost, consume);
-                *state = slot.map(State::SlidingWindow);
-                d
-            }
-            Limits::SlidingLog(window) => {
-                let mut slot = match state.take() {
-                    Some(State::SlidingLog(s)) => Some(s),
-                    _ => None,
-                };
-                let d = sliding_log::decide(window, &mut slot, now_ms, cost, consume);
-                *state = slot.map(State::SlidingLog);
-                d
-            }
+            Limits::TokenBucket(rate) => run!(TokenBucket, token_bucket, rate),
+            Limits::Gcra(rate) => run!(Gcra, gcra, rate),
+            Limits::FixedWindow(window) => run!(FixedWindow, fixed_window, window),
+            Limits::SlidingWindow(window) => run!(SlidingWindow, sliding_window, window),
+            Limits::SlidingLog(window) => run!(SlidingLog, sliding_log, window),
         }
     }
 }
