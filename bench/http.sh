@@ -2,7 +2,9 @@
 # Load harness for the HTTP API: decisions/s and latency percentiles for
 # /v1/check and /v1/authorize on one hot key and on 100,000 keys, beside a
 # baseline measured in the same run (a plain axum handler that parses the
-# same JSON and updates one map entry: crates/server/examples/plain_axum.rs).
+# same JSON and updates one map entry: crates/server/examples/plain_axum.rs)
+# and the same on hyper with one runtime per core (plain_hyper.rs: the ceiling
+# of tollgate's serving architecture here).
 #
 #   bash bench/http.sh            # defaults: wrk -t2 -c64 -d10s
 #   DURATION=30s CONNECTIONS=128 bash bench/http.sh
@@ -12,7 +14,7 @@ command -v wrk >/dev/null || { echo "bench/http.sh needs wrk: apt-get install -y
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-64}
-cargo build --release -q -p tollgate --bin tollgate --example plain_axum
+cargo build --release -q -p tollgate --bin tollgate --example plain_axum --example plain_hyper
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -43,10 +45,12 @@ run() { # run NAME URL SCRIPT KEYS
 
 tollgate=$(start ./target/release/tollgate serve --config bench/bench.yaml --listen 127.0.0.1:0)
 plain=$(start ./target/release/examples/plain_axum)
+hyper=$(start ./target/release/examples/plain_hyper)
 
 echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $(nproc) cores (load generator on the same machine)"
 printf '%-34s %12s %10s %10s\n' workload "requests/s" p50 p99
 run "baseline plain axum, 100k keys" "$plain" check.lua 100000
+run "baseline plain hyper/core, 100k keys" "$hyper" check.lua 100000
 run "/v1/check, 100k keys" "$tollgate" check.lua 100000
 run "/v1/check, 1 hot key" "$tollgate" check.lua 1
 run "/v1/authorize, 100k keys" "$tollgate" authorize.lua 100000

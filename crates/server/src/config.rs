@@ -78,7 +78,14 @@ pub struct ServerSettings {
     /// Whether `ShouldRateLimit` answers carry the RateLimit fields (and
     /// `Retry-After`) for Envoy to add to its response.
     pub grpc_response_headers: bool,
+    /// HTTP worker threads, each with its own runtime (0: one per core).
+    pub http_workers: usize,
+    /// Open HTTP connections beyond which new ones are closed at once.
+    pub max_connections: usize,
 }
+
+/// More HTTP workers than this is a typo, not a machine.
+const MAX_HTTP_WORKERS: usize = 1024;
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -93,6 +100,8 @@ impl Default for ServerSettings {
             watch_interval_ms: 1000,
             grpc_listen: None,
             grpc_response_headers: false,
+            http_workers: 0,
+            max_connections: 16_384,
         }
     }
 }
@@ -272,6 +281,17 @@ impl ServeConfig {
             Some(v) => serde_json::from_value(v.clone())
                 .map_err(|e| ConfigError::Document(format!("server: {e}")))?,
         };
+        if server.http_workers > MAX_HTTP_WORKERS {
+            return Err(ConfigError::Document(format!(
+                "server: http_workers {} is more than {MAX_HTTP_WORKERS}",
+                server.http_workers
+            )));
+        }
+        if server.max_connections == 0 {
+            return Err(ConfigError::Document(
+                "server: max_connections must be positive".into(),
+            ));
+        }
         if !(400..=599).contains(&server.deny_status) {
             return Err(ConfigError::Document(format!(
                 "server: deny_status {} is not an HTTP error status (400-599)",

@@ -10,9 +10,11 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Body as HttpBody;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 use tollgate_core::{Decision, Identity};
@@ -24,6 +26,7 @@ use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
 use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
 
 pub fn router(app: Arc<App>) -> Router {
+    // The same methods as AUTHORIZE_METHODS.
     let authorize_any = get(authorize)
         .post(authorize)
         .put(authorize)
@@ -151,7 +154,14 @@ impl KeyJson<'_> {
     }
 }
 
-async fn read_body(req: Request, limit: usize) -> Result<Bytes, Problem> {
+/// Errors a request body may fail with.
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn read_body<B>(req: http::Request<B>, limit: usize) -> Result<Bytes, Problem>
+where
+    B: HttpBody,
+    B::Error: Into<BodyError>,
+{
     let too_large = || Problem::too_large(format!("request body is larger than {limit} bytes"));
     let declared = req
         .headers()
@@ -161,9 +171,13 @@ async fn read_body(req: Request, limit: usize) -> Result<Bytes, Problem> {
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(req.into_body(), limit)
-        .await
-        .map_err(|_| too_large())
+    match Limited::new(req.into_body(), limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(Problem::bad_request(format!(
+            "cannot read the request body: {e}"
+        ))),
+    }
 }
 
 fn json_fault(e: &serde_json::Error) -> Problem {
@@ -174,6 +188,15 @@ fn json_fault(e: &serde_json::Error) -> Problem {
 }
 
 async fn check(State(app): State<Arc<App>>, req: Request) -> Response {
+    check_request(&app, req).await
+}
+
+/// `POST /v1/check`, for the router and for the workers' direct path.
+pub(crate) async fn check_request<B>(app: &App, req: http::Request<B>) -> Response
+where
+    B: HttpBody,
+    B::Error: Into<BodyError>,
+{
     let started = Instant::now();
     let settings = &app.runtime.load().config.server;
     let (limit, max_key, max_checks) = (
@@ -183,11 +206,11 @@ async fn check(State(app): State<Arc<App>>, req: Request) -> Response {
     );
     let body = match read_body(req, limit).await {
         Ok(b) => b,
-        Err(p) => return refuse(&app, p),
+        Err(p) => return refuse(app, p),
     };
     let parsed: CheckBody<'_> = match serde_json::from_slice(&body) {
         Ok(b) => b,
-        Err(e) => return refuse(&app, json_fault(&e)),
+        Err(e) => return refuse(app, json_fault(&e)),
     };
     let response = match parsed {
         CheckBody {
@@ -195,13 +218,13 @@ async fn check(State(app): State<Arc<App>>, req: Request) -> Response {
             policy: None,
             key: None,
             cost: None,
-        } => check_batch(&app, &items, max_key, max_checks).await,
+        } => check_batch(app, &items, max_key, max_checks).await,
         CheckBody {
             checks: None,
             policy: Some(policy),
             key: Some(key),
             cost,
-        } => check_one(&app, &policy, &key, cost.unwrap_or(1), max_key).await,
+        } => check_one(app, &policy, &key, cost.unwrap_or(1), max_key).await,
         CheckBody {
             checks: Some(_), ..
         } => Err(Problem::unprocessable(
@@ -217,7 +240,7 @@ async fn check(State(app): State<Arc<App>>, req: Request) -> Response {
                 .observe(started.elapsed().as_secs_f64());
             r
         }
-        Err(p) => refuse(&app, p),
+        Err(p) => refuse(app, p),
     }
 }
 
@@ -395,10 +418,37 @@ fn json_response(body: String) -> Response {
 
 const AUTHORIZE: &str = "/v1/authorize";
 
+/// The methods `/v1/authorize` takes: whatever the original request used.
+const AUTHORIZE_METHODS: [Method; 7] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::PATCH,
+    Method::HEAD,
+    Method::OPTIONS,
+];
+
+/// Whether the router would send this request to `authorize`.
+pub(crate) fn is_authorize(method: &Method, path: &str) -> bool {
+    path.strip_prefix(AUTHORIZE)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        && AUTHORIZE_METHODS.contains(method)
+}
+
 async fn authorize(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
+) -> Response {
+    authorize_request(&app, peer, req).await
+}
+
+/// `/v1/authorize`, for the router and for the workers' direct path.
+pub(crate) async fn authorize_request<B>(
+    app: &App,
+    peer: SocketAddr,
+    req: http::Request<B>,
 ) -> Response {
     let started = Instant::now();
     let runtime = app.runtime.load();
@@ -438,7 +488,7 @@ async fn authorize(
                 // auth_request drops the body; nginx relays the fault from this header.
                 let problem = Problem::bad_request(detail);
                 let copy = HeaderValue::from_bytes(problem.body().as_bytes());
-                let mut response = refuse(&app, problem);
+                let mut response = refuse(app, problem);
                 if let Ok(v) = copy {
                     response
                         .headers_mut()
@@ -455,7 +505,7 @@ async fn authorize(
         .iter()
         .map(|(live, identity, cost)| live.guarded(identity, *cost))
         .collect();
-    let decided = decide(&app, &checks).await;
+    let decided = decide(app, &checks).await;
     let decisions = decided.decisions.as_slice();
     app.metrics
         .decision_seconds

@@ -19,3 +19,4 @@ pub mod request;
 pub mod response;
 pub mod rls;
 pub mod serve;
+pub mod workers;

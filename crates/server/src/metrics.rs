@@ -44,6 +44,8 @@ pub struct Metrics {
     pub store_errors: Family<ErrorLabels, Counter>,
     pub circuit_state: Gauge,
     pub degraded: Family<DegradedLabels, Counter>,
+    /// Connections closed on arrival because `server.max_connections` were open.
+    pub refused_connections: Counter,
     /// Envoy's rate limit service (gRPC).
     pub rls: RlsMetrics,
 }
@@ -125,8 +127,15 @@ impl Metrics {
             "Requests decided without the shared store, by path (fail_open, fail_closed, local) and outcome",
             degraded.clone(),
         );
+        let refused_connections = Counter::default();
+        registry.register(
+            "refused_connections",
+            "HTTP connections closed on arrival because server.max_connections were open",
+            refused_connections.clone(),
+        );
         let rls = RlsMetrics::register(&mut registry);
         Self {
+            refused_connections,
             rls,
             registry,
             store_seconds,

@@ -15,7 +15,7 @@ use tollgate_core::SystemClock;
 
 use crate::app::App;
 use crate::config::ServeConfig;
-use crate::http::router;
+use crate::workers::serve_http;
 
 /// How often idle keys are swept from the memory store.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -121,13 +121,7 @@ pub async fn serve_app(
             sweeper.store.sweep();
         }
     });
-    let served = axum::serve(
-        listener,
-        router(app).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
-    .map_err(|e| format!("server error: {e}"));
+    let served = serve_http(app, listener, shutdown).await;
     upkeep.abort_all();
     served
 }

@@ -48,19 +48,29 @@ async fn run(server: &RedisServer, decisions: u64) {
     let client = redis::Client::open(server.url()).expect("a client");
     let manager = ConnectionManager::new(client).await.expect("connects");
     let scripts = [
-        ("token_bucket", lua_source::TOKEN_BUCKET, ["20", "1", "200"]),
-        ("gcra", lua_source::GCRA, ["20", "1", "200"]),
+        // Parameters, then the scale field: gcra's tag 0 writes the
+        // integer form, as a store whose registry gave that tag does.
+        (
+            "token_bucket",
+            lua_source::TOKEN_BUCKET,
+            ["20", "1", "200", ""],
+        ),
+        ("gcra", lua_source::GCRA, ["20", "1", "200", "0"]),
         (
             "fixed_window",
             lua_source::FIXED_WINDOW,
-            ["100", "1000", "0"],
+            ["100", "1000", "0", ""],
         ),
         (
             "sliding_window",
             lua_source::SLIDING_WINDOW,
-            ["100", "1000", "0"],
+            ["100", "1000", "0", ""],
         ),
-        ("sliding_log", lua_source::SLIDING_LOG, ["100", "1000", "0"]),
+        (
+            "sliding_log",
+            lua_source::SLIDING_LOG,
+            ["100", "1000", "0", ""],
+        ),
     ];
     let mut shas = Vec::new();
     for (name, body, _) in &scripts {
@@ -149,6 +159,7 @@ async fn run(server: &RedisServer, decisions: u64) {
             "20",
             "1",
             "200",
+            "0",
         ],
     );
     println!(
@@ -221,6 +232,7 @@ async fn one_evalsha_per_decision(
                     .arg(20)
                     .arg(1)
                     .arg(200)
+                    .arg(0)
                     .query_async(&mut manager)
                     .await
                     .expect("EVALSHA");

@@ -7,9 +7,16 @@
 --
 -- ARGV[1]  the time in ms, or "" to read the store's own clock (TIME)
 -- ARGV[2]  TTL margin in ms: a key lives `reset_after_ms + margin`
--- then five fields per key: algorithm, cost, and three parameters
+-- then six fields per key: algorithm, cost, three parameters and a scale
 --   token_bucket, gcra:                      capacity C, n, p
 --   fixed_window, sliding_window, sliding_log: limit L, window W, 0
+--   the scale (gcra only, else ""): "" or the tag the policy's scale
+--   registry gave the current scale, then ";tag:C:n:p" for each older
+--   scale the caller resolved (see gcra.lua).
+-- A gcra state written under a tag the call cannot resolve stops the call
+-- before anything is written, with the error
+--   TOLLGATESCALE <key index from 0>:<tag> ...
+-- and the caller calls again with those scales resolved.
 -- Each script returns four integers per key:
 --   allowed (1/0), remaining, retry_after_ms (-1 for null), reset_after_ms.
 
@@ -91,6 +98,74 @@ local function read_now()
   end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + idiv(tonumber(t[2]), 1000)
+end
+
+local FIELDS = 6
+
+-- The sixth field, parsed once per call for each distinct text: the
+-- current tag (nil: none registered) and the older scales by tag.
+local SCALES = {}
+local function scales(text)
+  local known = SCALES[text]
+  if known then
+    return known[1], known[2]
+  end
+  local current, rest = string.match(text, '^(%d*)(.*)$')
+  local older = {}
+  for t, c, n, p in string.gmatch(rest, ';(%d+):(%d+):(%d+):(%d+)') do
+    older[tonumber(t)] = { tonumber(c), tonumber(n), tonumber(p) }
+  end
+  SCALES[text] = { tonumber(current), older }
+  return tonumber(current), older
+end
+
+-- The tag of a gcra state in the integer form, else nil.
+local function state_tag(state)
+  if not state or string.find(state, ':', 1, true) then
+    return nil
+  end
+  return tonumber(string.sub(state, -3))
+end
+
+-- Reads every key once. Stops the call (before any write) when a gcra
+-- item could meet a state in a scale it was not told: the one stored, or
+-- one that another item of this call writes to the same key.
+local function read_states(first)
+  local states, tags = {}, {}
+  for i = 1, #KEYS do
+    local key = KEYS[i]
+    if states[key] == nil then
+      states[key] = redis.call('GET', key)
+      tags[key] = {}
+      local stored = state_tag(states[key])
+      if stored then
+        tags[key][stored] = true
+      end
+    end
+    local at = first + (i - 1) * FIELDS
+    if ARGV[at] == 'gcra' then
+      local current = scales(ARGV[at + 5])
+      if current then
+        tags[key][current] = true
+      end
+    end
+  end
+  local missing = {}
+  for i = 1, #KEYS do
+    local at = first + (i - 1) * FIELDS
+    if ARGV[at] == 'gcra' then
+      local current, older = scales(ARGV[at + 5])
+      for tag in pairs(tags[KEYS[i]]) do
+        if tag ~= current and not older[tag] then
+          missing[#missing + 1] = int(i - 1) .. ':' .. int(tag)
+        end
+      end
+    end
+  end
+  if #missing > 0 then
+    return nil, redis.error_reply('TOLLGATESCALE ' .. table.concat(missing, ' '))
+  end
+  return states
 end
 
 local function bad_state(key)

@@ -4,7 +4,7 @@
 --   probe    the same verdict, consuming nothing (a rejected call's writes);
 --   verdict  the same verdict, writing nothing (the first phase across
 --            Cluster slots, whose outcome decides what the others do).
--- The five fields per key start at ARGV[4].
+-- The six fields per key start at ARGV[4].
 -- A key named twice sees its own earlier consumption, and a check that
 -- failed only because an earlier check of the call consumed from its key
 -- keeps that failure, so the call still reads rejected. Each key is
@@ -13,7 +13,11 @@ local now = read_now()
 local margin = tonumber(ARGV[2])
 local consume = ARGV[3] == 'consume'
 local write = ARGV[3] ~= 'verdict'
-local states, stored = {}, {}
+local stored, stop = read_states(4)
+if not stored then
+  return stop
+end
+local states = {}
 local out = {}
 local all = true
 
@@ -23,20 +27,20 @@ local function pass(intent, keep)
   for i = 1, #KEYS do
     local key = KEYS[i]
     if states[key] == nil then
-      states[key] = redis.call('GET', key)
-      stored[key] = states[key]
+      states[key] = stored[key]
     end
   end
   all = true
   for i = 1, #KEYS do
-    local at = 4 + (i - 1) * 5
+    local at = 4 + (i - 1) * FIELDS
     local decide = ALGORITHMS[ARGV[at]]
     if not decide then
       return error('tollgate: unknown algorithm ' .. ARGV[at])
     end
     local key = KEYS[i]
     local written, allowed, remaining, retry, reset =
-      decide(key, states[key], now, tonumber(ARGV[at + 1]), intent, ARGV[at + 2], ARGV[at + 3], ARGV[at + 4])
+      decide(key, states[key], now, tonumber(ARGV[at + 1]), intent,
+        ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5])
     if written then
       states[key] = written
     end

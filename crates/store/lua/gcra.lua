@@ -1,20 +1,52 @@
 -- gcra (DESIGN.md §3; Rust twin: crates/core/src/algorithm/gcra.rs)
--- state "T:r:n:p:C": the theoretical arrival time tat = n*T + r (0 <= r < n),
--- T in ms, so it stays exact at any date; then the scale it was written in.
-ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_text)
+-- The state is the theoretical arrival time tat (debt = tat - n*now), in
+-- one of two forms:
+-- - an integer: the digits of tat, then three digits tagging its scale in
+--   the policy's scale registry ("1796032468745" .. "000"). Redis keeps it
+--   as a bare integer (72 bytes a key in all). Used when the policy's scale
+--   has a tag and tat < 2^53.
+-- - text "T:r:n:p:C": tat = n*T + r (0 <= r < n), T in ms, exact at any
+--   date, with the scale written out. Used otherwise.
+-- Either way the scale is known, so a limit change carries over. An older
+-- scale whose registry entry was lost reads as {0, 0, 0}: the bucket is
+-- taken as empty, which never admits more.
+ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_text, scale_text)
   local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
+  local tag, older = scales(scale_text)
   local full = capacity * p
   local debt = 0
   if state then
-    local t, r, sn, sp, sc = string.match(state, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if not t then
-      bad_state(key)
-    end
-    t, r, sn, sp, sc = tonumber(t), tonumber(r), tonumber(sn), tonumber(sp), tonumber(sc)
-    -- max(0, tat - n*now): zero once T < now, as r < n.
-    local raw = 0
-    if t >= now then
-      raw = sn * (t - now) + r
+    local raw, sn, sp, sc
+    local t, r
+    t, r, sn, sp, sc = string.match(state, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if t then
+      t, r, sn, sp, sc = tonumber(t), tonumber(r), tonumber(sn), tonumber(sp), tonumber(sc)
+      -- max(0, tat - n*now): zero once T < now, as r < n.
+      raw = 0
+      if t >= now then
+        raw = sn * (t - now) + r
+      end
+    else
+      local tat_text, tag_text = string.match(state, '^(%d+)(%d%d%d)$')
+      if not tat_text then
+        bad_state(key)
+      end
+      local written_tag, tat = tonumber(tag_text), tonumber(tat_text)
+      if written_tag == tag then
+        sc, sn, sp = capacity, n, p
+      else
+        local old = older[written_tag]
+        if not old then
+          return error('tollgate: unresolved gcra scale ' .. tag_text .. ' at key ' .. key)
+        end
+        sc, sn, sp = old[1], old[2], old[3]
+      end
+      -- tat < 2^53, so a floor beyond the exact range leaves no debt.
+      local floor = sn * now
+      raw = 0
+      if tat > floor then
+        raw = tat - floor
+      end
     end
     if sn == n and sp == p and sc == capacity then
       if raw >= EXACT then
@@ -39,8 +71,13 @@ ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_tex
     after = debt + cost * p
     -- A peek or a rejection writes nothing.
     if cost > 0 then
-      written = int(now + idiv(after, n)) .. ':' .. int(fmod(after, n)) .. ':'
-        .. n_text .. ':' .. p_text .. ':' .. c_text
+      local base = n * now
+      if tag and base < EXACT and after < EXACT - base then
+        written = int(base + after) .. format('%03d', tag)
+      else
+        written = int(now + idiv(after, n)) .. ':' .. int(fmod(after, n)) .. ':'
+          .. n_text .. ':' .. p_text .. ':' .. c_text
+      end
     end
   end
   local remaining

@@ -136,7 +136,7 @@ async fn every_key_has_a_ttl_and_idle_identities_disappear(topology: Topology) {
     assert!(keys.iter().any(|(_, pttl)| *pttl > 0), "{keys:?}");
     // Idle: every key goes once its state is back to full or empty.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while topology.key_count() > 0 {
+    while topology.state_key_count() > 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "keys outlived their TTL: {:?}",
@@ -144,6 +144,84 @@ async fn every_key_has_a_ttl_and_idle_identities_disappear(topology: Topology) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    tollgate_testkit::cli(port, args)
+        .expect("redis-cli runs")
+        .trim()
+        .to_owned()
+}
+
+/// gcra keeps one integer a key, tagged with its scale in the policy's
+/// registry; a limit change carries the tokens over through the registry,
+/// in instances that never saw the other limit; and a state whose scale the
+/// registry lost reads as an empty bucket.
+#[tokio::test]
+async fn a_gcra_state_is_one_integer_and_limit_changes_carry_over_through_the_registry() {
+    let topology = Topology::standalone();
+    let port = topology.ports()[0];
+    let t = 1_000_000_000;
+    let per_second = |capacity| {
+        Policy::new(
+            "api",
+            Limits::Gcra(Rate::new(capacity, 1, 1_000).expect("valid")),
+        )
+    };
+    let (ten, twenty, thirty) = (per_second(10), per_second(20), per_second(30));
+    let tag = |text: &str| tollgate_store::gcra_scale_tag(text);
+    let (tag10, tag20, tag30) = (tag("10:1:1000"), tag("20:1:1000"), tag("30:1:1000"));
+    assert!(
+        tag10 != tag20 && tag10 != tag30,
+        "distinct tags for this test"
+    );
+    let identity = Identity::value("u10000");
+    let key = "tollgate:api:gcra:{u10000}";
+    let decide = |store: RedisStore, policy: &Policy| {
+        let (policy, identity) = (policy.clone(), identity.clone());
+        async move {
+            store
+                .decide_at(
+                    Check {
+                        policy: &policy,
+                        identity: &identity,
+                        cost: 1,
+                    },
+                    t,
+                )
+                .await
+                .expect("decides")
+        }
+    };
+    let first = topology.store().await;
+    for _ in 0..6 {
+        decide(first.clone(), &ten).await;
+    }
+    // tat = n·now + debt = 10^9 + 6·1000, then the tag.
+    assert_eq!(cli(port, &["get", key]), format!("1000006000{tag10:03}"));
+    assert_eq!(cli(port, &["object", "encoding", key]), "int");
+    assert_eq!(
+        cli(port, &["hget", "tollgate:api:gcra:scales", "10:1:1000"]),
+        tag10.to_string()
+    );
+    // Another instance, at 20: the 4 tokens left carry over, 3 after this.
+    let second = topology.store().await;
+    let d = decide(second, &twenty).await;
+    assert_eq!((d.allowed, d.remaining), (true, 3));
+    assert_eq!(cli(port, &["get", key]), format!("1000017000{tag20:03}"));
+    // The first instance, still at 10, reads the state written at 20.
+    let d = decide(first, &ten).await;
+    assert_eq!((d.allowed, d.remaining), (true, 2));
+    assert_eq!(cli(port, &["get", key]), format!("1000008000{tag10:03}"));
+    // The registry lost: a new limit cannot read the state's scale, so the
+    // bucket is taken as empty; a token comes back after 1 s.
+    cli(port, &["del", "tollgate:api:gcra:scales"]);
+    let third = topology.store().await;
+    let d = decide(third, &thirty).await;
+    assert_eq!(
+        (d.allowed, d.remaining, d.retry_after_ms),
+        (false, 0, Some(1_000))
+    );
 }
 
 #[tokio::test]

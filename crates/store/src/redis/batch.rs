@@ -86,9 +86,7 @@ async fn send(shared: &Shared, jobs: Vec<Job>) {
     let sent = Instant::now();
     let answer = tokio::time::timeout(
         Duration::from_millis(shared.timeout_ms),
-        shared
-            .connection
-            .run(lua, &items, At::StoreClock, shared.margin_ms, None),
+        shared.run(lua, &items, At::StoreClock, shared.margin_ms, None),
     )
     .await
     .unwrap_or(Err(StoreError::Timeout {

@@ -134,7 +134,7 @@ impl Connection {
         at: At,
         margin_ms: u64,
         mode: Option<&str>,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Reply, StoreError> {
         let by_sha = command(lua, By::Sha, items, at, margin_ms, mode)?;
         let reply = match self.query(&by_sha).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -143,8 +143,42 @@ impl Connection {
             }
             other => other,
         };
-        integers(reply.map_err(from_redis)?)
+        match reply {
+            Ok(value) => integers(value).map(Reply::Decided),
+            Err(e) if e.code() == Some(UNRESOLVED_SCALES) => {
+                unresolved(e.detail().unwrap_or_default(), items.len()).map(Reply::Unresolved)
+            }
+            Err(e) => Err(from_redis(e)),
+        }
     }
+}
+
+/// The error code of a call that met gcra states in scales it was not told.
+const UNRESOLVED_SCALES: &str = "TOLLGATESCALE";
+
+/// What a script call answered.
+#[derive(Debug)]
+pub enum Reply {
+    /// Four integers a key.
+    Decided(Vec<i64>),
+    /// Nothing was decided or written: these keys (by index) hold gcra
+    /// states in the scales tagged so, which the call must name.
+    Unresolved(Vec<(usize, u16)>),
+}
+
+/// `"0:3 2:5"` → `[(0, 3), (2, 5)]`, each index below `keys`.
+fn unresolved(detail: &str, keys: usize) -> Result<Vec<(usize, u16)>, StoreError> {
+    detail
+        .split_ascii_whitespace()
+        .map(|pair| {
+            pair.split_once(':')
+                .and_then(|(i, tag)| Some((i.parse().ok()?, tag.parse().ok()?)))
+                .filter(|(i, _)| *i < keys)
+                .ok_or_else(|| {
+                    StoreError::Protocol(format!("a script named unresolved scales {detail:?}"))
+                })
+        })
+        .collect()
 }
 
 /// A Sentinel-managed master: resolved on first use and again after an

@@ -19,6 +19,7 @@ mod config;
 mod connection;
 mod key;
 mod rejected;
+mod scales;
 mod script;
 
 use std::collections::BTreeMap;
@@ -33,10 +34,11 @@ use tollgate_core::{Decision, Identity, Policy};
 
 pub use config::{BatchConfig, RedisConfig, SentinelConfig};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
+pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
 
-use connection::Connection;
-use script::{At, Item, SCRIPTS, decisions};
+use connection::{Connection, Reply};
+use script::{At, Item, Lua, SCRIPTS, decisions};
 
 use crate::{Check, Store, StoreError};
 
@@ -60,6 +62,76 @@ struct Shared {
     answered_locally: AtomicU64,
     /// Script calls made by the batching task: decisions / this = batch size.
     batched_calls: AtomicU64,
+    scales: scales::Scales,
+}
+
+/// Calls made again because a gcra state named a scale the call did not:
+/// one per scale a key has been written in since, so two are plenty.
+const SCALE_ATTEMPTS: usize = 3;
+
+impl Shared {
+    /// Gives a gcra item its scale's tag, so its state is written as an
+    /// integer; other items, and a gcra item whose tag cannot be had, are
+    /// left as they are (text states).
+    async fn tag(&self, item: &mut Item) {
+        if item.algorithm != tollgate_core::Algorithm::Gcra {
+            return;
+        }
+        if let Some(tag) = self.scales.cached(&item.policy, item.params) {
+            item.scale = tag.to_string();
+            return;
+        }
+        let tagging = self.scales.tag(
+            &self.connection,
+            &self.prefix,
+            &item.policy,
+            item.params,
+            self.margin_ms,
+        );
+        // Boxed for the same reason as `run`'s call.
+        if let Some(tag) = Box::pin(tagging).await {
+            item.scale = tag.to_string();
+        }
+    }
+
+    /// Runs a script over `items`; when it names gcra scales it was not
+    /// told, reads them from the registry and calls again.
+    async fn run(
+        &self,
+        lua: &Lua,
+        items: &[&Item],
+        at: At,
+        margin_ms: u64,
+        mode: Option<&str>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut patched: Option<Vec<Item>> = None;
+        for _ in 0..SCALE_ATTEMPTS {
+            // Boxed: redis-rs's futures are deep, and callers nest this one.
+            let reply = match &patched {
+                None => Box::pin(self.connection.run(lua, items, at, margin_ms, mode)).await?,
+                Some(own) => {
+                    let refs: Vec<&Item> = own.iter().collect();
+                    Box::pin(self.connection.run(lua, &refs, at, margin_ms, mode)).await?
+                }
+            };
+            let missing = match reply {
+                Reply::Decided(integers) => return Ok(integers),
+                Reply::Unresolved(missing) => missing,
+            };
+            let own = patched.get_or_insert_with(|| items.iter().map(|&i| i.clone()).collect());
+            for (index, tag) in missing {
+                let item = &mut own[index];
+                let [c, n, p] = self
+                    .scales
+                    .resolve(&self.connection, &self.prefix, &item.policy, tag)
+                    .await?;
+                item.scale.push_str(&format!(";{tag}:{c}:{n}:{p}"));
+            }
+        }
+        Err(StoreError::Protocol(
+            "gcra states kept naming scales the registry did not give".into(),
+        ))
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -84,6 +156,7 @@ impl RedisStore {
             rejected: rejected::RejectedCache::new(config.rejected_cache),
             answered_locally: AtomicU64::new(0),
             batched_calls: AtomicU64::new(0),
+            scales: scales::Scales::default(),
         });
         let (queue, jobs) = mpsc::channel(config.batch.queue);
         tokio::spawn(batch::gather(jobs, Arc::clone(&shared), config.batch));
@@ -98,15 +171,14 @@ impl RedisStore {
     /// Decides one check at `now_ms` instead of Redis's clock (replay,
     /// tests): unbatched, and never answered from the rejected-until cache.
     pub async fn decide_at(&self, check: Check<'_>, now_ms: u64) -> Result<Decision, StoreError> {
-        let item = self.item(&check);
+        let mut item = self.item(&check);
         let lua = SCRIPTS.for_algorithm(item.algorithm);
-        self.timed(self.shared.connection.run(
-            lua,
-            &[&item],
-            At::Ms(now_ms),
-            self.given_margin(),
-            None,
-        ))
+        self.timed(async {
+            self.shared.tag(&mut item).await;
+            self.shared
+                .run(lua, &[&item], At::Ms(now_ms), self.given_margin(), None)
+                .await
+        })
         .await
         .and_then(|reply| decisions(&[&item], &reply))
         .and_then(|mut d| {
@@ -121,7 +193,10 @@ impl RedisStore {
         checks: &[Check<'_>],
         now_ms: u64,
     ) -> Result<Vec<Decision>, StoreError> {
-        let items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        for item in &mut items {
+            self.shared.tag(item).await;
+        }
         self.all_or_nothing(&items, At::Ms(now_ms), self.given_margin())
             .await
     }
@@ -158,6 +233,7 @@ impl RedisStore {
     fn item(&self, check: &Check<'_>) -> Item {
         Item::new(
             self.key(check.policy, check.identity),
+            check.policy.name_arc(),
             check.policy.limits(),
             check.cost,
         )
@@ -177,13 +253,14 @@ impl RedisStore {
             .unwrap_or(Err(StoreError::Timeout { timeout_ms }))
     }
 
-    async fn decide_one(&self, item: Item) -> Result<Decision, StoreError> {
+    async fn decide_one(&self, mut item: Item) -> Result<Decision, StoreError> {
         if let Some(decision) = self.shared.rejected.get(&item, Instant::now()) {
             self.shared.answered_locally.fetch_add(1, Ordering::Relaxed);
             return Ok(decision);
         }
         let (reply, answer) = oneshot::channel();
         self.timed(async {
+            self.shared.tag(&mut item).await;
             self.queue
                 .send(batch::Job { item, reply })
                 .await
@@ -219,7 +296,7 @@ impl RedisStore {
             let group_items: Vec<&Item> = group.iter().map(|&i| &items[i]).collect();
             async move {
                 let reply = self
-                    .timed(self.shared.connection.run(
+                    .timed(self.shared.run(
                         &SCRIPTS.decide_all,
                         &group_items,
                         at,
@@ -302,6 +379,16 @@ impl Store for RedisStore {
             {
                 return self.decide_one(item).await.map(|d| vec![d]);
             }
+            let tagging = async {
+                for item in &mut items {
+                    self.shared.tag(item).await;
+                }
+            };
+            self.timed(async {
+                tagging.await;
+                Ok(())
+            })
+            .await?;
             self.all_or_nothing(&items, At::StoreClock, self.shared.margin_ms)
                 .await
         }

@@ -5,7 +5,7 @@
 //! decisions) or `decide_all.lua` (all-or-nothing). They share one argument
 //! layout, described at the top of `common.lua`.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Script};
 use tollgate_core::{Algorithm, Decision, Limits};
@@ -45,6 +45,8 @@ pub mod source {
     pub const BATCH: &str = every_algorithm!("decide.lua");
     /// All-or-nothing across keys.
     pub const DECIDE_ALL: &str = every_algorithm!("decide_all.lua");
+    /// Gives a gcra scale its tag in the policy's registry.
+    pub const REGISTER_SCALE: &str = include_str!("../../lua/register_scale.lua");
 }
 
 /// A script with its SHA1, called by EVALSHA.
@@ -70,6 +72,7 @@ pub struct Scripts {
     by_algorithm: [Lua; 5],
     pub batch: Lua,
     pub decide_all: Lua,
+    pub register_scale: Lua,
 }
 
 impl Scripts {
@@ -90,20 +93,25 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ],
     batch: Lua::new(source::BATCH),
     decide_all: Lua::new(source::DECIDE_ALL),
+    register_scale: Lua::new(source::REGISTER_SCALE),
 });
 
-/// One key's share of a script call: its key and the five fields after it.
+/// One key's share of a script call: its key and the six fields after it.
 #[derive(Debug, Clone)]
 pub struct Item {
     pub key: Vec<u8>,
+    /// The policy's name, for its gcra scale registry.
+    pub policy: Arc<str>,
     pub algorithm: Algorithm,
     pub cost: u64,
     pub params: [u64; 3],
     pub limit: u64,
+    /// gcra's scale field (see common.lua): empty until a tag is known.
+    pub scale: String,
 }
 
 impl Item {
-    pub fn new(key: Vec<u8>, limits: &Limits, cost: u64) -> Self {
+    pub fn new(key: Vec<u8>, policy: &Arc<str>, limits: &Limits, cost: u64) -> Self {
         let params = match limits {
             Limits::TokenBucket(r) | Limits::Gcra(r) => {
                 [r.capacity(), r.units_per_ms(), r.units_per_token()]
@@ -114,10 +122,12 @@ impl Item {
         };
         Self {
             key,
+            policy: Arc::clone(policy),
             algorithm: limits.algorithm(),
             cost,
             params,
             limit: limits.limit(),
+            scale: String::new(),
         }
     }
 }
@@ -183,7 +193,8 @@ pub fn command(
             .arg(item.cost)
             .arg(item.params[0])
             .arg(item.params[1])
-            .arg(item.params[2]);
+            .arg(item.params[2])
+            .arg(item.scale.as_bytes());
     }
     Ok(cmd)
 }

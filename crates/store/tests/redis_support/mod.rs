@@ -144,6 +144,15 @@ impl Topology {
         out
     }
 
+    /// Keys holding decision state: all but the gcra scale registries,
+    /// which outlive the states that name them.
+    pub fn state_key_count(&self) -> usize {
+        self.keys_with_pttl()
+            .iter()
+            .filter(|(key, _)| !key.ends_with(":gcra:scales"))
+            .count()
+    }
+
     pub fn key_count(&self) -> u64 {
         self.ports()
             .into_iter()

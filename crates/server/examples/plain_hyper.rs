@@ -1,0 +1,104 @@
+//! The HTTP load harness's second baseline (bench/http.sh): the same work
+//! as plain_axum (parse the JSON, update one map entry) on hyper directly,
+//! one current-thread runtime per core sharing the port (SO_REUSEPORT). It
+//! is the ceiling of tollgate's serving architecture on this machine: what
+//! HTTP, JSON and a map cost with nothing else.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::{TcpListener, TcpSocket};
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[allow(dead_code)]
+    policy: &'a str,
+    key: &'a str,
+    #[serde(default)]
+    cost: Option<u64>,
+}
+
+type Counts = Arc<DashMap<String, u64>>;
+
+async fn check(
+    counts: Counts,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let body = match req.into_body().collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let Ok(parsed) = serde_json::from_slice::<Body<'_>>(&body) else {
+        return Ok(Response::new(Full::new(Bytes::from_static(
+            b"{\"error\":\"bad json\"}",
+        ))));
+    };
+    let count = {
+        let mut entry = counts.entry(parsed.key.to_owned()).or_insert(0);
+        *entry += parsed.cost.unwrap_or(1);
+        *entry
+    };
+    let text = format!("{{\"allowed\":true,\"count\":{count}}}");
+    Ok(Response::new(Full::new(Bytes::from(text))))
+}
+
+fn listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+async fn serve(listener: TcpListener, counts: Counts) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let counts = Arc::clone(&counts);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| check(Arc::clone(&counts), req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn main() -> std::io::Result<()> {
+    let counts: Counts = Arc::new(DashMap::new());
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    // The first socket picks the port; the others join it.
+    let first = runtime()?;
+    let bound = first.block_on(async { listener(SocketAddr::from(([127, 0, 0, 1], 0))) })?;
+    let addr = bound.local_addr()?;
+    let mut threads = Vec::new();
+    for _ in 1..cores {
+        let counts = Arc::clone(&counts);
+        let rt = runtime()?;
+        let other = rt.block_on(async { listener(addr) })?;
+        threads.push(std::thread::spawn(move || {
+            rt.block_on(serve(other, counts))
+        }));
+    }
+    println!("listening on http://{addr}");
+    first.block_on(serve(bound, counts));
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! The HTTP workers: one current-thread runtime per core, each serving the
+//! connections that a single acceptor hands it in turn.
+//!
+//! Why not one work-stealing runtime: a decision is a few hundred
+//! nanoseconds; what costs is moving a request between threads. A worker
+//! that owns its connections runs each request from read to write on one
+//! core, with no cross-core wake-ups (docs/benchmarks.md has the figures).
+//! The acceptor deals connections round-robin so workers stay balanced, and
+//! refuses connections beyond `server.max_connections`.
+//!
+//! The hot endpoints (`POST /v1/check`, `/v1/authorize`) go straight to
+//! their handlers; everything else goes through the axum router, so both
+//! paths answer identically.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Method, Request};
+use axum::response::Response;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tower::ServiceExt;
+
+use crate::app::App;
+use crate::http;
+
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Accepted connections waiting for a busy worker, per worker.
+const HANDOFF_QUEUE: usize = 1024;
+/// The pause after a failed accept (e.g. out of file descriptors), so the
+/// acceptor does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+struct Accepted {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+}
+
+/// How many workers `server.http_workers` asks for (0: one per core).
+pub fn worker_count(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Serves HTTP on `listener` until `shutdown` resolves; then stops
+/// accepting, lets in-flight requests finish and closes idle connections.
+pub async fn serve_http(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let (workers, max_connections) = {
+        let settings = &app.runtime.load().config.server;
+        (
+            worker_count(settings.http_workers),
+            settings.max_connections,
+        )
+    };
+    let router = http::router(Arc::clone(&app));
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut handoffs = Vec::with_capacity(workers);
+    let mut finished = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
+        let (done_tx, done_rx) = oneshot::channel();
+        let worker = Worker {
+            app: Arc::clone(&app),
+            router: router.clone(),
+            open: Arc::clone(&open),
+        };
+        std::thread::Builder::new()
+            .name(format!("tollgate-http-{index}"))
+            .spawn(move || {
+                worker.run(rx);
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| format!("cannot start HTTP worker {index}: {e}"))?;
+        handoffs.push(tx);
+        finished.push(done_rx);
+    }
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut next = 0usize;
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        if open.load(Ordering::Relaxed) >= max_connections {
+            app.metrics.refused_connections.inc();
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        open.fetch_add(1, Ordering::Relaxed);
+        let handoff = &handoffs[next % workers];
+        next = next.wrapping_add(1);
+        if handoff.send(Accepted { stream, peer }).await.is_err() {
+            open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    drop(handoffs);
+    for done in finished {
+        let _ = done.await;
+    }
+    Ok(())
+}
+
+struct Worker {
+    app: Arc<App>,
+    router: Router,
+    open: Arc<AtomicUsize>,
+}
+
+impl Worker {
+    /// Runs on the worker's own thread until the acceptor hangs up and
+    /// every connection has finished.
+    fn run(self, handoff: mpsc::Receiver<Accepted>) {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start an HTTP worker's runtime");
+                return;
+            }
+        };
+        runtime.block_on(self.serve(handoff));
+    }
+
+    async fn serve(self, mut handoff: mpsc::Receiver<Accepted>) {
+        let graceful = GracefulShutdown::new();
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT);
+        while let Some(Accepted { stream, peer }) = handoff.recv().await {
+            let Ok(stream) = TcpStream::from_std(stream) else {
+                self.open.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            };
+            let (app, router) = (Arc::clone(&self.app), self.router.clone());
+            let service =
+                service_fn(move |req| dispatch(Arc::clone(&app), router.clone(), peer, req));
+            let connection =
+                graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+            let open = Arc::clone(&self.open);
+            tokio::spawn(async move {
+                let _ = connection.await;
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+        graceful.shutdown().await;
+    }
+}
+
+async fn dispatch(
+    app: Arc<App>,
+    router: Router,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response, Infallible> {
+    let path = req.uri().path();
+    if req.method() == Method::POST && path == "/v1/check" {
+        return Ok(http::check_request(&app, req).await);
+    }
+    if http::is_authorize(req.method(), path) {
+        return Ok(http::authorize_request(&app, peer, req).await);
+    }
+    let mut req = req.map(Body::new);
+    req.extensions_mut().insert(ConnectInfo(peer));
+    router.oneshot(req).await
+}

@@ -1,0 +1,275 @@
+//! gcra's scale registry: a small tag for each scale a policy has used, so
+//! a gcra state can be one bare integer (tat, then a three-digit tag) and
+//! still say which scale it was written in.
+//!
+//! Why: Redis keeps an integer value inside the key's object, so a gcra key
+//! costs 72 bytes instead of 104 with its scale written out. A limit change
+//! still carries over exactly: the script meets a tag it was not told
+//! about, stops before writing anything, and the call is made again with
+//! that tag's scale, read from the registry (a hash per policy,
+//! `<prefix>:<policy>:gcra:scales`: "C:n:p" → tag and "#tag" → "C:n:p").
+//!
+//! A scale's tag is a hash of its text (BLAKE3, mod 1,000), so a registry
+//! lost and made again gives each scale the tag it had; a scale whose tag
+//! another scale holds gets none (text states). What a lost registry can
+//! still do: a state of a scale nobody registered again reads as an empty
+//! bucket (never admits more); a state of an old scale whose hash equals
+//! the new scale's (1 in 1,000 a pair) reads in the new scale, for at most
+//! one refill. docs/redis.md says how to keep registries from eviction.
+//!
+//! The registry lives longer than any state that names it: its TTL is at
+//! least a week and twice the longest refill among its scales, and each
+//! instance registers the scales it uses again every hour. When a registry
+//! is unreachable or full, states are written in the text form, which
+//! names its scale: only the size changes, never a decision.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use redis::Value;
+use tokio::time::Instant;
+
+use super::connection::{Connection, from_redis};
+use super::script::{By, SCRIPTS};
+use crate::StoreError;
+
+/// How often an instance registers a scale it uses again, keeping the
+/// registry alive.
+const REFRESH: Duration = Duration::from_secs(3600);
+/// The least TTL of a registry.
+const MIN_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+/// Tags are three decimal digits in a state.
+const TAGS: u64 = 1000;
+/// Entries cached per store; past this the cache starts over.
+const MAX_CACHED: usize = 4096;
+
+/// A gcra scale: capacity C, n units a ms, p units a token.
+pub type Scale = [u64; 3];
+
+/// A policy's scales → their tags, and when each was last registered.
+type Tags = HashMap<Arc<str>, HashMap<Scale, (u16, Instant)>>;
+
+#[derive(Default)]
+pub struct Scales {
+    tags: RwLock<Tags>,
+    known: RwLock<HashMap<(Arc<str>, u16), Scale>>,
+}
+
+/// The registry's key for `policy`.
+pub fn registry_key(prefix: &str, policy: &str) -> String {
+    format!("{prefix}:{policy}:gcra:scales")
+}
+
+impl Scales {
+    /// The tag of `policy`'s `scale` when cached and not due for
+    /// registering again.
+    pub fn cached(&self, policy: &Arc<str>, scale: Scale) -> Option<u16> {
+        let tags = self.tags.read();
+        let (tag, at) = tags.get(&**policy)?.get(&scale)?;
+        (at.elapsed() < REFRESH).then_some(*tag)
+    }
+
+    /// The tag of `policy`'s `scale`: cached, or registered now. `None`
+    /// when the registry cannot give one (unreachable, or full).
+    pub async fn tag(
+        &self,
+        connection: &Connection,
+        prefix: &str,
+        policy: &Arc<str>,
+        scale: Scale,
+        margin_ms: u64,
+    ) -> Option<u16> {
+        let now = Instant::now();
+        let cached = self
+            .tags
+            .read()
+            .get(&**policy)
+            .and_then(|scales| scales.get(&scale))
+            .copied();
+        if let Some((tag, at)) = cached
+            && now.duration_since(at) < REFRESH
+        {
+            return Some(tag);
+        }
+        match register(connection, prefix, policy, scale, margin_ms).await {
+            Ok(Some(tag)) => {
+                let mut tags = self.tags.write();
+                if tags.len() >= MAX_CACHED {
+                    tags.clear();
+                }
+                tags.entry(Arc::clone(policy))
+                    .or_default()
+                    .insert(scale, (tag, now));
+                drop(tags);
+                self.remember(policy, tag, scale);
+                Some(tag)
+            }
+            Ok(None) => None,
+            // Keep a tag already given: tags are never reused.
+            Err(e) => {
+                tracing::debug!(error = %e, policy = %policy, "cannot register a gcra scale");
+                cached.map(|(tag, _)| tag)
+            }
+        }
+    }
+
+    /// The scale `policy` tagged `tag`, from the registry when not cached;
+    /// `[0, 0, 0]` (an empty bucket) when the registry no longer knows it.
+    pub async fn resolve(
+        &self,
+        connection: &Connection,
+        prefix: &str,
+        policy: &Arc<str>,
+        tag: u16,
+    ) -> Result<Scale, StoreError> {
+        if let Some(scale) = self.known.read().get(&(Arc::clone(policy), tag)) {
+            return Ok(*scale);
+        }
+        let entries = connection
+            .query(redis::cmd("HGETALL").arg(registry_key(prefix, policy)))
+            .await
+            .map_err(from_redis)?;
+        let mut found = [0; 3];
+        for (text, entry_tag) in parse_registry(&entries)? {
+            if entry_tag == tag {
+                found = text;
+            }
+            self.remember(policy, entry_tag, text);
+        }
+        if found == [0; 3] {
+            tracing::warn!(
+                policy = %policy,
+                tag,
+                "a gcra state names a scale its registry has lost; it is read as an empty bucket"
+            );
+        }
+        Ok(found)
+    }
+
+    fn remember(&self, policy: &Arc<str>, tag: u16, scale: Scale) {
+        let mut known = self.known.write();
+        if known.len() >= MAX_CACHED {
+            known.clear();
+        }
+        known.insert((Arc::clone(policy), tag), scale);
+    }
+}
+
+async fn register(
+    connection: &Connection,
+    prefix: &str,
+    policy: &str,
+    scale: Scale,
+    margin_ms: u64,
+) -> Result<Option<u16>, StoreError> {
+    let [capacity, n, p] = scale;
+    // The longest a state of this scale lives: a full refill, C·p/n ms.
+    let refill_ms = u64::try_from(u128::from(capacity) * u128::from(p) / u128::from(n.max(1)))
+        .unwrap_or(u64::MAX / 4);
+    let ttl_ms = MIN_TTL_MS.max(
+        refill_ms
+            .saturating_add(margin_ms)
+            .saturating_mul(2)
+            .min(1 << 52),
+    );
+    let lua = &SCRIPTS.register_scale;
+    let key = registry_key(prefix, policy);
+    let text = format!("{capacity}:{n}:{p}");
+    let preferred = preferred_tag(&text);
+    let call = |by: By| {
+        let mut cmd = match by {
+            By::Sha => redis::cmd("EVALSHA").arg(lua.sha()).to_owned(),
+            By::Body => redis::cmd("EVAL").arg(lua.body).to_owned(),
+        };
+        cmd.arg(1).arg(&key).arg(&text).arg(preferred).arg(ttl_ms);
+        cmd
+    };
+    let reply = match connection.query(&call(By::Sha)).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            connection.query(&call(By::Body)).await
+        }
+        other => other,
+    }
+    .map_err(from_redis)?;
+    match reply {
+        Value::Int(tag) if tag >= 0 => u16::try_from(tag)
+            .map(Some)
+            .map_err(|_| StoreError::Protocol(format!("a scale registry answered tag {tag}"))),
+        Value::Int(_) => Ok(None),
+        other => Err(StoreError::Protocol(format!(
+            "a scale registry answered {other:?}"
+        ))),
+    }
+}
+
+/// The tag a scale's text hashes to.
+pub fn preferred_tag(text: &str) -> u16 {
+    let digest = blake3::hash(text.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_bytes()[..8]);
+    // Below 1,000, so it fits.
+    u16::try_from(u64::from_le_bytes(first) % TAGS).unwrap_or(0)
+}
+
+/// `HGETALL`'s "C:n:p" → tag pairs (the "#tag" fields are skipped).
+fn parse_registry(value: &Value) -> Result<Vec<(Scale, u16)>, StoreError> {
+    let bad = || StoreError::Protocol(format!("unreadable gcra scale registry: {value:?}"));
+    let text = |v: &Value| match v {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let pairs: Vec<(String, String)> = match value {
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .map(|pair| Some((text(&pair[0])?, text(&pair[1])?)))
+            .collect::<Option<_>>()
+            .ok_or_else(bad)?,
+        Value::Map(items) => items
+            .iter()
+            .map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect::<Option<_>>()
+            .ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    pairs
+        .into_iter()
+        .filter(|(field, _)| !field.starts_with('#'))
+        .map(|(scale, tag)| {
+            let mut parts = scale.split(':').map(str::parse::<u64>);
+            let parsed = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                (Some(Ok(c)), Some(Ok(n)), Some(Ok(p)), None) => [c, n, p],
+                _ => return Err(bad()),
+            };
+            Ok((parsed, tag.parse().map_err(|_| bad())?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_registry_reads_back_its_pairs() {
+        let value = Value::Array(vec![
+            Value::BulkString(b"20:1:200".to_vec()),
+            Value::BulkString(b"0".to_vec()),
+            Value::BulkString(b"#0".to_vec()),
+            Value::BulkString(b"20:1:200".to_vec()),
+            Value::BulkString(b"5:3:1000".to_vec()),
+            Value::BulkString(b"1".to_vec()),
+        ]);
+        assert_eq!(
+            parse_registry(&value).expect("readable"),
+            vec![([20, 1, 200], 0), ([5, 3, 1000], 1)]
+        );
+        let broken = Value::Array(vec![
+            Value::BulkString(b"20:1".to_vec()),
+            Value::BulkString(b"0".to_vec()),
+        ]);
+        assert!(parse_registry(&broken).is_err());
+    }
+}
