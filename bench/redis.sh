@@ -62,6 +62,6 @@ run "/v1/check, memory store" "$tollgate_memory"
 # (common.lua + gcra.lua + decide.lua, as crates/store/src/redis/script.rs joins them).
 sha=$(cat crates/store/lua/common.lua crates/store/lua/gcra.lua crates/store/lua/decide.lua | sha1sum | cut -d' ' -f1)
 ceiling=$(redis-benchmark -p "$port" -c "$CONNECTIONS" -n 300000 -r 100000 -q \
-  evalsha "$sha" 1 'bench:gcra:{__rand_int__}' '' 1000 gcra 1 1000 1 1 0 | awk '{print $2}')
+  evalsha "$sha" 1 'bench:gcra:{__rand_int__}' '' 1000 gcra 1 1000 1 1 0 | awk '{for (i = 1; i < NF; i++) if ($(i+1) == "requests") print $i}')
 echo "redis-benchmark EVALSHA gcra (one decision a call; the ceiling of one Redis core): $ceiling calls/s"
 echo "Redis commands served: $(redis-cli -p "$port" info commandstats | grep -E 'cmdstat_(evalsha|eval|get|set):' | cut -d, -f1 | tr '\n' ' ')"

@@ -131,19 +131,38 @@ end
 -- item could meet a state in a scale it was not told: the one stored, or
 -- one that another item of this call writes to the same key.
 local function read_states(first)
-  local states, tags = {}, {}
+  local states = {}
+  -- One MGET: each command a script sends costs more than a decision.
+  local values = redis.call('MGET', unpack(KEYS))
+  local one_scale, scale_text = true, nil
+  for i = 1, #KEYS do
+    states[KEYS[i]] = values[i]
+    local at = first + (i - 1) * FIELDS
+    if ARGV[at] == 'gcra' then
+      if scale_text == nil then
+        scale_text = ARGV[at + 5]
+      elseif scale_text ~= ARGV[at + 5] then
+        one_scale = false
+      end
+    end
+  end
+  if scale_text == nil then
+    return states
+  end
+  -- Every tag that a gcra item could read at each key.
+  local tags = {}
   for i = 1, #KEYS do
     local key = KEYS[i]
-    if states[key] == nil then
-      states[key] = redis.call('GET', key)
+    if tags[key] == nil then
       tags[key] = {}
-      local stored = state_tag(states[key])
+      local stored = state_tag(values[i])
       if stored then
         tags[key][stored] = true
       end
     end
     local at = first + (i - 1) * FIELDS
-    if ARGV[at] == 'gcra' then
+    -- With one scale text in the call, items write only its own tag.
+    if not one_scale and ARGV[at] == 'gcra' then
       local current = scales(ARGV[at + 5])
       if current then
         tags[key][current] = true

@@ -18,8 +18,11 @@ ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_tex
   if state then
     local raw, sn, sp, sc
     local t, r
-    t, r, sn, sp, sc = string.match(state, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if t then
+    if string.find(state, ':', 1, true) then
+      t, r, sn, sp, sc = string.match(state, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+      if not t then
+        bad_state(key)
+      end
       t, r, sn, sp, sc = tonumber(t), tonumber(r), tonumber(sn), tonumber(sp), tonumber(sc)
       -- max(0, tat - n*now): zero once T < now, as r < n.
       raw = 0
@@ -27,11 +30,11 @@ ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_tex
         raw = sn * (t - now) + r
       end
     else
-      local tat_text, tag_text = string.match(state, '^(%d+)(%d%d%d)$')
-      if not tat_text then
+      local tag_text = string.sub(state, -3)
+      local written_tag, tat = tonumber(tag_text), tonumber(string.sub(state, 1, -4))
+      if not written_tag or not tat then
         bad_state(key)
       end
-      local written_tag, tat = tonumber(tag_text), tonumber(tat_text)
       if written_tag == tag then
         sc, sn, sp = capacity, n, p
       else
@@ -73,7 +76,7 @@ ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_tex
     if cost > 0 then
       local base = n * now
       if tag and base < EXACT and after < EXACT - base then
-        written = int(base + after) .. format('%03d', tag)
+        written = format('%d%03d', base + after, tag)
       else
         written = int(now + idiv(after, n)) .. ':' .. int(fmod(after, n)) .. ':'
           .. n_text .. ':' .. p_text .. ':' .. c_text

@@ -9,6 +9,12 @@
 //! leaves at once, alone; under heavy load the calls in flight give the
 //! queue time to fill, and one call carries many decisions.
 //!
+//! A store has one batching task on the runtime that connected it, and one
+//! more (a *lane*, with its own connection) on each single-threaded runtime
+//! that decides through it, such as tollgate's HTTP workers: a decision,
+//! its batch and its reply then stay on one thread, with no wake-ups across
+//! cores.
+//!
 //! In a Cluster one script may only touch one slot, so a batch is split by
 //! slot and its parts are sent concurrently (the connection routes each to
 //! its node).
@@ -24,6 +30,7 @@ use tollgate_core::Decision;
 
 use super::Shared;
 use super::config::BatchConfig;
+use super::connection::Connection;
 use super::key::slot;
 use super::script::{At, Item, SCRIPTS, decisions};
 use crate::StoreError;
@@ -33,8 +40,13 @@ pub struct Job {
     pub reply: oneshot::Sender<Result<Decision, StoreError>>,
 }
 
-/// Runs until every sender is gone.
-pub async fn gather(mut queue: mpsc::Receiver<Job>, shared: Arc<Shared>, config: BatchConfig) {
+/// Runs until every sender is gone, calling Redis over `connection`.
+pub async fn gather(
+    mut queue: mpsc::Receiver<Job>,
+    shared: Arc<Shared>,
+    connection: Connection,
+    config: BatchConfig,
+) {
     let permits = Arc::new(Semaphore::new(config.in_flight));
     let mut jobs = Vec::with_capacity(config.max_keys);
     loop {
@@ -46,34 +58,39 @@ pub async fn gather(mut queue: mpsc::Receiver<Job>, shared: Arc<Shared>, config:
             return;
         }
         let batch = std::mem::replace(&mut jobs, Vec::with_capacity(config.max_keys));
-        let shared = Arc::clone(&shared);
+        let (shared, connection) = (Arc::clone(&shared), connection.clone());
         tokio::spawn(async move {
-            if shared.connection.is_cluster() {
-                send_by_slot(shared, batch, permit).await;
+            if connection.is_cluster() {
+                send_by_slot(shared, connection, batch, permit).await;
             } else {
-                send(&shared, batch).await;
+                send(&shared, &connection, batch).await;
                 drop(permit);
             }
         });
     }
 }
 
-async fn send_by_slot(shared: Arc<Shared>, batch: Vec<Job>, permit: OwnedSemaphorePermit) {
+async fn send_by_slot(
+    shared: Arc<Shared>,
+    connection: Connection,
+    batch: Vec<Job>,
+    permit: OwnedSemaphorePermit,
+) {
     let mut by_slot: HashMap<u16, Vec<Job>> = HashMap::new();
     for job in batch {
         by_slot.entry(slot(&job.item.key)).or_default().push(job);
     }
     let mut parts = tokio::task::JoinSet::new();
     for (_, jobs) in by_slot {
-        let shared = Arc::clone(&shared);
-        parts.spawn(async move { send(&shared, jobs).await });
+        let (shared, connection) = (Arc::clone(&shared), connection.clone());
+        parts.spawn(async move { send(&shared, &connection, jobs).await });
     }
     while parts.join_next().await.is_some() {}
     drop(permit);
 }
 
 /// One script call for `jobs`; every job gets its own decision or the error.
-async fn send(shared: &Shared, jobs: Vec<Job>) {
+async fn send(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
     let items: Vec<&Item> = jobs.iter().map(|j| &j.item).collect();
     let first = items[0].algorithm;
     // One algorithm: its own script, which defines nothing else.
@@ -86,7 +103,14 @@ async fn send(shared: &Shared, jobs: Vec<Job>) {
     let sent = Instant::now();
     let answer = tokio::time::timeout(
         Duration::from_millis(shared.timeout_ms),
-        shared.run(lua, &items, At::StoreClock, shared.margin_ms, None),
+        shared.run(
+            connection,
+            lua,
+            &items,
+            At::StoreClock,
+            shared.margin_ms,
+            None,
+        ),
     )
     .await
     .unwrap_or(Err(StoreError::Timeout {

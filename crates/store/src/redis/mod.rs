@@ -51,6 +51,15 @@ const GIVEN_TIME_MARGIN_MS: u64 = 600_000;
 pub struct RedisStore {
     shared: Arc<Shared>,
     queue: mpsc::Sender<batch::Job>,
+    /// For the connections of lanes (see [`batch`]).
+    config: Arc<RedisConfig>,
+}
+
+thread_local! {
+    /// This thread's lanes: a batching queue per store, for stores used
+    /// from a single-threaded runtime. A few stores at most.
+    static LANES: std::cell::RefCell<Vec<(std::sync::Weak<Shared>, mpsc::Sender<batch::Job>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 struct Shared {
@@ -77,8 +86,10 @@ impl Shared {
         if item.algorithm != tollgate_core::Algorithm::Gcra {
             return;
         }
-        if let Some(tag) = self.scales.cached(&item.policy, item.params) {
-            item.scale = tag.to_string();
+        if let Some(cached) = self.scales.cached(&item.policy, item.params) {
+            if let Some(tag) = cached {
+                item.scale = tag.to_string();
+            }
             return;
         }
         let tagging = self.scales.tag(
@@ -98,6 +109,7 @@ impl Shared {
     /// told, reads them from the registry and calls again.
     async fn run(
         &self,
+        connection: &Connection,
         lua: &Lua,
         items: &[&Item],
         at: At,
@@ -108,10 +120,10 @@ impl Shared {
         for _ in 0..SCALE_ATTEMPTS {
             // Boxed: redis-rs's futures are deep, and callers nest this one.
             let reply = match &patched {
-                None => Box::pin(self.connection.run(lua, items, at, margin_ms, mode)).await?,
+                None => Box::pin(connection.run(lua, items, at, margin_ms, mode)).await?,
                 Some(own) => {
                     let refs: Vec<&Item> = own.iter().collect();
-                    Box::pin(self.connection.run(lua, &refs, at, margin_ms, mode)).await?
+                    Box::pin(connection.run(lua, &refs, at, margin_ms, mode)).await?
                 }
             };
             let missing = match reply {
@@ -123,7 +135,7 @@ impl Shared {
                 let item = &mut own[index];
                 let [c, n, p] = self
                     .scales
-                    .resolve(&self.connection, &self.prefix, &item.policy, tag)
+                    .resolve(connection, &self.prefix, &item.policy, tag)
                     .await?;
                 item.scale.push_str(&format!(";{tag}:{c}:{n}:{p}"));
             }
@@ -159,8 +171,57 @@ impl RedisStore {
             scales: scales::Scales::default(),
         });
         let (queue, jobs) = mpsc::channel(config.batch.queue);
-        tokio::spawn(batch::gather(jobs, Arc::clone(&shared), config.batch));
-        Ok(Self { shared, queue })
+        tokio::spawn(batch::gather(
+            jobs,
+            Arc::clone(&shared),
+            shared.connection.clone(),
+            config.batch,
+        ));
+        Ok(Self {
+            shared,
+            queue,
+            config: Arc::new(config.clone()),
+        })
+    }
+
+    /// The batching queue for this thread: its lane when the thread runs a
+    /// single-threaded runtime (opened on first use), else the store's own.
+    async fn queue(&self) -> mpsc::Sender<batch::Job> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let single = Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::CurrentThread);
+        if !single {
+            return self.queue.clone();
+        }
+        let mine = |lanes: &Vec<(std::sync::Weak<Shared>, mpsc::Sender<batch::Job>)>| {
+            lanes
+                .iter()
+                .find(|(shared, _)| std::ptr::eq(shared.as_ptr(), Arc::as_ptr(&self.shared)))
+                .map(|(_, queue)| queue.clone())
+        };
+        if let Some(queue) = LANES.with(|lanes| mine(&lanes.borrow())) {
+            return queue;
+        }
+        let Ok(connection) = Box::pin(Connection::open(&self.config)).await else {
+            return self.queue.clone();
+        };
+        let (queue, jobs) = mpsc::channel(self.config.batch.queue);
+        tokio::spawn(batch::gather(
+            jobs,
+            Arc::clone(&self.shared),
+            connection,
+            self.config.batch,
+        ));
+        LANES.with(|lanes| {
+            let mut lanes = lanes.borrow_mut();
+            lanes.retain(|(shared, _)| shared.strong_count() > 0);
+            // Another request of this thread may have opened one meanwhile.
+            if let Some(theirs) = mine(&lanes) {
+                return theirs;
+            }
+            lanes.push((Arc::downgrade(&self.shared), queue.clone()));
+            queue
+        })
     }
 
     /// The key holding `policy`'s state for `identity`.
@@ -176,7 +237,14 @@ impl RedisStore {
         self.timed(async {
             self.shared.tag(&mut item).await;
             self.shared
-                .run(lua, &[&item], At::Ms(now_ms), self.given_margin(), None)
+                .run(
+                    &self.shared.connection,
+                    lua,
+                    &[&item],
+                    At::Ms(now_ms),
+                    self.given_margin(),
+                    None,
+                )
                 .await
         })
         .await
@@ -261,7 +329,8 @@ impl RedisStore {
         let (reply, answer) = oneshot::channel();
         self.timed(async {
             self.shared.tag(&mut item).await;
-            self.queue
+            self.queue()
+                .await
                 .send(batch::Job { item, reply })
                 .await
                 .map_err(|_| StoreError::Unavailable("the batching task has stopped".into()))?;
@@ -297,6 +366,7 @@ impl RedisStore {
             async move {
                 let reply = self
                     .timed(self.shared.run(
+                        &self.shared.connection,
                         &SCRIPTS.decide_all,
                         &group_items,
                         at,

@@ -38,6 +38,8 @@ use crate::StoreError;
 /// How often an instance registers a scale it uses again, keeping the
 /// registry alive.
 const REFRESH: Duration = Duration::from_secs(3600);
+/// How soon a registration that failed is tried again.
+const RETRY: Duration = Duration::from_secs(1);
 /// The least TTL of a registry.
 const MIN_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Tags are three decimal digits in a state.
@@ -48,8 +50,9 @@ const MAX_CACHED: usize = 4096;
 /// A gcra scale: capacity C, n units a ms, p units a token.
 pub type Scale = [u64; 3];
 
-/// A policy's scales → their tags, and when each was last registered.
-type Tags = HashMap<Arc<str>, HashMap<Scale, (u16, Instant)>>;
+/// A policy's scales → their tags (`None`: no tag, text states), and when
+/// each is due to be registered again.
+type Tags = HashMap<Arc<str>, HashMap<Scale, (Option<u16>, Instant)>>;
 
 #[derive(Default)]
 pub struct Scales {
@@ -63,16 +66,16 @@ pub fn registry_key(prefix: &str, policy: &str) -> String {
 }
 
 impl Scales {
-    /// The tag of `policy`'s `scale` when cached and not due for
-    /// registering again.
-    pub fn cached(&self, policy: &Arc<str>, scale: Scale) -> Option<u16> {
+    /// The tag of `policy`'s `scale` (`Some(None)`: it has none) when
+    /// cached and not due for registering again.
+    pub fn cached(&self, policy: &Arc<str>, scale: Scale) -> Option<Option<u16>> {
         let tags = self.tags.read();
-        let (tag, at) = tags.get(&**policy)?.get(&scale)?;
-        (at.elapsed() < REFRESH).then_some(*tag)
+        let (tag, due) = tags.get(&**policy)?.get(&scale)?;
+        (Instant::now() < *due).then_some(*tag)
     }
 
     /// The tag of `policy`'s `scale`: cached, or registered now. `None`
-    /// when the registry cannot give one (unreachable, or full).
+    /// when the registry cannot give one (unreachable, or the tag is held).
     pub async fn tag(
         &self,
         connection: &Connection,
@@ -88,31 +91,33 @@ impl Scales {
             .get(&**policy)
             .and_then(|scales| scales.get(&scale))
             .copied();
-        if let Some((tag, at)) = cached
-            && now.duration_since(at) < REFRESH
+        if let Some((tag, due)) = cached
+            && now < due
         {
-            return Some(tag);
+            return tag;
         }
-        match register(connection, prefix, policy, scale, margin_ms).await {
-            Ok(Some(tag)) => {
-                let mut tags = self.tags.write();
-                if tags.len() >= MAX_CACHED {
-                    tags.clear();
-                }
-                tags.entry(Arc::clone(policy))
-                    .or_default()
-                    .insert(scale, (tag, now));
-                drop(tags);
-                self.remember(policy, tag, scale);
-                Some(tag)
-            }
-            Ok(None) => None,
-            // Keep a tag already given: tags are never reused.
+        let (tag, due) = match register(connection, prefix, policy, scale, margin_ms).await {
+            Ok(tag) => (tag, now + REFRESH),
+            // Keep a tag already given (tags are never reused); try again soon.
             Err(e) => {
                 tracing::debug!(error = %e, policy = %policy, "cannot register a gcra scale");
-                cached.map(|(tag, _)| tag)
+                (cached.and_then(|(tag, _)| tag), now + RETRY)
             }
+        };
+        let mut tags = self.tags.write();
+        if tags.len() >= MAX_CACHED {
+            tags.clear();
         }
+        let scales = tags.entry(Arc::clone(policy)).or_default();
+        if scales.len() >= MAX_CACHED {
+            scales.clear();
+        }
+        scales.insert(scale, (tag, due));
+        drop(tags);
+        if let Some(tag) = tag {
+            self.remember(policy, tag, scale);
+        }
+        tag
     }
 
     /// The scale `policy` tagged `tag`, from the registry when not cached;
