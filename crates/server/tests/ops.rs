@@ -274,3 +274,67 @@ async fn a_process_reloads_on_sighup_and_on_file_change_and_stops_gracefully_on_
     let status = process.child.wait().expect("wait");
     assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
 }
+
+#[test]
+fn server_settings_out_of_range_are_refused_with_their_reason() {
+    let refused = |server: &str| {
+        let yaml = format!("server: {server}\n{V1}");
+        match tollgate::config::ServeConfig::parse(&yaml, |_| None) {
+            Ok(_) => panic!("accepted server: {server}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    assert_eq!(
+        refused("{http_workers: 5000}"),
+        "config: server: http_workers 5000 is more than 1024"
+    );
+    assert_eq!(
+        refused("{max_connections: 0}"),
+        "config: server: max_connections must be positive"
+    );
+    assert_eq!(
+        refused("{deny_status: 200}"),
+        "config: server: deny_status 200 is not an HTTP error status (400-599)"
+    );
+}
+
+/// Past `server.max_connections` open connections a new one is closed on
+/// arrival and counted; once one closes, new ones are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_max_connections_are_refused_and_counted() {
+    let server = TestServer::start(&format!("server: {{max_connections: 1}}\n{V1}")).await;
+    let addr = server.url("").trim_start_matches("http://").to_owned();
+    let held = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("the first connection");
+    // Make sure the acceptor has taken the first one before the second.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("a client")
+    };
+    let refused = fresh().get(server.url("/healthz")).send().await;
+    assert!(
+        refused.is_err(),
+        "served beyond max_connections: {refused:?}"
+    );
+    drop(held);
+    // Until the server sees the close, a new connection is refused too.
+    let (mut served, mut refusals) = (None, 1);
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        match fresh().get(server.url("/metrics")).send().await {
+            Ok(r) => {
+                served = Some(r.text().await.expect("metrics"));
+                break;
+            }
+            Err(_) => refusals += 1,
+        }
+    }
+    let metrics = served.expect("served again once the first connection closed");
+    let line = format!("tollgate_refused_connections_total {refusals}");
+    assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    server.stop().await;
+}
