@@ -157,6 +157,10 @@ impl Worker {
         let graceful = GracefulShutdown::new();
         let mut builder = http1::Builder::new();
         builder
+            // One flat buffer and one send(2) a response: its headers and a
+            // small body are cheaper copied together than gathered by
+            // writev(2) (19 vs 22 µs of server CPU a request, bench/http.sh).
+            .writev(false)
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT);
         while let Some(Accepted { stream, peer }) = handoff.recv().await {
