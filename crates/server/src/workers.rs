@@ -83,13 +83,30 @@ pub async fn serve_http(
             router: router.clone(),
             open: Arc::clone(&open),
         };
+        let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
             .name(format!("tollgate-http-{index}"))
             .spawn(move || {
-                worker.run(rx);
+                // Built (and dropped) on its own thread, outside any runtime.
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => {
+                        let _ = ready_tx.send(Ok(()));
+                        runtime.block_on(worker.serve(rx));
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                    }
+                }
                 let _ = done_tx.send(());
             })
             .map_err(|e| format!("cannot start HTTP worker {index}: {e}"))?;
+        ready_rx
+            .await
+            .map_err(|_| format!("HTTP worker {index} stopped while starting"))?
+            .map_err(|e| format!("cannot start HTTP worker {index}'s runtime: {e}"))?;
         handoffs.push(tx);
         finished.push(done_rx);
     }
@@ -139,20 +156,6 @@ struct Worker {
 impl Worker {
     /// Runs on the worker's own thread until the acceptor hangs up and
     /// every connection has finished.
-    fn run(self, handoff: mpsc::Receiver<Accepted>) {
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start an HTTP worker's runtime");
-                return;
-            }
-        };
-        runtime.block_on(self.serve(handoff));
-    }
-
     async fn serve(self, mut handoff: mpsc::Receiver<Accepted>) {
         let graceful = GracefulShutdown::new();
         let mut builder = http1::Builder::new();
