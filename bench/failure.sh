@@ -16,7 +16,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >/dev/null &
 redis=$!
 pids=($redis)
-cleanup() { kill -CONT "$redis" 2>/dev/null || true; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+. bench/lib.sh
+cleanup() { kill -CONT "$redis" 2>/dev/null || true; stop_started; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 sleep 0.3
 
@@ -30,16 +31,7 @@ policies='policies:
 printf 'server: {watch_interval_ms: 0}\nstore: {redis: {url: "redis://127.0.0.1:%s"}}\n%s\n' "$port" "$policies" > "$work/redis.yaml"
 printf 'server: {watch_interval_ms: 0}\n%s\n' "$policies" > "$work/memory.yaml"
 
-start() {
-  local out="$work/$1.out"
-  ./target/release/tollgate serve --config "$work/$1.yaml" --listen 127.0.0.1:0 >"$out" 2>/dev/null &
-  pids+=($!)
-  for _ in $(seq 100); do
-    [ -s "$out" ] && { sed -n '1s/^listening on //p' "$out"; return; }
-    sleep 0.05
-  done
-  echo "tollgate did not start" >&2; exit 1
-}
+serve() { start ./target/release/tollgate serve --config "$work/$1.yaml" --listen 127.0.0.1:0; }
 load() { # load NAME URL
   local out
   out=$(KEYS=100000 POLICY=bench wrk -t2 -c64 -d"$DURATION" --latency -s bench/check.lua "$2")
@@ -51,8 +43,8 @@ one() { # one URL: the time of a single decision
   curl -s -o /dev/null -w '%{time_total}' -X POST "$1/v1/check" -d '{"policy":"bench","key":"probe"}'
 }
 
-memory=$(start memory)
-shared=$(start redis)
+memory=$(serve memory)
+shared=$(serve redis)
 load "memory store" "$memory"
 load "redis, healthy" "$shared"
 kill -STOP "$redis"

@@ -16,20 +16,8 @@ THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-64}
 cargo build --release -q -p tollgate --bin tollgate --example plain_axum --example plain_hyper
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-start() { # start CMD...; prints the base URL from the first stdout line
-  local out; out=$(mktemp)
-  "$@" >"$out" 2>/dev/null &
-  pids+=($!)
-  for _ in $(seq 100); do
-    if [ -s "$out" ]; then sed -n '1s/^listening on //p' "$out"; return; fi
-    sleep 0.05
-  done
-  echo "server did not start: $*" >&2; exit 1
-}
+. bench/lib.sh
+trap stop_started EXIT
 
 run() { # run NAME URL SCRIPT KEYS
   local name=$1 url=$2 script=$3 keys=$4

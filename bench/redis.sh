@@ -21,23 +21,13 @@ work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >/dev/null &
 pids=($!)
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+. bench/lib.sh
+cleanup() { stop_started; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 printf 'server:\n  watch_interval_ms: 0\nstore: {redis: {url: "redis://127.0.0.1:%s"}}\n' "$port" > "$work/redis.yaml"
 sed -n '/^policies:/,$p' bench/bench.yaml >> "$work/redis.yaml"
-
-start() { # start CMD...; prints the base URL from the first stdout line
-  local out; out=$(mktemp -p "$work")
-  "$@" >"$out" 2>/dev/null &
-  pids+=($!)
-  for _ in $(seq 100); do
-    if [ -s "$out" ]; then sed -n '1s/^listening on //p' "$out"; return; fi
-    sleep 0.05
-  done
-  echo "server did not start: $*" >&2; exit 1
-}
 
 run() { # run NAME URL
   local out

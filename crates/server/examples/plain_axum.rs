@@ -9,21 +9,15 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use dashmap::DashMap;
-use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct Body<'a> {
-    #[allow(dead_code)]
-    policy: &'a str,
-    key: &'a str,
-    #[serde(default)]
-    cost: Option<u64>,
-}
+mod baseline;
+
+use baseline::CheckBody;
 
 type Counts = Arc<DashMap<String, u64>>;
 
 async fn check(State(counts): State<Counts>, body: axum::body::Bytes) -> String {
-    let Ok(parsed) = serde_json::from_slice::<Body<'_>>(&body) else {
+    let Ok(parsed) = serde_json::from_slice::<CheckBody<'_>>(&body) else {
         return "{\"error\":\"bad json\"}".to_owned();
     };
     let mut entry = counts.entry(parsed.key.to_owned()).or_insert(0);

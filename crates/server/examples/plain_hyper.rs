@@ -15,17 +15,11 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
 use tokio::net::{TcpListener, TcpSocket};
 
-#[derive(Deserialize)]
-struct Body<'a> {
-    #[allow(dead_code)]
-    policy: &'a str,
-    key: &'a str,
-    #[serde(default)]
-    cost: Option<u64>,
-}
+mod baseline;
+
+use baseline::CheckBody;
 
 type Counts = Arc<DashMap<String, u64>>;
 
@@ -37,7 +31,7 @@ async fn check(
         Ok(collected) => collected.to_bytes(),
         Err(_) => Bytes::new(),
     };
-    let Ok(parsed) = serde_json::from_slice::<Body<'_>>(&body) else {
+    let Ok(parsed) = serde_json::from_slice::<CheckBody<'_>>(&body) else {
         return Ok(Response::new(Full::new(Bytes::from_static(
             b"{\"error\":\"bad json\"}",
         ))));

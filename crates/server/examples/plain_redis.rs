@@ -9,17 +9,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use redis::aio::MultiplexedConnection;
-use serde::Deserialize;
 use tollgate_store::lua_source;
 
-#[derive(Deserialize)]
-struct Body<'a> {
-    #[allow(dead_code)]
-    policy: &'a str,
-    key: &'a str,
-    #[serde(default)]
-    cost: Option<u64>,
-}
+mod baseline;
+
+use baseline::CheckBody;
 
 #[derive(Clone)]
 struct Shared {
@@ -28,7 +22,7 @@ struct Shared {
 }
 
 async fn check(State(shared): State<Shared>, body: axum::body::Bytes) -> String {
-    let Ok(parsed) = serde_json::from_slice::<Body<'_>>(&body) else {
+    let Ok(parsed) = serde_json::from_slice::<CheckBody<'_>>(&body) else {
         return "{\"error\":\"bad json\"}".to_owned();
     };
     let reply: redis::RedisResult<Vec<i64>> = redis::cmd("EVALSHA")

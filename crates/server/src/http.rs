@@ -12,7 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, MethodRouter, get, post};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Body as HttpBody;
 use serde::Deserialize;
@@ -26,14 +26,12 @@ use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
 use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
 
 pub fn router(app: Arc<App>) -> Router {
-    // The same methods as AUTHORIZE_METHODS.
-    let authorize_any = get(authorize)
-        .post(authorize)
-        .put(authorize)
-        .delete(authorize)
-        .patch(authorize)
-        .head(authorize)
-        .options(authorize);
+    let authorize_any = AUTHORIZE_METHODS
+        .iter()
+        .filter_map(|method| MethodFilter::try_from(method.clone()).ok())
+        .fold(MethodRouter::new(), |router, filter| {
+            router.on(filter, authorize)
+        });
     Router::new()
         .route("/v1/check", post(check))
         .route(AUTHORIZE, authorize_any.clone())

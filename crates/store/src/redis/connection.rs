@@ -122,11 +122,24 @@ impl Connection {
         }
     }
 
-    /// Runs a script by SHA1; after NOSCRIPT (a restarted or failed-over
-    /// server) runs it by its text, which also caches it there again. Only
-    /// NOSCRIPT is retried: the script certainly did not run. Any other
-    /// failure may have happened after the script ran, and running it again
-    /// could consume twice.
+    /// Runs the script that `command` names by SHA1; after NOSCRIPT (a
+    /// restarted or failed-over server) runs it by its text, which also
+    /// caches it there again. Only NOSCRIPT is retried: the script certainly
+    /// did not run. Any other failure may have happened after the script
+    /// ran, and running it again could consume twice.
+    pub async fn evaluate(
+        &self,
+        command: impl Fn(By) -> Result<Cmd, StoreError>,
+    ) -> Result<Result<Value, RedisError>, StoreError> {
+        Ok(match self.query(&command(By::Sha)?).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.query(&command(By::Body)?).await
+            }
+            other => other,
+        })
+    }
+
+    /// Runs a decision script over `items` (see [`Connection::evaluate`]).
     pub async fn run(
         &self,
         lua: &Lua,
@@ -135,14 +148,9 @@ impl Connection {
         margin_ms: u64,
         mode: Option<&str>,
     ) -> Result<Reply, StoreError> {
-        let by_sha = command(lua, By::Sha, items, at, margin_ms, mode)?;
-        let reply = match self.query(&by_sha).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let by_body = command(lua, By::Body, items, at, margin_ms, mode)?;
-                self.query(&by_body).await
-            }
-            other => other,
-        };
+        let reply = self
+            .evaluate(|by| command(lua, by, items, at, margin_ms, mode))
+            .await?;
         match reply {
             Ok(value) => integers(value).map(Reply::Decided),
             Err(e) if e.code() == Some(UNRESOLVED_SCALES) => {

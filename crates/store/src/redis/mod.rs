@@ -87,9 +87,7 @@ impl Shared {
             return;
         }
         if let Some(cached) = self.scales.cached(&item.policy, item.params) {
-            if let Some(tag) = cached {
-                item.scale = tag.to_string();
-            }
+            item.tag = cached;
             return;
         }
         let tagging = self.scales.tag(
@@ -100,8 +98,12 @@ impl Shared {
             self.margin_ms,
         );
         // Boxed for the same reason as `run`'s call.
-        if let Some(tag) = Box::pin(tagging).await {
-            item.scale = tag.to_string();
+        item.tag = Box::pin(tagging).await;
+    }
+
+    async fn tag_all(&self, items: &mut [Item]) {
+        for item in items {
+            self.tag(item).await;
         }
     }
 
@@ -137,7 +139,7 @@ impl Shared {
                     .scales
                     .resolve(connection, &self.prefix, &item.policy, tag)
                     .await?;
-                item.scale.push_str(&format!(";{tag}:{c}:{n}:{p}"));
+                item.older.push_str(&format!(";{tag}:{c}:{n}:{p}"));
             }
         }
         Err(StoreError::Protocol(
@@ -262,9 +264,7 @@ impl RedisStore {
         now_ms: u64,
     ) -> Result<Vec<Decision>, StoreError> {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
-        for item in &mut items {
-            self.shared.tag(item).await;
-        }
+        self.shared.tag_all(&mut items).await;
         self.all_or_nothing(&items, At::Ms(now_ms), self.given_margin())
             .await
     }
@@ -449,13 +449,8 @@ impl Store for RedisStore {
             {
                 return self.decide_one(item).await.map(|d| vec![d]);
             }
-            let tagging = async {
-                for item in &mut items {
-                    self.shared.tag(item).await;
-                }
-            };
             self.timed(async {
-                tagging.await;
+                self.shared.tag_all(&mut items).await;
                 Ok(())
             })
             .await?;

@@ -32,7 +32,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::connection::{Connection, from_redis};
-use super::script::{By, SCRIPTS};
+use super::script::{SCRIPTS, invocation};
 use crate::StoreError;
 
 /// How often an instance registers a scale it uses again, keeping the
@@ -179,25 +179,17 @@ async fn register(
             .saturating_mul(2)
             .min(1 << 52),
     );
-    let lua = &SCRIPTS.register_scale;
     let key = registry_key(prefix, policy);
     let text = format!("{capacity}:{n}:{p}");
     let preferred = preferred_tag(&text);
-    let call = |by: By| {
-        let mut cmd = match by {
-            By::Sha => redis::cmd("EVALSHA").arg(lua.sha()).to_owned(),
-            By::Body => redis::cmd("EVAL").arg(lua.body).to_owned(),
-        };
-        cmd.arg(1).arg(&key).arg(&text).arg(preferred).arg(ttl_ms);
-        cmd
-    };
-    let reply = match connection.query(&call(By::Sha)).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            connection.query(&call(By::Body)).await
-        }
-        other => other,
-    }
-    .map_err(from_redis)?;
+    let reply = connection
+        .evaluate(|by| {
+            let mut cmd = invocation(&SCRIPTS.register_scale, by);
+            cmd.arg(1).arg(&key).arg(&text).arg(preferred).arg(ttl_ms);
+            Ok(cmd)
+        })
+        .await?
+        .map_err(from_redis)?;
     match reply {
         Value::Int(tag) if tag >= 0 => u16::try_from(tag)
             .map(Some)

@@ -106,8 +106,10 @@ pub struct Item {
     pub cost: u64,
     pub params: [u64; 3],
     pub limit: u64,
-    /// gcra's scale field (see common.lua): empty until a tag is known.
-    pub scale: String,
+    /// gcra's scale tag in the policy's registry, when it has one.
+    pub tag: Option<u16>,
+    /// `;tag:C:n:p` for each older scale the call must name (usually none).
+    pub older: String,
 }
 
 impl Item {
@@ -127,7 +129,8 @@ impl Item {
             cost,
             params,
             limit: limits.limit(),
-            scale: String::new(),
+            tag: None,
+            older: String::new(),
         }
     }
 }
@@ -150,6 +153,14 @@ pub enum By {
     Body,
 }
 
+/// `EVALSHA sha` (or `EVAL body`), for the arguments to follow.
+pub fn invocation(lua: &Lua, by: By) -> Cmd {
+    match by {
+        By::Sha => redis::cmd("EVALSHA").arg(lua.sha()).to_owned(),
+        By::Body => redis::cmd("EVAL").arg(lua.body).to_owned(),
+    }
+}
+
 /// `EVALSHA sha nkeys keys... now margin [mode] fields...` (or `EVAL body ...`).
 pub fn command(
     lua: &Lua,
@@ -159,18 +170,7 @@ pub fn command(
     margin_ms: u64,
     mode: Option<&str>,
 ) -> Result<Cmd, StoreError> {
-    let mut cmd = match by {
-        By::Sha => {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(lua.sha());
-            cmd
-        }
-        By::Body => {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(lua.body);
-            cmd
-        }
-    };
+    let mut cmd = invocation(lua, by);
     cmd.arg(items.len());
     for item in items {
         cmd.arg(&item.key[..]);
@@ -193,8 +193,14 @@ pub fn command(
             .arg(item.cost)
             .arg(item.params[0])
             .arg(item.params[1])
-            .arg(item.params[2])
-            .arg(item.scale.as_bytes());
+            .arg(item.params[2]);
+        // The scale field (see common.lua): the tag, then older scales.
+        match (item.tag, item.older.is_empty()) {
+            (None, true) => cmd.arg(""),
+            (Some(tag), true) => cmd.arg(tag),
+            (Some(tag), false) => cmd.arg(format!("{tag}{}", item.older)),
+            (None, false) => cmd.arg(&item.older),
+        };
     }
     Ok(cmd)
 }
