@@ -5,7 +5,6 @@
 //! HTTP, JSON and a map cost with nothing else.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,7 +14,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 
 mod baseline;
 
@@ -45,13 +44,6 @@ async fn check(
     Ok(Response::new(Full::new(Bytes::from(text))))
 }
 
-fn listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = TcpSocket::new_v4()?;
-    socket.set_reuseport(true)?;
-    socket.bind(addr)?;
-    socket.listen(1024)
-}
-
 async fn serve(listener: TcpListener, counts: Counts) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -70,29 +62,5 @@ async fn serve(listener: TcpListener, counts: Counts) {
 
 fn main() -> std::io::Result<()> {
     let counts: Counts = Arc::new(DashMap::new());
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    };
-    // The first socket picks the port; the others join it.
-    let first = runtime()?;
-    let bound = first.block_on(async { listener(SocketAddr::from(([127, 0, 0, 1], 0))) })?;
-    let addr = bound.local_addr()?;
-    let mut threads = Vec::new();
-    for _ in 1..cores {
-        let counts = Arc::clone(&counts);
-        let rt = runtime()?;
-        let other = rt.block_on(async { listener(addr) })?;
-        threads.push(std::thread::spawn(move || {
-            rt.block_on(serve(other, counts))
-        }));
-    }
-    println!("listening on http://{addr}");
-    first.block_on(serve(bound, counts));
-    for t in threads {
-        let _ = t.join();
-    }
-    Ok(())
+    baseline::serve_per_core(move |listener| serve(listener, Arc::clone(&counts)))
 }
