@@ -13,7 +13,8 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, get, post};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use bytes::{Buf, BytesMut};
+use http_body_util::BodyExt;
 use hyper::body::Body as HttpBody;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
@@ -75,7 +76,7 @@ fn refuse(app: &App, problem: Problem) -> Response {
 #[serde(deny_unknown_fields)]
 struct CheckBody<'a> {
     #[serde(borrow, default)]
-    policy: Option<Cow<'a, str>>,
+    policy: Option<Text<'a>>,
     #[serde(borrow, default)]
     key: Option<KeyJson<'a>>,
     #[serde(default)]
@@ -88,7 +89,7 @@ struct CheckBody<'a> {
 #[serde(deny_unknown_fields)]
 struct CheckItem<'a> {
     #[serde(borrow)]
-    policy: Cow<'a, str>,
+    policy: Text<'a>,
     #[serde(borrow)]
     key: KeyJson<'a>,
     #[serde(default = "one")]
@@ -99,10 +100,42 @@ fn one() -> u64 {
     1
 }
 
+/// A JSON string, borrowed from the body unless it has escapes. (serde's
+/// own `Cow<str>` borrows only as a bare field, not inside an `Option`.)
+struct Text<'a>(Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Owned(v.to_owned())))
+    }
+}
+
 /// `"acme"` or `{"tenant": "acme", "route": "/orders"}`.
 enum KeyJson<'a> {
-    Value(Cow<'a, str>),
-    Parts(Vec<(Cow<'a, str>, Cow<'a, str>)>),
+    Value(Text<'a>),
+    Parts(Vec<(Text<'a>, Text<'a>)>),
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for KeyJson<'a> {
@@ -114,15 +147,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for KeyJson<'a> {
                 f.write_str("a string or an object of string parts")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(KeyJson::Value(Cow::Borrowed(v)))
+                TextVisitor.visit_borrowed_str(v).map(KeyJson::Value)
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(KeyJson::Value(Cow::Owned(v.to_owned())))
+                TextVisitor.visit_str(v).map(KeyJson::Value)
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
                 let mut parts = Vec::new();
-                while let Some((k, v)) = map.next_entry::<Cow<'de, str>, Cow<'de, str>>()? {
-                    parts.push((k, v));
+                while let Some(part) = map.next_entry::<Text<'de>, Text<'de>>()? {
+                    parts.push(part);
                 }
                 Ok(KeyJson::Parts(parts))
             }
@@ -138,10 +171,8 @@ impl KeyJson<'_> {
                 return Err(Problem::unprocessable("key must not be empty"));
             }
             KeyJson::Value(v) => Identity::value(v),
-            KeyJson::Parts(parts) => {
-                Identity::composite(parts.iter().map(|(k, v)| (k.as_ref(), v.as_ref())))
-                    .map_err(|e| Problem::unprocessable(format!("key: {e}")))?
-            }
+            KeyJson::Parts(parts) => Identity::composite(parts.iter().map(|(k, v)| (&**k, &**v)))
+                .map_err(|e| Problem::unprocessable(format!("key: {e}")))?,
         };
         if identity.as_bytes().len() > max_key_bytes {
             return Err(Problem::too_large(format!(
@@ -155,6 +186,12 @@ impl KeyJson<'_> {
 /// Errors a request body may fail with.
 type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
+/// How much of an oversized body is read and thrown away before the 413, so
+/// that the client, still sending, reads the answer instead of a reset
+/// connection (a server closing with unread data sends RST). Bodies
+/// declared larger than this past the limit are answered at once.
+const DISCARD_AT_MOST: u64 = 1 << 20;
+
 async fn read_body<B>(req: http::Request<B>, limit: usize) -> Result<Bytes, Problem>
 where
     B: HttpBody,
@@ -166,16 +203,43 @@ where
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
+    let discard_up_to = (limit as u64).saturating_add(DISCARD_AT_MOST);
+    if declared.is_some_and(|len| len > discard_up_to) {
         return Err(too_large());
     }
-    match Limited::new(req.into_body(), limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(Problem::bad_request(format!(
-            "cannot read the request body: {e}"
-        ))),
+    let mut body = std::pin::pin!(req.into_body());
+    let mut first = Bytes::new();
+    let mut rest: Option<BytesMut> = None;
+    let mut seen: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            Problem::bad_request(format!(
+                "cannot read the request body: {}",
+                Into::<BodyError>::into(e)
+            ))
+        })?;
+        let Ok(mut data) = frame.into_data() else {
+            continue;
+        };
+        let data = data.copy_to_bytes(data.remaining());
+        seen += data.len() as u64;
+        if seen > limit as u64 {
+            if seen > discard_up_to {
+                break;
+            }
+            continue;
+        }
+        if first.is_empty() {
+            first = data;
+        } else {
+            rest.get_or_insert_with(|| BytesMut::from(&first[..]))
+                .extend_from_slice(&data);
+        }
     }
+    if seen > limit as u64 {
+        return Err(too_large());
+    }
+    Ok(rest.map_or(first, BytesMut::freeze))
 }
 
 fn json_fault(e: &serde_json::Error) -> Problem {
@@ -285,7 +349,7 @@ async fn check_batch(
     let mut identities = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let live = runtime.policy(&item.policy).ok_or_else(|| {
-            Problem::not_found(format!("checks[{i}]: unknown policy {:?}", item.policy))
+            Problem::not_found(format!("checks[{i}]: unknown policy {:?}", &*item.policy))
         })?;
         let identity = item.key.identity(max_key).map_err(|mut p| {
             p.detail = format!("checks[{i}]: {}", p.detail);
@@ -380,25 +444,32 @@ fn count(live: &LivePolicy, decision: &Decision) {
 }
 
 /// The decision as JSON; `remaining` is shown as 0 when a stepped-back
-/// clock made gcra's internal figure negative.
+/// clock made gcra's internal figure negative. Written by hand, not by
+/// `write!`: the formatting machinery cost ~1,400 instructions a decision,
+/// more than the decision itself (callgrind, docs/benchmarks.md).
 fn write_decision(out: &mut String, policy: &str, d: &Decision, path: DecisionPath) {
-    let _ = write!(
-        out,
-        "{{\"allowed\":{},\"policy\":\"{}\",\"limit\":{},\"remaining\":{},\"retry_after_ms\":",
-        d.allowed,
-        policy,
-        d.limit,
-        d.remaining.max(0)
-    );
+    let mut number = itoa::Buffer::new();
+    out.push_str(if d.allowed {
+        "{\"allowed\":true,\"policy\":\""
+    } else {
+        "{\"allowed\":false,\"policy\":\""
+    });
+    out.push_str(policy);
+    out.push_str("\",\"limit\":");
+    out.push_str(number.format(d.limit));
+    out.push_str(",\"remaining\":");
+    out.push_str(number.format(d.remaining.max(0)));
+    out.push_str(",\"retry_after_ms\":");
     match d.retry_after_ms {
-        Some(ms) => {
-            let _ = write!(out, "{ms}");
-        }
+        Some(ms) => out.push_str(number.format(ms)),
         None => out.push_str("null"),
     }
-    let _ = write!(out, ",\"reset_after_ms\":{}", d.reset_after_ms);
+    out.push_str(",\"reset_after_ms\":");
+    out.push_str(number.format(d.reset_after_ms));
     if path.is_degraded() {
-        let _ = write!(out, ",\"degraded\":true,\"path\":\"{}\"", path.name());
+        out.push_str(",\"degraded\":true,\"path\":\"");
+        out.push_str(path.name());
+        out.push('"');
     }
     out.push('}');
 }
