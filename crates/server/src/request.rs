@@ -1,9 +1,11 @@
 //! The request being limited, as forward auth describes it, and the
 //! identity and cost a policy takes from it.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
-use axum::http::HeaderMap;
+use axum::http::header::{AUTHORIZATION, AsHeaderName, HOST};
+use axum::http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 use tollgate_core::{Identity, SecretHasher};
 
@@ -20,7 +22,16 @@ pub struct Forwarded<'a> {
     pub headers: &'a HeaderMap,
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+// Names known at compile time, so a lookup hashes without parsing the name.
+const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
+const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
+const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+fn header(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -38,15 +49,15 @@ impl<'a> Forwarded<'a> {
         peer: SocketAddr,
         trusted_proxies: &[IpNet],
     ) -> Self {
-        let method = header(headers, "x-original-method")
-            .or_else(|| header(headers, "x-forwarded-method"))
+        let method = header(headers, X_ORIGINAL_METHOD)
+            .or_else(|| header(headers, X_FORWARDED_METHOD))
             .unwrap_or(own_method);
-        let uri = header(headers, "x-original-uri")
-            .or_else(|| header(headers, "x-forwarded-uri"))
+        let uri = header(headers, X_ORIGINAL_URI)
+            .or_else(|| header(headers, X_FORWARDED_URI))
             .unwrap_or(own_path);
         let path = uri.split(['?', '#']).next().unwrap_or(uri);
-        let host = header(headers, "x-forwarded-host")
-            .or_else(|| header(headers, "host"))
+        let host = header(headers, X_FORWARDED_HOST)
+            .or_else(|| header(headers, HOST))
             .unwrap_or("");
         Self {
             method,
@@ -67,7 +78,7 @@ pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[IpNet]) -> IpAddr
         return peer;
     }
     let hops: Vec<IpAddr> = headers
-        .get_all("x-forwarded-for")
+        .get_all(X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
@@ -79,7 +90,7 @@ pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[IpNet]) -> IpAddr
     if let Some(first) = hops.first() {
         return *first;
     }
-    header(headers, "x-real-ip")
+    header(headers, X_REAL_IP)
         .and_then(|v| v.parse().ok())
         .unwrap_or(peer)
 }
@@ -102,42 +113,43 @@ pub fn identity_of(
             policy.policy.name()
         ))
     };
-    let mut values: Vec<(String, String)> = Vec::with_capacity(policy.identity.len());
+    let mut values: Vec<(&str, Cow<'_, str>)> = Vec::with_capacity(policy.identity.len());
     for part in &policy.identity {
         let value = match part {
-            IdentityPart::Header(name) => header(request.headers, name)
-                .ok_or_else(|| missing(format!("header {name}")))?
-                .to_owned(),
+            IdentityPart::Header(name) => Cow::Borrowed(
+                header(request.headers, name.as_str())
+                    .ok_or_else(|| missing(format!("header {name}")))?,
+            ),
             IdentityPart::ApiKey(name) => {
-                let raw = header(request.headers, name)
+                let raw = header(request.headers, name.as_str())
                     .ok_or_else(|| missing(format!("api_key (header {name})")))?;
-                hash(hasher, raw)?
+                Cow::Owned(hash(hasher, raw)?)
             }
             IdentityPart::Bearer => {
-                let token = header(request.headers, "authorization")
+                let token = header(request.headers, AUTHORIZATION)
                     .and_then(|v| {
                         let (scheme, token) = v.split_once(' ')?;
                         scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
                     })
                     .filter(|t| !t.is_empty())
                     .ok_or_else(|| missing("bearer (Authorization: Bearer <token>)".into()))?;
-                hash(hasher, token)?
+                Cow::Owned(hash(hasher, token)?)
             }
-            IdentityPart::ClientIp => request.client_ip.to_string(),
-            IdentityPart::Method => request.method.to_ascii_uppercase(),
-            IdentityPart::Path => request.path.to_owned(),
-            IdentityPart::Route => policy.matcher.route().unwrap_or(request.path).to_owned(),
+            IdentityPart::ClientIp => Cow::Owned(request.client_ip.to_string()),
+            IdentityPart::Method => upper(request.method),
+            IdentityPart::Path => Cow::Borrowed(request.path),
+            IdentityPart::Route => Cow::Borrowed(policy.matcher.route().unwrap_or(request.path)),
             IdentityPart::Host => {
                 if request.host.is_empty() {
                     return Err(missing("host".into()));
                 }
-                request.host.to_ascii_lowercase()
+                lower(request.host)
             }
-            IdentityPart::Literal(v) => v.clone(),
+            IdentityPart::Literal(v) => Cow::Borrowed(v.as_str()),
         };
-        values.push((part.name().to_owned(), value));
+        values.push((part.name(), value));
     }
-    let identity = Identity::composite(values.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+    let identity = Identity::composite(values.iter().map(|(n, v)| (*n, v.as_ref())))
         .map_err(|e| RequestFault(format!("policy {}: {e}", policy.policy.name())))?;
     if identity.as_bytes().len() > max_key_bytes {
         return Err(RequestFault(format!(
@@ -146,6 +158,24 @@ pub fn identity_of(
         )));
     }
     Ok(identity)
+}
+
+/// `text` in upper case, copied only when it is not already.
+fn upper(text: &str) -> Cow<'_, str> {
+    if text.bytes().any(|b| b.is_ascii_lowercase()) {
+        Cow::Owned(text.to_ascii_uppercase())
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// `text` in lower case, copied only when it is not already.
+fn lower(text: &str) -> Cow<'_, str> {
+    if text.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(text.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 fn hash(hasher: Option<&SecretHasher>, secret: &str) -> Result<String, RequestFault> {

@@ -2,8 +2,6 @@
 //! fields on every answer, and on a rejection the 429 problem+json with
 //! `violated-policies`, `Retry-After` rounded up and `Cache-Control: no-store`.
 
-use std::fmt::Write as _;
-
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tollgate_core::{Decision, Policy};
@@ -44,13 +42,13 @@ pub fn policy_item(policy: &Policy) -> String {
 
 /// `"name";r=1;t=4`: what is left and when it is fully restored.
 pub fn state_item(out: &mut String, policy: &Policy, decision: &Decision) {
-    let _ = write!(
-        out,
-        "\"{}\";r={};t={}",
-        policy.name(),
-        decision.remaining.max(0),
-        decision.reset_after_ms.div_ceil(1000)
-    );
+    let mut number = itoa::Buffer::new();
+    out.push('"');
+    out.push_str(policy.name());
+    out.push_str("\";r=");
+    out.push_str(number.format(decision.remaining.max(0)));
+    out.push_str(";t=");
+    out.push_str(number.format(decision.reset_after_ms.div_ceil(1000)));
 }
 
 /// The RateLimit-Policy and RateLimit fields for a set of decided policies.
@@ -58,8 +56,8 @@ pub fn ratelimit_headers<'a>(
     headers: &mut HeaderMap,
     decided: impl Iterator<Item = (&'a str, &'a Policy, &'a Decision)>,
 ) {
-    let mut policy_field = String::new();
-    let mut state_field = String::new();
+    let mut policy_field = String::with_capacity(64);
+    let mut state_field = String::with_capacity(64);
     for (policy_item_text, policy, decision) in decided {
         if !policy_field.is_empty() {
             policy_field.push_str(", ");
