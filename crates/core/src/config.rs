@@ -80,6 +80,11 @@ impl PolicySet {
         let list = policies
             .as_array()
             .ok_or_else(|| ConfigError::Document("`policies` must be a list".into()))?;
+        if list.is_empty() {
+            return Err(ConfigError::Document(
+                "`policies` is empty: a config needs at least one policy".into(),
+            ));
+        }
         let mut set = PolicySet::default();
         for (index, entry) in list.iter().enumerate() {
             let fields = entry.as_object().ok_or_else(|| {

@@ -330,6 +330,10 @@ fn documents_that_are_not_a_mapping_of_policies_are_refused() {
     assert_eq!(refusal("{}"), "config: missing `policies`");
     assert_eq!(refusal("policies: 5"), "config: `policies` must be a list");
     assert_eq!(
+        refusal("policies: []"),
+        "config: `policies` is empty: a config needs at least one policy"
+    );
+    assert_eq!(
         refusal(
             "policies:\n  - name: a\n    algorithm: gcra\n    capacity: 1\n    refill: { tokens: 1, per: 1s }\n  - 7\n"
         ),

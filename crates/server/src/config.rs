@@ -319,6 +319,11 @@ impl ServeConfig {
             None if !envoy_ratelimit_configs.is_empty() => &no_policies,
             None => return Err(ConfigError::Document("missing `policies`".into())),
         };
+        if list.is_empty() && envoy_ratelimit_configs.is_empty() {
+            return Err(ConfigError::Document(
+                "`policies` is empty: a config needs at least one policy (or envoy_ratelimit_configs)".into(),
+            ));
+        }
         let mut set = PolicySet::default();
         let mut policies = Vec::with_capacity(list.len());
         for (index, entry) in list.iter().enumerate() {

@@ -296,6 +296,15 @@ fn server_settings_out_of_range_are_refused_with_their_reason() {
         refused("{deny_status: 200}"),
         "config: server: deny_status 200 is not an HTTP error status (400-599)"
     );
+    let empty = tollgate::config::ServeConfig::parse("policies: []\n", |_| None)
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        empty.as_deref(),
+        Some(
+            "config: `policies` is empty: a config needs at least one policy (or envoy_ratelimit_configs)"
+        )
+    );
 }
 
 /// Past `server.max_connections` open connections a new one is closed on
