@@ -195,6 +195,60 @@ async fn bad_input_is_refused_with_a_named_fault_and_changes_nothing() {
     server.stop().await;
 }
 
+/// An oversized body is read and thrown away before its 413: the client,
+/// still sending, reads the answer instead of a reset, and the connection
+/// serves the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_gets_its_413_and_the_connection_serves_the_next_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(POLICIES).await;
+    let mut stream = tokio::net::TcpStream::connect(server.base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    let request = |body: &str| {
+        format!(
+            "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let huge = format!(r#"{{"policy":"slow","key":"{}"}}"#, "x".repeat(70_000));
+    stream
+        .write_all(request(&huge).as_bytes())
+        .await
+        .expect("oversized request sent in full");
+    stream
+        .write_all(request(r#"{"policy":"slow","key":"v"}"#).as_bytes())
+        .await
+        .expect("second request sent");
+    let mut got = Vec::new();
+    let read_both = async {
+        loop {
+            let text = String::from_utf8_lossy(&got).into_owned();
+            if text.matches("HTTP/1.1 ").count() == 2 && text.ends_with('}') {
+                return;
+            }
+            let n = stream.read_buf(&mut got).await.expect("read");
+            assert!(n > 0, "connection closed after: {text}");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read_both)
+        .await
+        .expect("both answers within 10 s");
+    let text = String::from_utf8_lossy(&got);
+    let (first, second) = text.split_at(text.rfind("HTTP/1.1 ").expect("second answer"));
+    assert!(first.starts_with("HTTP/1.1 413 "), "{first}");
+    assert!(
+        first.ends_with(r#"{"detail":"request body is larger than 65536 bytes","status":413,"title":"Content Too Large","type":"about:blank"}"#),
+        "{first}"
+    );
+    assert!(second.starts_with("HTTP/1.1 200 "), "{second}");
+    assert!(
+        second.ends_with(r#"{"allowed":true,"policy":"slow","limit":5,"remaining":4,"retry_after_ms":0,"reset_after_ms":3600000}"#),
+        "{second}"
+    );
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn problem_responses_carry_the_problem_media_type() {
     let server = TestServer::start(POLICIES).await;
