@@ -66,6 +66,58 @@ impl fmt::Debug for Identity {
     }
 }
 
+/// For people (logs, metric labels): the value, or `name=value` parts joined
+/// by `,`. Not injective, unlike the encoding; never used as a key.
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some((&tag, mut rest)) = self.encoded.split_first() else {
+            return Ok(());
+        };
+        if tag == TAG_VALUE {
+            return f.write_str(&String::from_utf8_lossy(rest));
+        }
+        let mut first = true;
+        while let (Some(name), Some(value)) = (
+            take_length_prefixed(&mut rest),
+            take_length_prefixed(&mut rest),
+        ) {
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            write!(
+                f,
+                "{}={}",
+                String::from_utf8_lossy(name),
+                String::from_utf8_lossy(value)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The inverse of [`put_length_prefixed`]; `None` at the end or on a
+/// truncated field.
+fn take_length_prefixed<'a>(input: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let mut len: usize = 0;
+    let mut shift = 0;
+    loop {
+        let (&byte, rest) = input.split_first()?;
+        *input = rest;
+        len |= usize::from(byte & 0x7f).checked_shl(shift)?;
+        if byte & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+    }
+    if input.len() < len {
+        return None;
+    }
+    let (field, rest) = input.split_at(len);
+    *input = rest;
+    Some(field)
+}
+
 /// LEB128 length, then the bytes.
 fn put_length_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut len = bytes.len();
@@ -127,6 +179,22 @@ mod tests {
         assert_ne!(
             Identity::value("x"),
             Identity::composite([("x", "")]).expect("valid")
+        );
+    }
+
+    #[test]
+    fn identities_display_as_their_value_or_their_named_parts() {
+        assert_eq!(Identity::value("acme").to_string(), "acme");
+        let long = "v".repeat(300);
+        let composite = Identity::composite([
+            ("tenant", "acme"),
+            ("route", "/orders"),
+            ("k", long.as_str()),
+        ])
+        .expect("valid");
+        assert_eq!(
+            composite.to_string(),
+            format!("k={long},route=/orders,tenant=acme")
         );
     }
 

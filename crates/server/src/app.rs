@@ -211,6 +211,8 @@ pub struct App {
     pub store: Backend,
     pub metrics: Metrics,
     pub config_path: PathBuf,
+    /// The memory store's time, also dating the hot identities' windows.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl App {
@@ -221,8 +223,8 @@ impl App {
         config_path: PathBuf,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, String> {
-        let metrics = Metrics::new();
-        let store = Backend::open(&config.store, clock).await?;
+        let metrics = Metrics::new(Arc::clone(&clock));
+        let store = Backend::open(&config.store, Arc::clone(&clock)).await?;
         let runtime = Runtime::new(config, &metrics);
         Ok(Self {
             degraded_log: LogLimiter::default(),
@@ -230,6 +232,7 @@ impl App {
             store,
             metrics,
             config_path,
+            clock,
         })
     }
 

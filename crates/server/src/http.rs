@@ -324,7 +324,7 @@ async fn check_one(
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;
-    count(live, decision);
+    count(app, live, &identity, decision);
     let mut body = String::with_capacity(160);
     write_decision(&mut body, live.serve.policy.name(), decision, decided.path);
     Ok(json_response(body))
@@ -376,8 +376,13 @@ async fn check_batch(
         );
     }
     body.push_str("\"decisions\":[");
-    for (i, (live, decision)) in lives.iter().zip(&decided.decisions).enumerate() {
-        count(live, decision);
+    for (i, ((live, identity), decision)) in lives
+        .iter()
+        .zip(&identities)
+        .zip(&decided.decisions)
+        .enumerate()
+    {
+        count(app, live, identity, decision);
         if i > 0 {
             body.push(',');
         }
@@ -435,11 +440,14 @@ fn error_kind(error: &StoreError) -> &'static str {
     }
 }
 
-fn count(live: &LivePolicy, decision: &Decision) {
+fn count(app: &App, live: &LivePolicy, identity: &Identity, decision: &Decision) {
     if decision.allowed {
         live.counters.allowed.inc();
     } else {
         live.counters.rejected.inc();
+        app.metrics
+            .hot
+            .record(live.serve.policy.name(), identity, app.clock.now_ms());
     }
 }
 
@@ -579,8 +587,8 @@ pub(crate) async fn authorize_request<B>(
     app.metrics
         .decision_seconds
         .observe(started.elapsed().as_secs_f64());
-    for ((live, _, _), decision) in matched.iter().zip(decisions) {
-        count(live, decision);
+    for ((live, identity, _), decision) in matched.iter().zip(decisions) {
+        count(app, live, identity, decision);
     }
     let mut headers = HeaderMap::new();
     if decided.path.is_degraded() {

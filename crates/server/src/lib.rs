@@ -11,6 +11,7 @@
 pub mod app;
 pub mod config;
 pub mod explain;
+pub mod hot;
 pub mod http;
 pub mod matching;
 pub mod metrics;

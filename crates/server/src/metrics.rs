@@ -1,8 +1,15 @@
 //! Prometheus metrics. Per-policy counters are resolved once per config
 //! load, so a decision only increments an atomic.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
+use tollgate_core::{Clock, SystemClock};
+
+use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -48,6 +55,8 @@ pub struct Metrics {
     pub refused_connections: Counter,
     /// Envoy's rate limit service (gRPC).
     pub rls: RlsMetrics,
+    /// The identities rejected most, per policy.
+    pub hot: Arc<HotIdentities>,
 }
 
 /// The counters one policy increments.
@@ -58,7 +67,9 @@ pub struct PolicyCounters {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// `clock` dates the hot identities' windows: the system clock in
+    /// production, the tests' manual clock in tests.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
         let mut registry = Registry::with_prefix("tollgate");
         let decisions = Family::<DecisionLabels, Counter>::default();
         registry.register(
@@ -134,7 +145,13 @@ impl Metrics {
             refused_connections.clone(),
         );
         let rls = RlsMetrics::register(&mut registry);
+        let hot = Arc::new(HotIdentities::default());
+        registry.register_collector(Box::new(HotCollector {
+            hot: Arc::clone(&hot),
+            clock,
+        }));
         Self {
+            hot,
             refused_connections,
             rls,
             registry,
@@ -177,7 +194,45 @@ impl Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(Arc::new(SystemClock))
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HotLabels {
+    policy: String,
+    identity: String,
+}
+
+/// Reports the hot identities' last whole window at each scrape.
+struct HotCollector {
+    hot: Arc<HotIdentities>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for HotCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HotCollector")
+    }
+}
+
+impl Collector for HotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let help = format!(
+            "Rejections in the last whole {} s window of the {} identities each policy rejected most (upper bounds: the Space-Saving algorithm never under-counts)",
+            HOT_WINDOW_MS / 1000,
+            HOT_IDENTITIES
+        );
+        let mut metric =
+            encoder.encode_descriptor("hot_identity_rejections", &help, None, MetricType::Gauge)?;
+        // By policy, then most rejected first.
+        for (policy, identity, rejections) in self.hot.report(self.clock.now_ms()) {
+            let labels = HotLabels { policy, identity };
+            metric
+                .encode_family(&labels)?
+                .encode_gauge(&i64::try_from(rejections).unwrap_or(i64::MAX))?;
+        }
+        Ok(())
     }
 }
 

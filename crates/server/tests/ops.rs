@@ -130,6 +130,70 @@ async fn metrics_count_decisions_keys_and_reloads() {
     server.stop().await;
 }
 
+/// The identities a policy rejected most are reported for the last whole
+/// minute, by /v1/check and /v1/authorize alike, and forgotten after a quiet
+/// one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
+    let server = TestServer::start(&with_capacity(1)).await;
+    server.clock.set(60_000);
+    for _ in 0..4 {
+        server.check(r#"{"policy":"api","key":"mallory"}"#).await;
+    }
+    for _ in 0..2 {
+        server
+            .check(r#"{"policy":"api","key":{"tenant":"t1","route":"/x"}}"#)
+            .await;
+    }
+    for _ in 0..3 {
+        let r = server
+            .client
+            .get(server.url("/v1/authorize"))
+            .header("x-tenant", "acme")
+            .send()
+            .await
+            .expect("request");
+        assert!(r.status() == 200 || r.status() == 429);
+    }
+    server.check(r#"{"policy":"api","key":"quiet"}"#).await;
+    let scrape = || async {
+        server
+            .client
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .expect("request")
+            .text()
+            .await
+            .expect("text")
+    };
+    let hot = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("tollgate_hot_identity_rejections{"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        hot(&scrape().await),
+        Vec::<String>::new(),
+        "the minute is not over"
+    );
+    server.clock.set(120_000);
+    let text = scrape().await;
+    assert_eq!(
+        hot(&text),
+        [
+            r#"tollgate_hot_identity_rejections{policy="api",identity="mallory"} 3"#,
+            r#"tollgate_hot_identity_rejections{policy="api",identity="x-tenant=acme"} 2"#,
+            r#"tollgate_hot_identity_rejections{policy="api",identity="route=/x,tenant=t1"} 1"#,
+        ]
+    );
+    assert!(text.contains("# TYPE tollgate_hot_identity_rejections gauge"));
+    server.clock.set(180_000);
+    assert_eq!(hot(&scrape().await), Vec::<String>::new(), "a quiet minute");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_carries_buckets_over_and_mints_no_burst() {
     let server = TestServer::start(V1).await;

@@ -411,6 +411,11 @@ impl RateLimitGrpc {
                         };
                     }
                     if rejected && !pending.shadow {
+                        self.app.metrics.hot.record(
+                            pending.policy.name(),
+                            &pending.identity,
+                            now_ms,
+                        );
                         over = true;
                         retry_ms = match (retry_ms, decision.retry_after_ms) {
                             (Some(a), Some(b)) => Some(a.max(b)),
