@@ -1,7 +1,7 @@
 //! `tollgate`: a thin binary over the core and the stores. Each subcommand
 //! is an adapter that translates its input into core calls and back.
 
-use tollgate::{config, replay, serve};
+use tollgate::{config, explain, replay, serve};
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -52,6 +52,13 @@ enum Command {
     },
     /// Check a config and print its policies; exit 1 when it is invalid.
     Validate {
+        /// The policy config (YAML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Print, for each policy, its scope, the bound it gives across tollgate
+    /// processes and its failure mode; exit 1 when the config is invalid.
+    Explain {
         /// The policy config (YAML).
         #[arg(long)]
         config: PathBuf,
@@ -114,8 +121,16 @@ fn main() -> ExitCode {
                     loaded.hash
                 );
                 for serve in &loaded.policies {
-                    let _ = writeln!(out, "{}", describe_policy(&serve.policy));
+                    let _ = writeln!(out, "{}", explain::describe_policy(&serve.policy));
                 }
+                ExitCode::SUCCESS
+            }
+            Err(message) => fail(&message, 1),
+        },
+        Command::Explain { config } => match config::ServeConfig::load(&config) {
+            Ok(loaded) => {
+                let text = explain::explain(&loaded, &config.display().to_string());
+                let _ = io::stdout().lock().write_all(text.as_bytes());
                 ExitCode::SUCCESS
             }
             Err(message) => fail(&message, 1),
@@ -126,27 +141,6 @@ fn main() -> ExitCode {
 /// Any tollgate config (a serve config's extra sections are checked too).
 fn load_policies(path: &std::path::Path) -> Result<tollgate_core::PolicySet, String> {
     config::ServeConfig::load(path).map(|c| c.set)
-}
-
-fn describe_policy(policy: &tollgate_core::Policy) -> String {
-    use tollgate_core::{Limits, format_duration_ms};
-    match policy.limits() {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => format!(
-            "{}: {} capacity {} refill {} per {}",
-            policy.name(),
-            policy.algorithm(),
-            r.capacity(),
-            r.tokens(),
-            format_duration_ms(r.per_ms())
-        ),
-        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => format!(
-            "{}: {} limit {} per {}",
-            policy.name(),
-            policy.algorithm(),
-            w.limit(),
-            format_duration_ms(w.window_ms())
-        ),
-    }
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

@@ -211,6 +211,85 @@ fn validate_prints_each_policy_of_a_valid_config() {
     assert_eq!(text(&validate(&config).stdout), stdout);
 }
 
+fn explain(config: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("explain")
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("tollgate runs")
+}
+
+/// `tollgate explain` states each policy's scope, the bound it gives across
+/// processes, and its failure mode; it needs no store to be running.
+#[test]
+fn explain_states_each_policys_scope_bound_and_failure_mode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let memory = dir.path().join("memory.yaml");
+    std::fs::write(
+        &memory,
+        "policies:\n  - name: api\n    algorithm: gcra\n    capacity: 10\n    refill: { tokens: 1, per: 1s }\n",
+    )
+    .expect("write");
+    let out = explain(&memory);
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let body = stdout.split_once('\n').expect("a header line").1;
+    assert_eq!(
+        body,
+        "store: memory, inside each tollgate process (at most 1000000 keys)\n\
+         \n\
+         api: gcra capacity 10 refill 1 per 1s\n  \
+         scope: instance. Each tollgate process decides alone: across N processes at most N × the limit is admitted (use a redis store for one limit across processes).\n  \
+         on store failure: nothing can fail; the store is in the process.\n"
+    );
+    let redis = dir.path().join("redis.yaml");
+    std::fs::write(
+        &redis,
+        "store:\n  redis:\n    url: redis://127.0.0.1:1\n    prefix: rl\n\
+         policies:\n  - name: login\n    algorithm: sliding_log\n    limit: 5\n    window: 10m\n    on_store_failure: fail_closed\n\
+         \x20 - name: api\n    algorithm: gcra\n    capacity: 100\n    refill: { tokens: 100, per: 1s }\n    on_store_failure: local\n    local_share_percent: 25\n\
+         \x20 - name: search\n    algorithm: fixed_window\n    limit: 10\n    window: 1s\n",
+    )
+    .expect("write");
+    let out = explain(&redis);
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let (first, body) = stdout.split_once('\n').expect("a header line");
+    assert!(
+        first.starts_with(&format!("config {} (hash ", redis.display())),
+        "{first}"
+    );
+    let global = "  scope: global. One Redis decides every request, atomically and on its own clock: exact across any number of tollgate processes.\n";
+    assert_eq!(
+        body,
+        format!(
+            "store: redis standalone, shared by every tollgate process with prefix \"rl\" (timeout 250ms)\n\
+             \n\
+             login: sliding_log limit 5 per 10m\n{global}  \
+             on store failure: fail_closed (Redis down, or slower than 250ms): every request is rejected (429) while the shared store is down.\n\
+             \n\
+             api: gcra capacity 100 refill 100 per 1s\n{global}  \
+             on store failure: local (Redis down, or slower than 250ms): each instance enforces 25 per 1s alone: at most instances × 25 while the shared store is down.\n\
+             \n\
+             search: fixed_window limit 10 per 1s\n{global}  \
+             on store failure: fail_open (Redis down, or slower than 250ms): every request is admitted: no limit while the shared store is down.\n"
+        )
+    );
+    std::fs::write(&redis, "policies: []\n").expect("write");
+    let out = explain(&redis);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tollgate: {}: config: `policies` is empty: a config needs at least one policy (or envoy_ratelimit_configs)\n",
+            redis.display()
+        )
+    );
+}
+
 #[test]
 fn validate_exits_1_naming_the_fault_of_an_invalid_config() {
     let (_dir, config) = config_file(
