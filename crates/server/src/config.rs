@@ -82,6 +82,10 @@ pub struct ServerSettings {
     pub http_workers: usize,
     /// Open HTTP connections beyond which new ones are closed at once.
     pub max_connections: usize,
+    /// The longest a request's headers, and then its body, may take to
+    /// arrive; a slower client's connection is closed (a slow body gets 408
+    /// first). Read at start, like `http_workers`.
+    pub request_timeout_ms: u64,
 }
 
 /// More HTTP workers than this is a typo, not a machine.
@@ -102,6 +106,7 @@ impl Default for ServerSettings {
             grpc_response_headers: false,
             http_workers: 0,
             max_connections: 16_384,
+            request_timeout_ms: 30_000,
         }
     }
 }
@@ -286,6 +291,11 @@ impl ServeConfig {
                 "server: http_workers {} is more than {MAX_HTTP_WORKERS}",
                 server.http_workers
             )));
+        }
+        if server.request_timeout_ms == 0 {
+            return Err(ConfigError::Document(
+                "server: request_timeout_ms must be positive".into(),
+            ));
         }
         if server.max_connections == 0 {
             return Err(ConfigError::Document(

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -192,7 +192,13 @@ type BodyError = Box<dyn std::error::Error + Send + Sync>;
 /// declared larger than this past the limit are answered at once.
 const DISCARD_AT_MOST: u64 = 1 << 20;
 
-async fn read_body<B>(req: http::Request<B>, limit: usize) -> Result<Bytes, Problem>
+/// The body, whole, within `limit` bytes and `timeout` (a slow client's
+/// request cannot hold its connection open for longer).
+async fn read_body<B>(
+    req: http::Request<B>,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Problem>
 where
     B: HttpBody,
     B::Error: Into<BodyError>,
@@ -207,39 +213,54 @@ where
     if declared.is_some_and(|len| len > discard_up_to) {
         return Err(too_large());
     }
-    let mut body = std::pin::pin!(req.into_body());
-    let mut first = Bytes::new();
-    let mut rest: Option<BytesMut> = None;
-    let mut seen: u64 = 0;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            Problem::bad_request(format!(
-                "cannot read the request body: {}",
-                Into::<BodyError>::into(e)
-            ))
-        })?;
-        let Ok(mut data) = frame.into_data() else {
-            continue;
-        };
-        let data = data.copy_to_bytes(data.remaining());
-        seen += data.len() as u64;
-        if seen > limit as u64 {
-            if seen > discard_up_to {
-                break;
+    let collect = async {
+        let mut body = std::pin::pin!(req.into_body());
+        let mut first = Bytes::new();
+        let mut rest: Option<BytesMut> = None;
+        let mut seen: u64 = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                Problem::bad_request(format!(
+                    "cannot read the request body: {}",
+                    Into::<BodyError>::into(e)
+                ))
+            })?;
+            let Ok(mut data) = frame.into_data() else {
+                continue;
+            };
+            let data = data.copy_to_bytes(data.remaining());
+            seen += data.len() as u64;
+            if seen > limit as u64 {
+                if seen > discard_up_to {
+                    break;
+                }
+                continue;
             }
-            continue;
+            if first.is_empty() {
+                first = data;
+            } else {
+                rest.get_or_insert_with(|| BytesMut::from(&first[..]))
+                    .extend_from_slice(&data);
+            }
         }
-        if first.is_empty() {
-            first = data;
-        } else {
-            rest.get_or_insert_with(|| BytesMut::from(&first[..]))
-                .extend_from_slice(&data);
+        if seen > limit as u64 {
+            return Err(too_large());
         }
-    }
-    if seen > limit as u64 {
-        return Err(too_large());
-    }
-    Ok(rest.map_or(first, BytesMut::freeze))
+        Ok(rest.map_or(first, BytesMut::freeze))
+    };
+    // A body already in hand is ready at the first poll: no timer is armed.
+    tokio::time::timeout(timeout, collect)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "Request Timeout",
+                format!(
+                    "the request body did not arrive within {} ms",
+                    timeout.as_millis()
+                ),
+            ))
+        })
 }
 
 fn json_fault(e: &serde_json::Error) -> Problem {
@@ -261,12 +282,13 @@ where
 {
     let started = Instant::now();
     let settings = &app.runtime.load().config.server;
-    let (limit, max_key, max_checks) = (
+    let (limit, max_key, max_checks, timeout) = (
         settings.max_body_bytes,
         settings.max_key_bytes,
         settings.max_checks,
+        Duration::from_millis(settings.request_timeout_ms),
     );
-    let body = match read_body(req, limit).await {
+    let body = match read_body(req, limit, timeout).await {
         Ok(b) => b,
         Err(p) => return refuse(app, p),
     };

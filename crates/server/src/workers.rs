@@ -36,8 +36,6 @@ use tower::ServiceExt;
 use crate::app::App;
 use crate::http;
 
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Accepted connections waiting for a busy worker, per worker.
 const HANDOFF_QUEUE: usize = 1024;
 /// The pause after a failed accept (e.g. out of file descriptors), so the
@@ -64,11 +62,12 @@ pub async fn serve_http(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let (workers, max_connections) = {
+    let (workers, max_connections, request_timeout) = {
         let settings = &app.runtime.load().config.server;
         (
             worker_count(settings.http_workers),
             settings.max_connections,
+            Duration::from_millis(settings.request_timeout_ms),
         )
     };
     let router = http::router(Arc::clone(&app));
@@ -82,6 +81,7 @@ pub async fn serve_http(
             app: Arc::clone(&app),
             router: router.clone(),
             open: Arc::clone(&open),
+            request_timeout,
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
@@ -151,6 +151,9 @@ struct Worker {
     app: Arc<App>,
     router: Router,
     open: Arc<AtomicUsize>,
+    /// `server.request_timeout_ms`: for a request's headers here, for its
+    /// body in `http::read_body`.
+    request_timeout: Duration,
 }
 
 impl Worker {
@@ -165,7 +168,7 @@ impl Worker {
             // writev(2) (19 vs 22 µs of server CPU a request, bench/http.sh).
             .writev(false)
             .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT);
+            .header_read_timeout(self.request_timeout);
         while let Some(Accepted { stream, peer }) = handoff.recv().await {
             let Ok(stream) = TcpStream::from_std(stream) else {
                 self.open.fetch_sub(1, Ordering::Relaxed);

@@ -249,6 +249,47 @@ async fn an_oversized_body_gets_its_413_and_the_connection_serves_the_next_reque
     server.stop().await;
 }
 
+/// A body that stalls gets a 408 once `server.request_timeout_ms` has
+/// passed, instead of holding its connection open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_gets_a_408_after_the_request_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(&format!(
+        "server: {{ request_timeout_ms: 300 }}\n{POLICIES}"
+    ))
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(server.base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{\"policy\":")
+        .await
+        .expect("send a part");
+    let mut got = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut got),
+    )
+    .await
+    .expect("answered and closed within 10 s")
+    .expect("read");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
+    assert!(
+        text.ends_with(r#"{"detail":"the request body did not arrive within 300 ms","status":408,"title":"Request Timeout","type":"about:blank"}"#),
+        "{text}"
+    );
+    let (status, body) = server
+        .check(r#"{"policy":"slow","key":"v","cost":0}"#)
+        .await;
+    assert_eq!(
+        (status, &body["remaining"]),
+        (200, &json!(5)),
+        "nothing consumed"
+    );
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn problem_responses_carry_the_problem_media_type() {
     let server = TestServer::start(POLICIES).await;

@@ -357,6 +357,10 @@ fn server_settings_out_of_range_are_refused_with_their_reason() {
         "config: server: max_connections must be positive"
     );
     assert_eq!(
+        refused("{request_timeout_ms: 0}"),
+        "config: server: request_timeout_ms must be positive"
+    );
+    assert_eq!(
         refused("{deny_status: 200}"),
         "config: server: deny_status 200 is not an HTTP error status (400-599)"
     );
