@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -248,7 +249,14 @@ where
         }
         Ok(rest.map_or(first, BytesMut::freeze))
     };
-    // A body already in hand is ready at the first poll: no timer is armed.
+    // A body that came with its headers is whole at the first poll; the
+    // timer (~440 instructions to arm, bench/instructions.sh) is armed only
+    // for a body still on its way.
+    let mut collect = std::pin::pin!(collect);
+    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    if let Poll::Ready(body) = first {
+        return body;
+    }
     tokio::time::timeout(timeout, collect)
         .await
         .unwrap_or_else(|_| {
