@@ -22,7 +22,7 @@ use serde::de::{self, MapAccess, Visitor};
 use tollgate_core::{Decision, Identity};
 use tollgate_store::{DecisionPath, GuardedCheck, GuardedDecisions, StoreError};
 
-use crate::app::{App, LivePolicy};
+use crate::app::{App, LivePolicy, Runtime};
 use crate::metrics::{DegradedLabels, ErrorLabels, StatusLabels};
 use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
 use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
@@ -289,7 +289,9 @@ where
     B::Error: Into<BodyError>,
 {
     let started = Instant::now();
-    let settings = &app.runtime.load().config.server;
+    // One load a request: the config the body is read under decides it too.
+    let runtime = app.runtime.load();
+    let settings = &runtime.config.server;
     let (limit, max_key, max_checks, timeout) = (
         settings.max_body_bytes,
         settings.max_key_bytes,
@@ -310,13 +312,13 @@ where
             policy: None,
             key: None,
             cost: None,
-        } => check_batch(app, &items, max_key, max_checks).await,
+        } => check_batch(app, &runtime, &items, max_key, max_checks).await,
         CheckBody {
             checks: None,
             policy: Some(policy),
             key: Some(key),
             cost,
-        } => check_one(app, &policy, &key, cost.unwrap_or(1), max_key).await,
+        } => check_one(app, &runtime, &policy, &key, cost.unwrap_or(1), max_key).await,
         CheckBody {
             checks: Some(_), ..
         } => Err(Problem::unprocessable(
@@ -342,12 +344,12 @@ fn unknown_policy(name: &str) -> Problem {
 
 async fn check_one(
     app: &App,
+    runtime: &Runtime,
     name: &str,
     key: &KeyJson<'_>,
     cost: u64,
     max_key: usize,
 ) -> Result<Response, Problem> {
-    let runtime = app.runtime.load();
     let live = runtime.policy(name).ok_or_else(|| unknown_policy(name))?;
     let identity = key.identity(max_key)?;
     let decided = decide(app, &[live.guarded(&identity, cost)]).await;
@@ -362,6 +364,7 @@ async fn check_one(
 
 async fn check_batch(
     app: &App,
+    runtime: &Runtime,
     items: &[CheckItem<'_>],
     max_key: usize,
     max_checks: usize,
@@ -374,7 +377,6 @@ async fn check_batch(
             "more than {max_checks} checks in one request"
         )));
     }
-    let runtime = app.runtime.load();
     let mut lives = Vec::with_capacity(items.len());
     let mut identities = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {

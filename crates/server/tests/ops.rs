@@ -89,15 +89,7 @@ async fn metrics_count_decisions_keys_and_reloads() {
     assert!(server.app.reload().is_err());
     std::fs::write(&server.config_path, with_capacity(12)).expect("write");
     assert!(server.app.reload().is_ok());
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("request")
-        .text()
-        .await
-        .expect("text");
+    let text = server.text("/metrics").await;
     assert_eq!(
         metric(
             &text,
@@ -156,17 +148,6 @@ async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
         assert!(r.status() == 200 || r.status() == 429);
     }
     server.check(r#"{"policy":"api","key":"quiet"}"#).await;
-    let scrape = || async {
-        server
-            .client
-            .get(server.url("/metrics"))
-            .send()
-            .await
-            .expect("request")
-            .text()
-            .await
-            .expect("text")
-    };
     let hot = |text: &str| -> Vec<String> {
         text.lines()
             .filter(|l| l.starts_with("tollgate_hot_identity_rejections{"))
@@ -174,12 +155,12 @@ async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
             .collect()
     };
     assert_eq!(
-        hot(&scrape().await),
+        hot(&server.text("/metrics").await),
         Vec::<String>::new(),
         "the minute is not over"
     );
     server.clock.set(120_000);
-    let text = scrape().await;
+    let text = server.text("/metrics").await;
     assert_eq!(
         hot(&text),
         [
@@ -190,7 +171,11 @@ async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
     );
     assert!(text.contains("# TYPE tollgate_hot_identity_rejections gauge"));
     server.clock.set(180_000);
-    assert_eq!(hot(&scrape().await), Vec::<String>::new(), "a quiet minute");
+    assert_eq!(
+        hot(&server.text("/metrics").await),
+        Vec::<String>::new(),
+        "a quiet minute"
+    );
     server.stop().await;
 }
 

@@ -36,13 +36,18 @@ fn replay(config: &Path, input: &[u8]) -> Output {
     output
 }
 
-fn validate(config: &Path) -> Output {
+/// `tollgate <subcommand> --config <config>`, run to completion.
+fn run_on_config(subcommand: &str, config: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("validate")
+        .arg(subcommand)
         .arg("--config")
         .arg(config)
         .output()
         .expect("tollgate runs")
+}
+
+fn validate(config: &Path) -> Output {
+    run_on_config("validate", config)
 }
 
 fn text(bytes: &[u8]) -> &str {
@@ -212,12 +217,7 @@ fn validate_prints_each_policy_of_a_valid_config() {
 }
 
 fn explain(config: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("explain")
-        .arg("--config")
-        .arg(config)
-        .output()
-        .expect("tollgate runs")
+    run_on_config("explain", config)
 }
 
 /// `tollgate explain` states each policy's scope, the bound it gives across

@@ -67,6 +67,18 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
+    /// GETs `path`; returns the body as text.
+    pub async fn text(&self, path: &str) -> String {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request")
+            .text()
+            .await
+            .expect("text")
+    }
+
     /// POSTs a JSON text to /v1/check; returns status and parsed body.
     pub async fn check(&self, body: &str) -> (u16, serde_json::Value) {
         let r = self
