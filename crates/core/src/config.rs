@@ -128,8 +128,38 @@ impl PolicySet {
 }
 
 /// YAML text to a generic tree. Nothing in it can panic on any input.
+/// Errors carry no source snippet: there is no file name to show it under
+/// ([`parse_yaml_named`] has one).
 pub fn parse_yaml(text: &str) -> Result<Value, ConfigError> {
-    serde_saphyr::from_str::<Value>(text).map_err(|e| ConfigError::Yaml(e.to_string()))
+    read_yaml(text, None)
+}
+
+/// [`parse_yaml`] for the text of file `source`: a syntax error shows the
+/// offending lines under that name (`--> tollgate.yaml:4:4`).
+pub fn parse_yaml_named(text: &str, source: &str) -> Result<Value, ConfigError> {
+    read_yaml(text, Some(source))
+}
+
+fn read_yaml(text: &str, source: Option<&str>) -> Result<Value, ConfigError> {
+    serde_saphyr::from_str::<Value>(text).map_err(|e| ConfigError::Yaml(yaml_fault(&e, source)))
+}
+
+/// serde-saphyr's error in our words where its own would mislead: a key
+/// given twice is an error (which of two `capacity` lines was meant?), and
+/// its message advises a parser option that a config author cannot set.
+fn yaml_fault(e: &serde_saphyr::Error, source: Option<&str>) -> String {
+    if let serde_saphyr::Error::DuplicateMappingKey { key, location } = e.without_snippet() {
+        let at = format!("line {} column {}", location.line(), location.column());
+        return match key {
+            Some(key) => format!("duplicate key {key:?} at {at}"),
+            None => format!("duplicate key at {at}"),
+        };
+    }
+    let options = match source {
+        Some(name) => serde_saphyr::render_options! { source_name: Some(name) },
+        None => serde_saphyr::render_options! { snippets: serde_saphyr::SnippetMode::Off },
+    };
+    e.render_with_options(options)
 }
 
 /// Validates one policy mapping. `extra_fields` names fields a caller (the

@@ -22,7 +22,7 @@ pub use algorithm::{BucketState, GcraState, Intent, LogState, SlidingCount, Stat
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, EXACT_LIMIT, MAX_LOG_LIMIT, MAX_POLICY_NAME, PolicySet, describe, parse_policy,
-    parse_yaml,
+    parse_yaml, parse_yaml_named,
 };
 pub use decision::Decision;
 pub use duration::{DurationError, format_duration_ms, parse_duration_ms};

@@ -2,7 +2,7 @@
 //! the field and why, and no input whatever makes it panic.
 
 use proptest::prelude::*;
-use tollgate_core::{Limits, PolicySet, Rate, Window};
+use tollgate_core::{Limits, PolicySet, Rate, Window, parse_yaml_named};
 
 /// The error message for a config that must be refused.
 fn refusal(yaml: &str) -> String {
@@ -345,20 +345,60 @@ fn documents_that_are_not_a_mapping_of_policies_are_refused() {
 fn garbage_yaml_is_refused_as_yaml() {
     assert_eq!(
         refusal("policies: ["),
-        "config is not valid YAML: error: line 1 column 11: unclosed bracket '['\n --> <input>:1:11\n  |\n1 | policies: [\n  |           ^ unclosed bracket '['"
+        "config is not valid YAML: unclosed bracket '[' at line 1, column 11"
     );
     assert_eq!(
         refusal("\"unterminated"),
-        "config is not valid YAML: error: line 1 column 1: unclosed quote\n --> <input>:1:1\n  |\n1 | \"unterminated\n  | ^ unclosed quote"
+        "config is not valid YAML: unclosed quote at line 1, column 1"
     );
     assert_eq!(
         refusal("policies:\n  - name: a\n    algorithm: gcra\n   capacity: 1\n"),
-        "config is not valid YAML: error: line 4 column 4: while parsing a block collection, did not find expected '-' indicator\n --> <input>:4:4\n  |\n2 |   - name: a\n3 |     algorithm: gcra\n4 |    capacity: 1\n  |    ^ while parsing a block collection, did not find expected '-' indicator"
+        "config is not valid YAML: while parsing a block collection, did not find expected '-' indicator at line 4, column 4"
     );
     // Nesting is bounded: deep documents are refused, not a stack overflow.
-    assert!(refusal(&"[".repeat(100_000)).starts_with(
-        "config is not valid YAML: error: line 1 column 256: recursion limit exceeded"
-    ));
+    assert!(
+        refusal(&"[".repeat(100_000))
+            .starts_with("config is not valid YAML: recursion limit exceeded")
+    );
+}
+
+#[test]
+fn yaml_errors_of_a_named_file_show_its_lines_under_its_name() {
+    let refused = |text: &str| match parse_yaml_named(text, "tollgate.yaml") {
+        Ok(doc) => panic!("accepted {doc}"),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(
+        refused("policies: ["),
+        "config is not valid YAML: error: line 1 column 11: unclosed bracket '['\n --> tollgate.yaml:1:11\n  |\n1 | policies: [\n  |           ^ unclosed bracket '['"
+    );
+    assert_eq!(
+        refused("policies:\n  - name: a\n    algorithm: gcra\n   capacity: 1\n"),
+        "config is not valid YAML: error: line 4 column 4: while parsing a block collection, did not find expected '-' indicator\n --> tollgate.yaml:4:4\n  |\n2 |   - name: a\n3 |     algorithm: gcra\n4 |    capacity: 1\n  |    ^ while parsing a block collection, did not find expected '-' indicator"
+    );
+}
+
+/// A key given twice is refused, never silently last-wins: which of two
+/// `capacity` lines did the author mean?
+#[test]
+fn a_key_given_twice_is_refused_with_its_line() {
+    let twice = "policies:\n  - name: a\n    algorithm: gcra\n    capacity: 1\n    capacity: 2\n    refill: { tokens: 1, per: 1s }\n";
+    assert_eq!(
+        refusal(twice),
+        "config is not valid YAML: duplicate key \"capacity\" at line 5 column 5"
+    );
+    assert_eq!(
+        parse_yaml_named(twice, "tollgate.yaml").map_err(|e| e.to_string()),
+        Err("config is not valid YAML: duplicate key \"capacity\" at line 5 column 5".to_owned())
+    );
+    assert_eq!(
+        refusal("policies: []\npolicies: []\n"),
+        "config is not valid YAML: duplicate key \"policies\" at line 2 column 1"
+    );
+    assert_eq!(
+        refusal("policies:\n  - { name: a, name: b }\n"),
+        "config is not valid YAML: duplicate key \"name\" at line 2 column 16"
+    );
 }
 
 /// Fragments of YAML and of our schema, to assemble near-miss documents.

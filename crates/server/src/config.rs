@@ -7,16 +7,21 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use axum::http::HeaderName;
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tollgate_core::{
     ConfigError, Policy, PolicySet, SecretHasher, describe, parse_policy, parse_yaml,
+    parse_yaml_named,
 };
 use tollgate_store::{OnStoreFailure, RedisConfig};
 
-use crate::matching::{Matcher, PathPattern};
+use crate::matching::{Matcher, PathPattern, TrailingSlash};
+use crate::request_path::normalize;
 use crate::rls::EnvoyRules;
+use crate::tls::{EdgeTls, TlsPaths};
+use crate::tokens::EndpointTokens;
 
 /// Fields a policy may carry beyond the core's.
 const SERVE_FIELDS: &[&str] = &[
@@ -47,6 +52,11 @@ pub struct ServeConfig {
     pub envoy_ratelimit_configs: Vec<PathBuf>,
     /// Their descriptor rules, read by [`ServeConfig::load`].
     pub envoy: Arc<EnvoyRules>,
+    /// The bearer tokens guarding `/v1/check` (and gRPC), `/v1/policies`
+    /// and `/metrics`, from the environment; hashed, never kept raw.
+    pub tokens: EndpointTokens,
+    /// `server.tls`'s certificate and key, read by [`ServeConfig::load`].
+    pub tls: Option<EdgeTls>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -58,10 +68,20 @@ pub struct ServerSettings {
     /// passes only 2xx, 401 and 403, so nginx setups use 403 and turn it
     /// back into the 429 contract (see examples/nginx.conf).
     pub deny_status: u16,
-    /// Peers whose `X-Forwarded-For` / `X-Real-IP` are believed: CIDR
-    /// networks or single addresses.
+    /// Peers whose `X-Forwarded-For` / `X-Real-IP`, and whose description
+    /// of the original request (`forward_auth`), are believed: CIDR networks
+    /// or single addresses.
     #[serde(deserialize_with = "networks")]
     pub trusted_proxies: Vec<IpNet>,
+    /// Which headers describe the original request to `/v1/authorize`:
+    /// `nginx` (the default), `traefik`, `envoy`, or `{method, uri, host}`.
+    #[serde(deserialize_with = "forward_auth")]
+    pub forward_auth: ForwardAuth,
+    /// The most header fields a request may carry, and the most bytes its
+    /// head may take: beyond them hyper answers 431 (never a fail-open
+    /// status: docs/forward-auth.md). Read at start.
+    pub max_headers: usize,
+    pub max_header_bytes: usize,
     /// The environment variable holding the secret-hashing key.
     pub identity_key_env: String,
     /// Largest request body accepted by `/v1/check`.
@@ -86,10 +106,132 @@ pub struct ServerSettings {
     /// arrive; a slower client's connection is closed (a slow body gets 408
     /// first). Read at start, like `http_workers`.
     pub request_timeout_ms: u64,
+    /// TLS for both listeners: PEM certificate and key files, relative to
+    /// the config file. Read at start.
+    pub tls: Option<TlsPaths>,
 }
 
 /// More HTTP workers than this is a typo, not a machine.
 const MAX_HTTP_WORKERS: usize = 1024;
+/// Header fields a request may carry by default: what nginx, Envoy (100 of
+/// the client's by default) and Traefik forward for any real client, with
+/// room for the proxy's own.
+pub const DEFAULT_MAX_HEADERS: usize = 256;
+/// Bytes a request's head may take by default: nginx forwards up to its
+/// `large_client_header_buffers` (4 × 8 KiB), Envoy up to 60 KiB.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Bounds on the two: more headers cost hyper an allocation a request
+/// proportional to the count.
+const MAX_HEADERS_RANGE: std::ops::RangeInclusive<usize> = 16..=8192;
+const MAX_HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 4096..=1 << 20;
+/// The shortest secret-hashing key accepted: 32 bytes, as many as BLAKE3's
+/// key (a key of fewer bytes cannot hold 32 bytes of entropy).
+pub const MIN_IDENTITY_KEY_BYTES: usize = 32;
+
+/// Which headers describe the original request to `/v1/authorize`. Only
+/// these are read, and only from a peer in `trusted_proxies`: a header of
+/// another family is never believed, whoever sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardAuth {
+    /// `nginx`, `traefik`, `envoy` or `custom`, for messages and docs.
+    pub family: &'static str,
+    /// The original method; absent: the call's own method.
+    pub method: Option<HeaderName>,
+    /// The original request target; absent: the call's own path (below
+    /// `/v1/authorize/` when the proxy appends it there, as Envoy does).
+    pub uri: Option<HeaderName>,
+    /// The original host; absent: the call's own `Host`.
+    pub host: Option<HeaderName>,
+}
+
+impl ForwardAuth {
+    /// nginx `auth_request`: `X-Original-Method`, `X-Original-URI` and the
+    /// `Host` nginx sets (examples/nginx.conf).
+    pub fn nginx() -> Self {
+        Self {
+            family: "nginx",
+            method: Some(HeaderName::from_static("x-original-method")),
+            uri: Some(HeaderName::from_static("x-original-uri")),
+            host: None,
+        }
+    }
+
+    /// Traefik ForwardAuth: `X-Forwarded-Method`, `-Uri`, `-Host`.
+    pub fn traefik() -> Self {
+        Self {
+            family: "traefik",
+            method: Some(HeaderName::from_static("x-forwarded-method")),
+            uri: Some(HeaderName::from_static("x-forwarded-uri")),
+            host: Some(HeaderName::from_static("x-forwarded-host")),
+        }
+    }
+
+    /// Envoy ext_authz (HTTP): the call itself is the original request
+    /// (its method, `path_prefix` + its path, its Host); no header is read.
+    pub fn envoy() -> Self {
+        Self {
+            family: "envoy",
+            method: None,
+            uri: None,
+            host: None,
+        }
+    }
+}
+
+fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D::Error> {
+    use serde::de::Error;
+    let value = Value::deserialize(d)?;
+    match &value {
+        Value::String(name) => match name.as_str() {
+            "nginx" => Ok(ForwardAuth::nginx()),
+            "traefik" => Ok(ForwardAuth::traefik()),
+            "envoy" => Ok(ForwardAuth::envoy()),
+            other => Err(D::Error::custom(format!(
+                "forward_auth: unknown proxy {other:?} (expected nginx, traefik, envoy, or {{method, uri, host}} header names)"
+            ))),
+        },
+        Value::Object(map) => {
+            let mut custom = ForwardAuth {
+                family: "custom",
+                method: None,
+                uri: None,
+                host: None,
+            };
+            for (key, v) in map {
+                let slot = match key.as_str() {
+                    "method" => &mut custom.method,
+                    "uri" => &mut custom.uri,
+                    "host" => &mut custom.host,
+                    other => {
+                        return Err(D::Error::custom(format!(
+                            "forward_auth.{other}: unknown field (expected: method, uri, host)"
+                        )));
+                    }
+                };
+                let name = v
+                    .as_str()
+                    .and_then(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+                    .ok_or_else(|| {
+                        D::Error::custom(format!(
+                            "forward_auth.{key}: must be a header name, got {}",
+                            describe(v)
+                        ))
+                    })?;
+                *slot = Some(name);
+            }
+            if custom.uri.is_none() {
+                return Err(D::Error::custom(
+                    "forward_auth: name at least the `uri` header (method and host fall back to the call's own)",
+                ));
+            }
+            Ok(custom)
+        }
+        other => Err(D::Error::custom(format!(
+            "forward_auth: must be nginx, traefik, envoy or a mapping of header names, got {}",
+            describe(other)
+        ))),
+    }
+}
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -97,6 +239,9 @@ impl Default for ServerSettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             deny_status: 429,
             trusted_proxies: Vec::new(),
+            forward_auth: ForwardAuth::nginx(),
+            max_headers: DEFAULT_MAX_HEADERS,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             identity_key_env: DEFAULT_IDENTITY_KEY_ENV.to_owned(),
             max_body_bytes: 64 * 1024,
             max_key_bytes: 1024,
@@ -107,6 +252,7 @@ impl Default for ServerSettings {
             http_workers: 0,
             max_connections: 16_384,
             request_timeout_ms: 30_000,
+            tls: None,
         }
     }
 }
@@ -223,9 +369,12 @@ impl IdentityPart {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CostRule {
     Constant(u64),
-    /// Read from a header; `default` when absent, refused above `max`.
+    /// Read from a header; `default` when absent, refused below `min`
+    /// (1 unless the config says 0: a client never chooses a free request)
+    /// and above `max`.
     Header {
         name: String,
+        min: u64,
         max: u64,
         default: u64,
     },
@@ -233,10 +382,27 @@ pub enum CostRule {
 
 impl ServeConfig {
     pub fn load(path: &Path) -> Result<Self, String> {
+        // A variable that is not UTF-8 is read lossily rather than as unset:
+        // an unreadable token must be refused, not leave its endpoint open.
+        Self::load_with_env(path, |name| {
+            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
+    }
+
+    /// [`Self::load`] with `env` resolving environment variables.
+    pub fn load_with_env(
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-        let mut config = Self::parse(&text, |name| std::env::var(name).ok())
+        let mut config = Self::parse_named(&text, &path.display().to_string(), env)
             .map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(paths) = &config.server.tls {
+            let base = path.parent().unwrap_or_else(|| Path::new("."));
+            let tls = EdgeTls::load(paths, base).map_err(|e| format!("{}: {e}", path.display()))?;
+            config.tls = Some(tls);
+        }
         if !config.envoy_ratelimit_configs.is_empty() {
             let base = path.parent().unwrap_or_else(|| Path::new("."));
             let paths: Vec<PathBuf> = config
@@ -255,6 +421,18 @@ impl ServeConfig {
         Ok(config)
     }
 
+    /// The loaded `server.tls`; an error when it is set but was not loaded
+    /// (a config from [`Self::parse`] alone cannot read its files).
+    pub fn edge_tls(&self) -> Result<Option<&EdgeTls>, String> {
+        match (&self.server.tls, &self.tls) {
+            (Some(_), None) => Err(
+                "server.tls is set but its files were not read (load the config from its file)"
+                    .into(),
+            ),
+            (_, tls) => Ok(tls.as_ref()),
+        }
+    }
+
     /// The envoyproxy/ratelimit paths as read, relative to `config_path`.
     pub fn envoy_paths(&self, config_path: &Path) -> Vec<PathBuf> {
         let base = config_path.parent().unwrap_or_else(|| Path::new("."));
@@ -266,7 +444,24 @@ impl ServeConfig {
 
     /// Parses and validates; `env` resolves environment variables.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let doc = parse_yaml(text)?;
+        Self::parse_doc(text, parse_yaml(text)?, env)
+    }
+
+    /// [`Self::parse`] for the text of file `source`, which a YAML syntax
+    /// error names (`--> tollgate.yaml:4:4`) with the lines around it.
+    pub fn parse_named(
+        text: &str,
+        source: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        Self::parse_doc(text, parse_yaml_named(text, source)?, env)
+    }
+
+    fn parse_doc(
+        text: &str,
+        doc: Value,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let top = doc
             .as_object()
             .ok_or_else(|| ConfigError::Document("expected a mapping with `policies`".into()))?;
@@ -290,6 +485,33 @@ impl ServeConfig {
             return Err(ConfigError::Document(format!(
                 "server: http_workers {} is more than {MAX_HTTP_WORKERS}",
                 server.http_workers
+            )));
+        }
+        for (name, value) in [
+            ("max_body_bytes", server.max_body_bytes),
+            ("max_key_bytes", server.max_key_bytes),
+            ("max_checks", server.max_checks),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Document(format!(
+                    "server: {name} must be positive"
+                )));
+            }
+        }
+        if !MAX_HEADERS_RANGE.contains(&server.max_headers) {
+            return Err(ConfigError::Document(format!(
+                "server: max_headers {} is outside {}..={}",
+                server.max_headers,
+                MAX_HEADERS_RANGE.start(),
+                MAX_HEADERS_RANGE.end()
+            )));
+        }
+        if !MAX_HEADER_BYTES_RANGE.contains(&server.max_header_bytes) {
+            return Err(ConfigError::Document(format!(
+                "server: max_header_bytes {} is outside {}..={}",
+                server.max_header_bytes,
+                MAX_HEADER_BYTES_RANGE.start(),
+                MAX_HEADER_BYTES_RANGE.end()
             )));
         }
         if server.request_timeout_ms == 0 {
@@ -345,6 +567,8 @@ impl ServeConfig {
             set.push(policy)?;
             policies.push(serve);
         }
+        let tokens =
+            EndpointTokens::from_env(&env).map_err(|e| ConfigError::Document(e.to_string()))?;
         let hasher = if policies
             .iter()
             .any(|p| p.identity.iter().any(IdentityPart::is_secret))
@@ -355,6 +579,13 @@ impl ServeConfig {
                     server.identity_key_env
                 ))
             })?;
+            if key.len() < MIN_IDENTITY_KEY_BYTES {
+                return Err(ConfigError::Document(format!(
+                    "the identity hashing key in {} is {} bytes: it needs at least {MIN_IDENTITY_KEY_BYTES} bytes of entropy (e.g. `openssl rand -hex 32`)",
+                    server.identity_key_env,
+                    key.len()
+                )));
+            }
             Some(SecretHasher::new(key.as_bytes()))
         } else {
             None
@@ -369,7 +600,40 @@ impl ServeConfig {
             hasher,
             envoy_ratelimit_configs,
             envoy: Arc::new(EnvoyRules::default()),
+            tokens,
+            tls: None,
         })
+    }
+
+    /// What is valid but probably not meant: `validate` prints these,
+    /// `serve` logs them at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let matching: Vec<&str> = self
+            .policies
+            .iter()
+            .filter(|p| p.matcher != Matcher::default())
+            .map(|p| p.policy.name())
+            .collect();
+        if !matching.is_empty() && self.server.trusted_proxies.is_empty() {
+            warnings.push(format!(
+                "policies {} match forwarded requests, but server.trusted_proxies is empty: /v1/authorize refuses a request description ({} headers) from any peer, and client_ip is the caller's own address",
+                matching.join(", "),
+                self.server.forward_auth.family
+            ));
+        }
+        for serve in &self.policies {
+            let limit = serve.policy.limits().limit();
+            if let CostRule::Header { name, max, .. } = &serve.cost
+                && *max > limit
+            {
+                warnings.push(format!(
+                    "policy {}: cost.max {max} is above the limit {limit}: a request whose {name} header asks more than {limit} is never admitted (429 without Retry-After)",
+                    serve.policy.name()
+                ));
+            }
+        }
+        warnings
     }
 }
 
@@ -427,9 +691,13 @@ fn parse_store(value: Option<&Value>) -> Result<StoreSettings, ConfigError> {
         Some((kind, settings)) if map.len() == 1 && kind == "redis" => {
             let config: RedisConfig = serde_json::from_value(settings.clone())
                 .map_err(|e| ConfigError::Document(format!("store.redis: {e}")))?;
-            config
-                .validate()
-                .map_err(|e| ConfigError::Document(format!("store.redis: {e}")))?;
+            // Its messages name their field (`store.redis.url: …`) already.
+            config.validate().map_err(|e| {
+                ConfigError::Document(match e {
+                    tollgate_store::StoreError::Config(message) => message,
+                    other => format!("store.redis: {other}"),
+                })
+            })?;
             Ok(StoreSettings::Redis(Box::new(config)))
         }
         _ => Err(ConfigError::Document(
@@ -495,7 +763,20 @@ fn parse_serve_fields(
     }
     let cost = match fields.get("cost") {
         None | Some(Value::Null) => CostRule::Constant(1),
-        Some(v @ Value::Number(_)) => CostRule::Constant(whole(&policy, "cost", v)?),
+        Some(v @ Value::Number(_)) => {
+            let cost = whole(&policy, "cost", v)?;
+            let limit = policy.limits().limit();
+            if cost > limit {
+                return Err(field_error(
+                    &policy,
+                    "cost",
+                    format!(
+                        "{cost} is above the policy's limit {limit}: no request would ever be admitted"
+                    ),
+                ));
+            }
+            CostRule::Constant(cost)
+        }
         Some(Value::Object(m)) => parse_cost_header(&policy, m)?,
         Some(other) => {
             return Err(field_error(
@@ -603,6 +884,7 @@ fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, Confi
                     .ok_or_else(|| {
                         field_error(policy, &field, "must be a path starting with '/'")
                     })?;
+                normalized(policy, &field, prefix)?;
                 matcher.path_prefix = Some(prefix.to_owned());
             }
             "path" => {
@@ -617,6 +899,7 @@ fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, Confi
                     PathPattern::parse(text)
                         .map_err(|reason| field_error(policy, &field, reason))?,
                 );
+                normalized(policy, &field, text)?;
             }
             "host" => {
                 let host = value.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
@@ -626,13 +909,44 @@ fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, Confi
                         "must be a host name such as api.example.com or *.example.com",
                     )
                 })?;
+                // `api.example.com.` is `api.example.com`, fully qualified.
+                let host = host.strip_suffix('.').unwrap_or(host);
                 matcher.host = Some(host.to_ascii_lowercase());
+            }
+            "case_insensitive" => {
+                matcher.case_insensitive = value.as_bool().ok_or_else(|| {
+                    field_error(
+                        policy,
+                        &field,
+                        format!("must be true or false, got {}", describe(value)),
+                    )
+                })?;
+            }
+            "trailing_slash" => {
+                matcher.trailing_slash = match value.as_str() {
+                    Some("ignore") => TrailingSlash::Ignore,
+                    Some("strict") => TrailingSlash::Strict,
+                    Some(other) => {
+                        return Err(field_error(
+                            policy,
+                            &field,
+                            format!("must be ignore or strict, got {other:?}"),
+                        ));
+                    }
+                    None => {
+                        return Err(field_error(
+                            policy,
+                            &field,
+                            format!("must be ignore or strict, got {}", describe(value)),
+                        ));
+                    }
+                };
             }
             _ => {
                 return Err(field_error(
                     policy,
                     &field,
-                    "unknown field (expected: methods, path_prefix, path, host)",
+                    "unknown field (expected: methods, path_prefix, path, host, case_insensitive, trailing_slash)",
                 ));
             }
         }
@@ -645,6 +959,22 @@ fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, Confi
         ));
     }
     Ok(matcher)
+}
+
+/// Refuses a `match` path that no request can have: requests are matched by
+/// their normalized path, so `/a//b` or `/a%20b` would silently match nothing.
+fn normalized(policy: &Policy, field: &str, path: &str) -> Result<(), ConfigError> {
+    match normalize(path) {
+        Ok(p) if p == path => Ok(()),
+        Ok(p) => Err(field_error(
+            policy,
+            field,
+            format!(
+                "{path:?} matches no request: requests are matched by their normalized path, here {p:?} (docs/config.md, How paths are normalized)"
+            ),
+        )),
+        Err(fault) => Err(field_error(policy, field, format!("{path:?}: {fault}"))),
+    }
 }
 
 fn parse_identity_part(
@@ -709,12 +1039,12 @@ fn parse_identity_part(
 fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule, ConfigError> {
     if let Some(key) = m
         .keys()
-        .find(|k| !matches!(k.as_str(), "header" | "max" | "default"))
+        .find(|k| !matches!(k.as_str(), "header" | "min" | "max" | "default"))
     {
         return Err(field_error(
             policy,
             &format!("cost.{key}"),
-            "unknown field (expected: header, max, default)",
+            "unknown field (expected: header, min, max, default)",
         ));
     }
     let name = m
@@ -741,9 +1071,20 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
     if max == 0 {
         return Err(field_error(policy, "cost.max", "must be positive"));
     }
+    let min = match m.get("min") {
+        Some(v) => whole(policy, "cost.min", v)?,
+        None => 1,
+    };
+    if min > max {
+        return Err(field_error(
+            policy,
+            "cost.min",
+            format!("{min} is above cost.max {max}"),
+        ));
+    }
     let default = match m.get("default") {
         Some(v) => whole(policy, "cost.default", v)?,
-        None => 1,
+        None => min.max(1),
     };
     if default > max {
         return Err(field_error(
@@ -752,8 +1093,23 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
             format!("{default} is above cost.max {max}"),
         ));
     }
+    if default < min {
+        return Err(field_error(
+            policy,
+            "cost.default",
+            format!("{default} is below cost.min {min}"),
+        ));
+    }
+    if HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(field_error(
+            policy,
+            "cost.header",
+            format!("{name:?} is not a header name"),
+        ));
+    }
     Ok(CostRule::Header {
         name: name.to_ascii_lowercase(),
+        min,
         max,
         default,
     })
@@ -768,3 +1124,6 @@ fn whole(policy: &Policy, field: &str, value: &Value) -> Result<u64, ConfigError
         )
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -157,6 +157,13 @@ pub fn policy_json(serve: &ServePolicy) -> Value {
         "path": m.path.as_ref().map(|p| p.as_str()),
         "host": m.host,
     });
+    // The options only when set, as a config would write them.
+    if m.case_insensitive {
+        v["match"]["case_insensitive"] = json!(true);
+    }
+    if m.trailing_slash == crate::matching::TrailingSlash::Ignore {
+        v["match"]["trailing_slash"] = json!("ignore");
+    }
     v["identity"] = json!(
         serve
             .identity
@@ -167,8 +174,13 @@ pub fn policy_json(serve: &ServePolicy) -> Value {
     v["on_store_failure"] = failure_json(serve);
     v["cost"] = match &serve.cost {
         CostRule::Constant(c) => json!(c),
-        CostRule::Header { name, max, default } => {
-            json!({"header": name, "max": max, "default": default})
+        CostRule::Header {
+            name,
+            min,
+            max,
+            default,
+        } => {
+            json!({"header": name, "min": min, "max": max, "default": default})
         }
     };
     v

@@ -23,9 +23,11 @@ use tollgate_core::{Decision, Identity};
 use tollgate_store::{DecisionPath, GuardedCheck, GuardedDecisions, StoreError};
 
 use crate::app::{App, LivePolicy, Runtime};
-use crate::metrics::{DegradedLabels, ErrorLabels, StatusLabels};
+use crate::linger::LingerOnClose;
+use crate::metrics::{DegradedLabels, EndpointLabels, ErrorLabels, StatusLabels};
 use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
 use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
+use crate::tokens::{self, Guarded};
 
 pub fn router(app: Arc<App>) -> Router {
     let authorize_any = AUTHORIZE_METHODS
@@ -59,6 +61,15 @@ async fn method_not_allowed() -> Problem {
         "Method Not Allowed",
         "this endpoint does not take that method",
     )
+}
+
+/// The 401 for a request to `endpoint` without `group`'s token, counted.
+fn unauthorized(app: &App, group: Guarded, endpoint: &'static str) -> Response {
+    app.metrics
+        .unauthorized
+        .get_or_create(&EndpointLabels { endpoint })
+        .inc();
+    tokens::unauthorized(group)
 }
 
 fn refuse(app: &App, problem: Problem) -> Response {
@@ -188,10 +199,26 @@ impl KeyJson<'_> {
 type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How much of an oversized body is read and thrown away before the 413, so
-/// that the client, still sending, reads the answer instead of a reset
-/// connection (a server closing with unread data sends RST). Bodies
-/// declared larger than this past the limit are answered at once.
+/// that the connection can serve the client's next request. Past this, the
+/// 413 goes at once and the connection closes lingering (crate::linger), so
+/// the client still reads the answer instead of a reset connection.
 const DISCARD_AT_MOST: u64 = 1 << 20;
+
+/// Why a body was not taken, and whether some of it is still unread.
+struct BodyRefused {
+    problem: Problem,
+    /// The client may still be sending: answer, then close lingering.
+    left_unread: bool,
+}
+
+impl From<Problem> for BodyRefused {
+    fn from(problem: Problem) -> Self {
+        Self {
+            problem,
+            left_unread: false,
+        }
+    }
+}
 
 /// The body, whole, within `limit` bytes and `timeout` (a slow client's
 /// request cannot hold its connection open for longer).
@@ -199,12 +226,15 @@ async fn read_body<B>(
     req: http::Request<B>,
     limit: usize,
     timeout: Duration,
-) -> Result<Bytes, Problem>
+) -> Result<Bytes, BodyRefused>
 where
     B: HttpBody,
     B::Error: Into<BodyError>,
 {
-    let too_large = || Problem::too_large(format!("request body is larger than {limit} bytes"));
+    let too_large = |left_unread| BodyRefused {
+        problem: Problem::too_large(format!("request body is larger than {limit} bytes")),
+        left_unread,
+    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -212,7 +242,7 @@ where
         .and_then(|v| v.parse::<u64>().ok());
     let discard_up_to = (limit as u64).saturating_add(DISCARD_AT_MOST);
     if declared.is_some_and(|len| len > discard_up_to) {
-        return Err(too_large());
+        return Err(too_large(true));
     }
     let collect = async {
         let mut body = std::pin::pin!(req.into_body());
@@ -221,10 +251,8 @@ where
         let mut seen: u64 = 0;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
-                Problem::bad_request(format!(
-                    "cannot read the request body: {}",
-                    Into::<BodyError>::into(e)
-                ))
+                tracing::debug!(error = %Into::<BodyError>::into(e), "a request body broke off");
+                Problem::bad_request("the request body broke off before its end")
             })?;
             let Ok(mut data) = frame.into_data() else {
                 continue;
@@ -233,7 +261,7 @@ where
             seen += data.len() as u64;
             if seen > limit as u64 {
                 if seen > discard_up_to {
-                    break;
+                    return Err(too_large(true));
                 }
                 continue;
             }
@@ -245,7 +273,7 @@ where
             }
         }
         if seen > limit as u64 {
-            return Err(too_large());
+            return Err(too_large(false));
         }
         Ok(rest.map_or(first, BytesMut::freeze))
     };
@@ -267,15 +295,14 @@ where
                     "the request body did not arrive within {} ms",
                     timeout.as_millis()
                 ),
-            ))
+            )
+            .into())
         })
 }
 
-fn json_fault(e: &serde_json::Error) -> Problem {
-    match e.classify() {
-        serde_json::error::Category::Data => Problem::unprocessable(format!("invalid check: {e}")),
-        _ => Problem::bad_request(format!("malformed JSON: {e}")),
-    }
+/// A body the typed parse refused, named in tollgate's words (cold path).
+fn json_fault(body: &[u8], typed: Option<serde_json::Error>) -> Problem {
+    crate::check_fault::diagnose(body, typed.as_ref())
 }
 
 async fn check(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -291,6 +318,19 @@ where
     let started = Instant::now();
     // One load a request: the config the body is read under decides it too.
     let runtime = app.runtime.load();
+    if !runtime
+        .config
+        .tokens
+        .admits_headers(Guarded::Check, req.headers())
+    {
+        // The body is left unread: close lingering, as after an oversized body.
+        let mut response = unauthorized(app, Guarded::Check, "check");
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response.extensions_mut().insert(LingerOnClose);
+        return response;
+    }
     let settings = &runtime.config.server;
     let (limit, max_key, max_checks, timeout) = (
         settings.max_body_bytes,
@@ -300,11 +340,24 @@ where
     );
     let body = match read_body(req, limit, timeout).await {
         Ok(b) => b,
-        Err(p) => return refuse(app, p),
+        Err(BodyRefused {
+            problem,
+            left_unread,
+        }) => {
+            let mut response = refuse(app, problem);
+            if left_unread {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                response.extensions_mut().insert(LingerOnClose);
+            }
+            return response;
+        }
     };
     let parsed: CheckBody<'_> = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => return refuse(app, json_fault(&e)),
+        // serde also reads a struct from a list (`["p","k"]`): only an object is a check.
+        Ok(b) if crate::check_fault::opens_an_object(&body) => b,
+        other => return refuse(app, json_fault(&body, other.err())),
     };
     let response = match parsed {
         CheckBody {
@@ -568,19 +621,22 @@ pub(crate) async fn authorize_request<B>(
         Some(original) if original.starts_with('/') => original,
         _ => parts.uri.path(),
     };
-    let request = Forwarded::read(
+    let request = match Forwarded::read(
         &parts.headers,
         parts.method.as_str(),
         own_path,
         peer,
-        &settings.trusted_proxies,
-    );
+        settings,
+    ) {
+        Ok(request) => request,
+        Err(fault) => return client_fault(app, fault),
+    };
     let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
     for live in &runtime.policies {
         let serve = &live.serve;
         if !serve
             .matcher
-            .matches(request.method, request.path, request.host)
+            .matches(request.method, &request.path, request.host)
         {
             continue;
         }
@@ -593,18 +649,7 @@ pub(crate) async fn authorize_request<B>(
         .and_then(|identity| Ok((identity, cost_of(serve, &parts.headers)?)));
         match prepared {
             Ok((identity, cost)) => matched.push((live, identity, cost)),
-            Err(RequestFault(detail)) => {
-                // auth_request drops the body; nginx relays the fault from this header.
-                let problem = Problem::bad_request(detail);
-                let copy = HeaderValue::from_bytes(problem.body().as_bytes());
-                let mut response = refuse(app, problem);
-                if let Ok(v) = copy {
-                    response
-                        .headers_mut()
-                        .insert(HeaderName::from_static(PROBLEM_HEADER), v);
-                }
-                return response;
-            }
+            Err(fault) => return client_fault(app, fault),
         }
     }
     if matched.is_empty() {
@@ -644,12 +689,10 @@ pub(crate) async fn authorize_request<B>(
         .zip(decisions)
         .filter(|(_, d)| !d.allowed)
         .map(|((live, _, _), d)| (&live.serve.policy, d));
+    // The store's own error goes to the log and the metrics (`decide`),
+    // never to the client.
     let cause = (decided.path == DecisionPath::FailClosed).then(|| {
-        let why = decided
-            .error
-            .as_ref()
-            .map_or_else(|| "its circuit is open".to_owned(), ToString::to_string);
-        format!("the limiter could not decide: the shared store is unavailable ({why}), and a matching policy fails closed")
+        "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed".to_owned()
     });
     let reject = rejection(
         violated,
@@ -677,10 +720,33 @@ pub(crate) async fn authorize_request<B>(
     (status, headers, reject.body).into_response()
 }
 
+/// A 400 for what the client sent (a missing or ambiguous identity part, a
+/// bad cost, a path that climbs above the root, a request description from
+/// an untrusted caller): never a status a proxy fails open on.
+fn client_fault(app: &App, RequestFault(detail): RequestFault) -> Response {
+    // auth_request drops the body; nginx relays the fault from this header.
+    let problem = Problem::bad_request(detail);
+    let copy = HeaderValue::from_bytes(problem.body().as_bytes());
+    let mut response = refuse(app, problem);
+    if let Ok(v) = copy {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(PROBLEM_HEADER), v);
+    }
+    response
+}
+
 // ---------- operations ----------
 
-async fn policies(State(app): State<Arc<App>>) -> Response {
+async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let runtime = app.runtime.load();
+    if !runtime
+        .config
+        .tokens
+        .admits_headers(Guarded::Admin, &headers)
+    {
+        return unauthorized(&app, Guarded::Admin, "policies");
+    }
     let list: Vec<serde_json::Value> = runtime
         .policies
         .iter()
@@ -699,14 +765,34 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
+/// Ready means "can answer every policy per its failure mode", which a
+/// serving instance always can: with its store down, each policy fails open,
+/// fails closed or decides locally, as configured. So a store outage never
+/// fails readiness — an orchestrator pulling every instance at once would
+/// override those failure modes and take the service down. The store's
+/// state is a field here and the `tollgate_store_up` gauge.
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    match app.store.ready().await {
-        Ok(()) => "ready\n".into_response(),
-        Err(e) => Problem::unavailable(format!("store not ready: {e}")).into_response(),
-    }
+    let store = match app.store.ready().await {
+        Ok(()) => "up",
+        Err(e) => {
+            tracing::debug!(error = %e, "readiness: the store did not answer its ping");
+            "down"
+        }
+    };
+    app.metrics.store_up.set(i64::from(store == "up"));
+    json_response(format!("{{\"ready\":true,\"store\":\"{store}\"}}"))
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> Response {
+async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if !app
+        .runtime
+        .load()
+        .config
+        .tokens
+        .admits_headers(Guarded::Metrics, &headers)
+    {
+        return unauthorized(&app, Guarded::Metrics, "metrics");
+    }
     app.store.maintain_gauges(&app.metrics);
     (
         [(

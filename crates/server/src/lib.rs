@@ -9,15 +9,20 @@
 #![recursion_limit = "256"]
 
 pub mod app;
+mod check_fault;
 pub mod config;
 pub mod explain;
 pub mod hot;
 pub mod http;
+pub mod linger;
 pub mod matching;
 pub mod metrics;
 pub mod replay;
 pub mod request;
+pub mod request_path;
 pub mod response;
 pub mod rls;
 pub mod serve;
+pub mod tls;
+pub mod tokens;
 pub mod workers;

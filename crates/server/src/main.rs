@@ -123,6 +123,10 @@ fn main() -> ExitCode {
                 for serve in &loaded.policies {
                     let _ = writeln!(out, "{}", explain::describe_policy(&serve.policy));
                 }
+                let mut err = io::stderr().lock();
+                for warning in loaded.warnings() {
+                    let _ = writeln!(err, "tollgate: warning: {warning}");
+                }
                 ExitCode::SUCCESS
             }
             Err(message) => fail(&message, 1),

@@ -1,5 +1,10 @@
 //! Which requests a policy applies to: methods, a path prefix or pattern,
-//! and a host. An absent part matches everything.
+//! and a host. An absent part matches everything. Paths arrive normalized
+//! ([`crate::request_path::normalize`]); whether case and a trailing slash
+//! matter is the policy's choice, and its canonical path follows that
+//! choice so that spellings it matches alike also share one bucket.
+
+use std::borrow::Cow;
 
 /// A path pattern: literal segments, `{name}` for any one segment and a
 /// final `{*name}` for the rest of the path.
@@ -59,7 +64,31 @@ impl PathPattern {
         &self.text
     }
 
+    /// Whether `path` fits exactly: case and a trailing slash count.
     pub fn matches(&self, path: &str) -> bool {
+        self.matches_with(path, false, TrailingSlash::Strict)
+    }
+
+    /// Whether `path` fits, literal segments compared ASCII
+    /// case-insensitively when `case_insensitive`, and with a trailing
+    /// slash on either side disregarded under [`TrailingSlash::Ignore`].
+    pub fn matches_with(
+        &self,
+        path: &str,
+        case_insensitive: bool,
+        trailing_slash: TrailingSlash,
+    ) -> bool {
+        let mut segments = self.segments.as_slice();
+        let mut path = path;
+        if trailing_slash == TrailingSlash::Ignore {
+            path = without_trailing_slash(path);
+            if let [init @ .., Segment::Literal(last)] = segments
+                && last.is_empty()
+                && !init.is_empty()
+            {
+                segments = init;
+            }
+        }
         let Some(body) = path.strip_prefix('/') else {
             return false;
         };
@@ -68,7 +97,7 @@ impl PathPattern {
         } else {
             Some(body.split('/'))
         };
-        for segment in &self.segments {
+        for segment in segments {
             match segment {
                 Segment::Rest => return true,
                 Segment::Any | Segment::Literal(_) => {
@@ -76,7 +105,9 @@ impl PathPattern {
                         return false;
                     };
                     match segment {
-                        Segment::Literal(l) if l != part => return false,
+                        Segment::Literal(l) if !same_text(l, part, case_insensitive) => {
+                            return false;
+                        }
                         Segment::Any if part.is_empty() => return false,
                         _ => {}
                     }
@@ -87,17 +118,71 @@ impl PathPattern {
     }
 }
 
+/// Whether a trailing slash makes a path different (`match.trailing_slash`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TrailingSlash {
+    /// `/login/` and `/login` are different paths (what a router does).
+    #[default]
+    Strict,
+    /// `/login/` and `/login` are one path: for applications that route
+    /// both to the same handler.
+    Ignore,
+}
+
+impl TrailingSlash {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrailingSlash::Strict => "strict",
+            TrailingSlash::Ignore => "ignore",
+        }
+    }
+}
+
+/// `path` without one trailing slash, except the root.
+fn without_trailing_slash(path: &str) -> &str {
+    match path.strip_suffix('/') {
+        Some(trimmed) if !trimmed.is_empty() => trimmed,
+        _ => path,
+    }
+}
+
+fn same_text(a: &str, b: &str, case_insensitive: bool) -> bool {
+    if case_insensitive {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
+    }
+}
+
+/// Whether `path` starts with `prefix`, ASCII case-insensitively if asked.
+fn has_prefix(path: &str, prefix: &str, case_insensitive: bool) -> bool {
+    match path.as_bytes().get(..prefix.len()) {
+        Some(head) if case_insensitive => head.eq_ignore_ascii_case(prefix.as_bytes()),
+        Some(head) => head == prefix.as_bytes(),
+        None => false,
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Matcher {
     /// Upper-case method names.
     pub methods: Option<Vec<String>>,
     pub path_prefix: Option<String>,
     pub path: Option<PathPattern>,
-    /// Lower-case; `*.example.com` matches any subdomain.
+    /// Lower-case, without a trailing dot; `*.example.com` matches any
+    /// subdomain.
     pub host: Option<String>,
+    /// `match.case_insensitive`: `path` literals and `path_prefix` compare
+    /// ASCII case-insensitively.
+    pub case_insensitive: bool,
+    /// `match.trailing_slash`.
+    pub trailing_slash: TrailingSlash,
 }
 
 impl Matcher {
+    /// Whether the request fits. `path` is the normalized path
+    /// ([`crate::request_path::normalize`]); `host` may carry a port and a
+    /// trailing dot (`api.example.com.:8443` is `api.example.com`).
     pub fn matches(&self, method: &str, path: &str, host: &str) -> bool {
         let method_ok = self
             .methods
@@ -106,8 +191,11 @@ impl Matcher {
         let prefix_ok = self
             .path_prefix
             .as_ref()
-            .is_none_or(|prefix| path.starts_with(prefix.as_str()));
-        let pattern_ok = self.path.as_ref().is_none_or(|p| p.matches(path));
+            .is_none_or(|prefix| self.prefix_matches(prefix, path));
+        let pattern_ok = self
+            .path
+            .as_ref()
+            .is_none_or(|p| p.matches_with(path, self.case_insensitive, self.trailing_slash));
         if !(method_ok && prefix_ok && pattern_ok) {
             return false;
         }
@@ -119,10 +207,13 @@ impl Matcher {
                     host
                 }
             });
+            // `host.` is the same name, fully qualified (RFC 1034 §3.1).
+            let host = host.strip_suffix('.').unwrap_or(host);
             let ok = match want.strip_prefix("*.") {
                 Some(suffix) => {
                     host.len() > suffix.len() + 1
-                        && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                        && host.as_bytes()[host.len() - suffix.len()..]
+                            .eq_ignore_ascii_case(suffix.as_bytes())
                         && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
                 }
                 None => host.eq_ignore_ascii_case(want),
@@ -132,6 +223,34 @@ impl Matcher {
             }
         }
         true
+    }
+
+    /// Under `trailing_slash: ignore`, `path_prefix: /api/` also takes
+    /// `/api`: the prefix's own path with its slash dropped.
+    fn prefix_matches(&self, prefix: &str, path: &str) -> bool {
+        has_prefix(path, prefix, self.case_insensitive)
+            || (self.trailing_slash == TrailingSlash::Ignore
+                && prefix.len() > 1
+                && prefix.ends_with('/')
+                && same_text(path, &prefix[..prefix.len() - 1], self.case_insensitive))
+    }
+
+    /// The path as this policy tells paths apart, for the `path` identity
+    /// part: lower-cased under `case_insensitive`, without a trailing slash
+    /// (except the root) under `trailing_slash: ignore`. Without it,
+    /// `/LOGIN` and `/login` would match one limit but spend from two
+    /// buckets — 2^5 buckets for the spellings of `login`. Borrows when
+    /// nothing changes.
+    pub fn canonical_path<'p>(&self, path: &'p str) -> Cow<'p, str> {
+        let path = match self.trailing_slash {
+            TrailingSlash::Ignore => without_trailing_slash(path),
+            TrailingSlash::Strict => path,
+        };
+        if self.case_insensitive && path.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(path.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(path)
+        }
     }
 
     /// The route a request matched, for the `route` identity part.
@@ -188,5 +307,148 @@ mod tests {
         };
         assert!(exact.matches("post", "/", "API.example.com"));
         assert!(!exact.matches("GET", "/", "api.example.com"));
+    }
+
+    #[test]
+    fn a_fully_qualified_host_is_the_same_host() {
+        let exact = Matcher {
+            host: Some("api.example.com".into()),
+            ..Matcher::default()
+        };
+        assert!(exact.matches("GET", "/", "api.example.com."));
+        assert!(exact.matches("GET", "/", "API.example.com.:8443"));
+        assert!(!exact.matches("GET", "/", "api.example.com.."));
+        let wild = Matcher {
+            host: Some("*.example.com".into()),
+            ..Matcher::default()
+        };
+        assert!(wild.matches("GET", "/", "api.example.com."));
+        assert!(!wild.matches("GET", "/", "example.com."));
+        assert!(!wild.matches("GET", "/", "é.example.coé"));
+    }
+
+    fn with_path(pattern: &str) -> Matcher {
+        Matcher {
+            path: Some(PathPattern::parse(pattern).expect("valid")),
+            ..Matcher::default()
+        }
+    }
+
+    fn with_prefix(prefix: &str) -> Matcher {
+        Matcher {
+            path_prefix: Some(prefix.into()),
+            ..Matcher::default()
+        }
+    }
+
+    #[test]
+    fn paths_are_case_sensitive_and_slash_strict_by_default() {
+        let login = with_path("/login");
+        assert!(login.matches("GET", "/login", ""));
+        assert!(!login.matches("GET", "/LOGIN", ""));
+        assert!(!login.matches("GET", "/login/", ""));
+        let api = with_prefix("/api/");
+        assert!(api.matches("GET", "/api/x", ""));
+        assert!(!api.matches("GET", "/API/x", ""));
+        assert!(!api.matches("GET", "/api", ""));
+        assert_eq!(login.canonical_path("/LOGIN/"), "/LOGIN/");
+        assert!(matches!(login.canonical_path("/LOGIN/"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn case_insensitive_compares_literals_and_prefixes_in_any_case() {
+        let login = Matcher {
+            case_insensitive: true,
+            ..with_path("/Login/{id}")
+        };
+        assert!(login.matches("GET", "/login/Ab", ""));
+        assert!(login.matches("GET", "/LOGIN/ab", ""));
+        assert!(!login.matches("GET", "/logout/ab", ""));
+        assert!(!login.matches("GET", "/login/ab/", ""));
+        let api = Matcher {
+            case_insensitive: true,
+            ..with_prefix("/api/")
+        };
+        assert!(api.matches("GET", "/API/orders", ""));
+        assert!(api.matches("GET", "/Api/", ""));
+        assert!(!api.matches("GET", "/apx/", ""));
+        assert!(!api.matches("GET", "/ap", ""));
+        // Non-ASCII letters are compared as they are.
+        let cafe = Matcher {
+            case_insensitive: true,
+            ..with_path("/café")
+        };
+        assert!(cafe.matches("GET", "/CAFé", ""));
+        assert!(!cafe.matches("GET", "/CAFÉ", ""));
+    }
+
+    #[test]
+    fn trailing_slash_ignore_matches_with_or_without_it() {
+        let login = Matcher {
+            trailing_slash: TrailingSlash::Ignore,
+            ..with_path("/login")
+        };
+        assert!(login.matches("GET", "/login", ""));
+        assert!(login.matches("GET", "/login/", ""));
+        assert!(!login.matches("GET", "/login//", ""));
+        let slashed = Matcher {
+            trailing_slash: TrailingSlash::Ignore,
+            ..with_path("/login/")
+        };
+        assert!(slashed.matches("GET", "/login", ""));
+        assert!(slashed.matches("GET", "/login/", ""));
+        let order = Matcher {
+            trailing_slash: TrailingSlash::Ignore,
+            ..with_path("/orders/{id}")
+        };
+        assert!(order.matches("GET", "/orders/42/", ""));
+        assert!(!order.matches("GET", "/orders/", ""));
+        let root = Matcher {
+            trailing_slash: TrailingSlash::Ignore,
+            ..with_path("/")
+        };
+        assert!(root.matches("GET", "/", ""));
+        assert!(!root.matches("GET", "/a", ""));
+        let api = Matcher {
+            trailing_slash: TrailingSlash::Ignore,
+            ..with_prefix("/api/")
+        };
+        assert!(api.matches("GET", "/api", ""));
+        assert!(api.matches("GET", "/api/", ""));
+        assert!(api.matches("GET", "/api/x", ""));
+        assert!(!api.matches("GET", "/apix", ""));
+        let both = Matcher {
+            trailing_slash: TrailingSlash::Ignore,
+            case_insensitive: true,
+            ..with_prefix("/api/")
+        };
+        assert!(both.matches("GET", "/API", ""));
+    }
+
+    #[test]
+    fn the_canonical_path_is_one_bucket_for_spellings_matched_alike() {
+        let m = Matcher {
+            case_insensitive: true,
+            trailing_slash: TrailingSlash::Ignore,
+            ..with_path("/login")
+        };
+        for spelling in ["/login", "/LOGIN", "/LoGiN/", "/login/"] {
+            assert_eq!(m.canonical_path(spelling), "/login", "{spelling}");
+        }
+        assert_eq!(m.canonical_path("/"), "/");
+        assert!(matches!(
+            m.canonical_path("/login/"),
+            Cow::Borrowed("/login")
+        ));
+        let cased = Matcher {
+            case_insensitive: true,
+            ..Matcher::default()
+        };
+        assert_eq!(cased.canonical_path("/A/B/"), "/a/b/");
+        let slash = Matcher {
+            trailing_slash: TrailingSlash::Ignore,
+            ..Matcher::default()
+        };
+        assert_eq!(slash.canonical_path("/A/B/"), "/A/B");
     }
 }

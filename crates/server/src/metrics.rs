@@ -38,6 +38,12 @@ pub struct StatusLabels {
     pub status: u16,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    /// `check`, `rls`, `policies` or `metrics`.
+    pub endpoint: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
@@ -50,9 +56,16 @@ pub struct Metrics {
     pub store_seconds: Histogram,
     pub store_errors: Family<ErrorLabels, Counter>,
     pub circuit_state: Gauge,
+    /// 1 when the store answered its last readiness ping, else 0.
+    pub store_up: Gauge,
     pub degraded: Family<DegradedLabels, Counter>,
     /// Connections closed on arrival because `server.max_connections` were open.
     pub refused_connections: Counter,
+    /// Requests refused for a missing or wrong bearer token, by endpoint.
+    pub unauthorized: Family<EndpointLabels, Counter>,
+    /// HTTP connections dropped because their TLS handshake failed or
+    /// timed out.
+    pub tls_handshake_failures: Counter,
     /// Envoy's rate limit service (gRPC).
     pub rls: RlsMetrics,
     /// The identities rejected most, per policy.
@@ -132,6 +145,13 @@ impl Metrics {
             "The shared store's circuit: 0 closed, 1 open, 2 half-open",
             circuit_state.clone(),
         );
+        let store_up = Gauge::default();
+        store_up.set(1);
+        registry.register(
+            "store_up",
+            "1 when the store answered its last readiness ping (GET /readyz), 0 when it did not",
+            store_up.clone(),
+        );
         let degraded = Family::<DegradedLabels, Counter>::default();
         registry.register(
             "degraded_decisions",
@@ -144,6 +164,18 @@ impl Metrics {
             "HTTP connections closed on arrival because server.max_connections were open",
             refused_connections.clone(),
         );
+        let unauthorized = Family::<EndpointLabels, Counter>::default();
+        registry.register(
+            "unauthorized_requests",
+            "Requests refused for a missing or wrong bearer token, by endpoint (check, rls, policies, metrics)",
+            unauthorized.clone(),
+        );
+        let tls_handshake_failures = Counter::default();
+        registry.register(
+            "tls_handshake_failures",
+            "HTTP connections dropped because their TLS handshake failed or took longer than server.request_timeout_ms",
+            tls_handshake_failures.clone(),
+        );
         let rls = RlsMetrics::register(&mut registry);
         let hot = Arc::new(HotIdentities::default());
         registry.register_collector(Box::new(HotCollector {
@@ -153,11 +185,14 @@ impl Metrics {
         Self {
             hot,
             refused_connections,
+            unauthorized,
+            tls_handshake_failures,
             rls,
             registry,
             store_seconds,
             store_errors,
             circuit_state,
+            store_up,
             degraded,
             decisions,
             decision_seconds,

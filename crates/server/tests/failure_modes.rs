@@ -13,7 +13,7 @@ use tollgate_testkit::RedisServer;
 fn config(redis_url: &str) -> String {
     format!(
         r#"
-server: {{ watch_interval_ms: 0 }}
+server: {{ watch_interval_ms: 0, trusted_proxies: [127.0.0.1] }}
 store:
   redis: {{ url: "{redis_url}", timeout: 300ms, rejected_cache: 0 }}
 policies:
@@ -131,7 +131,7 @@ async fn a_paused_store_is_answered_by_each_policys_failure_mode_and_recovers_ex
     let body: serde_json::Value = r.json().await.expect("json");
     assert_eq!(
         body["detail"],
-        "the limiter could not decide: the shared store is unavailable (its circuit is open), and a matching policy fails closed"
+        "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed"
     );
     assert_eq!(body["violated-policies"], json!(["closed"]));
     assert_eq!(
@@ -379,5 +379,52 @@ async fn connections_dropped_mid_traffic_never_over_admit_a_fail_closed_policy()
         admitted as u64 + left <= 20,
         "admitted {admitted}, {left} left"
     );
+    server.stop().await;
+}
+
+/// Ready means "can answer every policy per its failure mode", which holds
+/// with the store down: readiness never pulls a fleet during a store
+/// outage. The store's state is a field and a gauge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_holds_through_a_store_outage_and_reports_the_store() {
+    let mut redis = RedisServer::start().expect("redis-server");
+    let server = TestServer::start(&config(&redis.url())).await;
+    let ready = || async {
+        let r = server
+            .client
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        (r.status().as_u16(), r.text().await.expect("body"))
+    };
+    assert_eq!(
+        ready().await,
+        (200, r#"{"ready":true,"store":"up"}"#.to_owned())
+    );
+    assert_eq!(metric(&server, "tollgate_store_up").await, Some(1.0));
+    redis.kill().expect("kill redis");
+    assert_eq!(
+        ready().await,
+        (200, r#"{"ready":true,"store":"down"}"#.to_owned())
+    );
+    assert_eq!(metric(&server, "tollgate_store_up").await, Some(0.0));
+    // And each policy answers per its failure mode meanwhile.
+    let (status, open) = server.check(r#"{"policy":"open","key":"r"}"#).await;
+    assert_eq!(
+        (status, &open["allowed"], &open["path"]),
+        (200, &json!(true), &json!("fail_open"))
+    );
+    redis.restart().expect("restart redis");
+    let mut up = ready().await;
+    for _ in 0..50 {
+        if up.1.contains("\"up\"") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        up = ready().await;
+    }
+    assert_eq!(up, (200, r#"{"ready":true,"store":"up"}"#.to_owned()));
+    assert_eq!(metric(&server, "tollgate_store_up").await, Some(1.0));
     server.stop().await;
 }

@@ -8,6 +8,8 @@ use sfv::{BareItem, List, ListEntry, Parser};
 use support::TestServer;
 
 const CONFIG: &str = r#"
+server:
+  trusted_proxies: [127.0.0.1]
 policies:
   - name: write-api
     algorithm: token_bucket
@@ -24,6 +26,8 @@ policies:
 "#;
 
 const RETRY: &str = r#"
+server:
+  trusted_proxies: [127.0.0.1]
 policies:
   - name: retry-400
     algorithm: token_bucket
@@ -231,7 +235,7 @@ async fn a_missing_identity_part_is_a_400_not_a_shared_bucket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_no_policy_matches_is_admitted_without_fields() {
     let server = TestServer::start(
-        "policies:\n  - {name: only-post, algorithm: fixed_window, limit: 1, window: 1s, match: {methods: [POST]}}\n",
+        "server: {trusted_proxies: [127.0.0.1]}\npolicies:\n  - {name: only-post, algorithm: fixed_window, limit: 1, window: 1s, match: {methods: [POST]}}\n",
     )
     .await;
     let r = authorize(&server, "GET", "/", &[]).await;
@@ -273,16 +277,13 @@ policies:
 "#;
 
 fn env(name: &str) -> Option<String> {
-    (name == "TOLLGATE_IDENTITY_KEY").then(|| "test-hashing-key".to_owned())
+    (name == "TOLLGATE_IDENTITY_KEY").then(|| "test-hashing-key-of-thirty-two-bytes".to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_parts_come_from_the_forwarded_request() {
     let server = TestServer::start_with_env(PARTS, env).await;
-    let host = [
-        ("x-forwarded-host", "api.example.com"),
-        ("x-api-key", "sk_live_1"),
-    ];
+    let host = [("host", "api.example.com"), ("x-api-key", "sk_live_1")];
     assert_eq!(
         authorize(&server, "GET", "/v1/items/1", &host)
             .await
@@ -294,10 +295,7 @@ async fn identity_parts_come_from_the_forwarded_request() {
     assert_eq!(r.status(), 403, "deny_status applies");
     assert!(r.headers().get("tollgate-problem").is_some());
     // Another API key, another method or another host: other buckets.
-    let other_key = [
-        ("x-forwarded-host", "api.example.com"),
-        ("x-api-key", "sk_live_2"),
-    ];
+    let other_key = [("host", "api.example.com"), ("x-api-key", "sk_live_2")];
     assert_eq!(
         authorize(&server, "GET", "/v1/items/1", &other_key)
             .await
@@ -310,10 +308,7 @@ async fn identity_parts_come_from_the_forwarded_request() {
             .status(),
         200
     );
-    let other_host = [
-        ("x-forwarded-host", "eu.example.com"),
-        ("x-api-key", "sk_live_1"),
-    ];
+    let other_host = [("host", "eu.example.com"), ("x-api-key", "sk_live_1")];
     assert_eq!(
         authorize(&server, "GET", "/v1/items/1", &other_host)
             .await
@@ -321,10 +316,7 @@ async fn identity_parts_come_from_the_forwarded_request() {
         200
     );
     // Not the matched host: no policy applies.
-    let elsewhere = [
-        ("x-forwarded-host", "example.org"),
-        ("x-api-key", "sk_live_1"),
-    ];
+    let elsewhere = [("host", "example.org"), ("x-api-key", "sk_live_1")];
     assert_eq!(
         authorize(&server, "GET", "/v1/items/1", &elsewhere)
             .await
@@ -388,13 +380,16 @@ async fn forwarded_for_is_ignored_from_untrusted_peers() {
         "policies:\n  - {name: by-ip, algorithm: fixed_window, limit: 1, window: 1h, identity: [client_ip]}\n",
     )
     .await;
-    assert_eq!(
-        authorize(&server, "GET", "/", &[("x-forwarded-for", "203.0.113.1")])
-            .await
-            .status(),
-        200
-    );
-    let r = authorize(&server, "GET", "/", &[("x-forwarded-for", "203.0.113.2")]).await;
+    // No proxy describes the request: the call describes itself.
+    let call = |xff: &'static str| {
+        server
+            .client
+            .get(server.url("/v1/authorize"))
+            .header("x-forwarded-for", xff)
+            .send()
+    };
+    assert_eq!(call("203.0.113.1").await.expect("request").status(), 200);
+    let r = call("203.0.113.2").await.expect("request");
     assert_eq!(
         r.status(),
         429,
@@ -406,7 +401,7 @@ async fn forwarded_for_is_ignored_from_untrusted_peers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_above_the_limit_gets_429_without_retry_after() {
     let server = TestServer::start(
-        "policies:\n  - {name: tiny, algorithm: sliding_window, limit: 3, window: 1s, identity: [{literal: x}], cost: {header: X-Cost, max: 100}}\n",
+        "server: {trusted_proxies: [127.0.0.1]}\npolicies:\n  - {name: tiny, algorithm: sliding_window, limit: 3, window: 1s, identity: [{literal: x}], cost: {header: X-Cost, max: 100}}\n",
     )
     .await;
     let r = authorize(&server, "GET", "/", &[("x-cost", "4")]).await;
@@ -422,14 +417,18 @@ async fn a_cost_above_the_limit_gets_429_without_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traefik_style_forwarded_headers_are_read() {
-    let server = TestServer::start(CONFIG).await;
+    let traefik = CONFIG.replace(
+        "trusted_proxies: [127.0.0.1]",
+        "trusted_proxies: [127.0.0.1]\n  forward_auth: traefik",
+    );
+    let server = TestServer::start(&traefik).await;
     for expected in [200, 200, 429] {
         let r = server
             .client
             .get(server.url("/v1/authorize"))
             .header("x-forwarded-method", "POST")
             .header("x-forwarded-uri", "/api/x")
-            .header("x-forwarded-host", "shop.example")
+            .header("host", "shop.example")
             .header("x-tenant", "traefik")
             .send()
             .await

@@ -53,7 +53,25 @@ impl Upstream {
             .await
             .expect("bind the upstream");
         let addr = listener.local_addr().expect("upstream address");
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        // An application that takes as many headers as any client sends,
+        // so what the header tests see is tollgate's doing, not its own 431.
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let app = app.clone();
+                let service =
+                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        tower::ServiceExt::oneshot(app.clone(), req.map(axum::body::Body::new))
+                    });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .max_headers(1024)
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
+        });
         Self { addr, seen }
     }
 
@@ -220,7 +238,10 @@ impl Stack {
         let upstream = Upstream::start().await;
         let tollgate = TollgateProcess::spawn(
             &example("nginx-tollgate.yaml"),
-            &[("TOLLGATE_IDENTITY_KEY", "nginx-test-identity-key")],
+            &[(
+                "TOLLGATE_IDENTITY_KEY",
+                "nginx-test-identity-key-of-32-bytes!",
+            )],
         );
         let nginx = Nginx::start(&tollgate.base, upstream.addr);
         Self {
@@ -676,4 +697,206 @@ async fn with_tollgate_down_logins_fail_closed_and_the_api_fails_open() {
     }
     let uris: Vec<String> = stack.upstream.seen().into_iter().map(|s| s.uri).collect();
     assert_eq!(uris, ["/login", "/api/orders", "/api/orders"]);
+}
+
+// ---------- nobody gets around a limit ----------
+
+/// One request written byte for byte (paths as the client spells them:
+/// reqwest would resolve `/./` and `..` itself), from `ip`, on a fresh
+/// connection; returns the status and the body.
+async fn raw(ip: [u8; 4], to: SocketAddr, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::from((ip, 0)))
+        .expect("bind the client address");
+    let mut stream = socket.connect(to).await.expect("connect");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("write the request");
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .await
+        .expect("read the answer");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, body)| body)
+        .to_owned();
+    (status, body)
+}
+
+fn post(path: &str, extra: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
+    )
+}
+
+/// `count` headers `X-Pad-<i>: v`, each on its own line.
+fn padding(count: usize) -> String {
+    (0..count).map(|i| format!("X-Pad-{i}: v\r\n")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_spelling_of_a_login_gets_more_than_the_limit_through() {
+    let stack = Stack::start().await;
+    let nginx = SocketAddr::from((Ipv4Addr::LOCALHOST, stack.nginx.port));
+    let client = [127, 0, 0, 7];
+    // Each spelling routes to the login (nginx's location or the
+    // application's router): all of them share one limit of 5.
+    let spellings = [
+        "/login",
+        "//login",
+        "/./login",
+        "/%6Cogin",
+        "/api/../login",
+        "/login;jsessionid=x",
+        "/LOGIN",
+        "/login/",
+        "///login//",
+        "/%2e/login",
+    ];
+    let mut statuses = Vec::new();
+    for path in spellings {
+        let (status, _) = raw(client, nginx, &post(path, "")).await;
+        statuses.push((path, status));
+    }
+    let expected: Vec<(&str, u16)> = spellings
+        .iter()
+        .enumerate()
+        .map(|(i, path)| (*path, if i < 5 { 200 } else { 429 }))
+        .collect();
+    assert_eq!(statuses, expected);
+    assert_eq!(stack.upstream.count(), 5, "{:?}", stack.upstream.seen());
+
+    // A path that climbs above the root: nginx refuses it itself (tollgate
+    // would too: http_authorize.rs), never failing it open.
+    let (status, body) = raw([127, 0, 0, 8], nginx, &post("/%2e%2e/login", "")).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(stack.upstream.count(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_that_flood_or_repeat_or_cost_nothing_never_get_past_a_limit() {
+    let stack = Stack::start().await;
+    let nginx = SocketAddr::from((Ipv4Addr::LOCALHOST, stack.nginx.port));
+
+    // 110 extra headers (past hyper's old default of 100): decided like any
+    // other login, 5 of 8 through.
+    let flood = padding(110);
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(raw([127, 0, 0, 9], nginx, &post("/login", &flood)).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
+    assert_eq!(stack.upstream.count(), 5);
+
+    // More headers than server.max_headers: tollgate's HTTP layer answers
+    // 431 and nginx refuses the request (400), never fails it open, with or
+    // without an API key.
+    let deluge = padding(300);
+    for (path, extra) in [
+        ("/login", deluge.clone()),
+        ("/api/orders", format!("X-API-Key: k3\r\n{deluge}")),
+        ("/api/orders", deluge.clone()),
+    ] {
+        let (status, body) = raw([127, 0, 0, 10], nginx, &post(path, &extra)).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).expect("problem+json"),
+            json!({
+                "type": "about:blank",
+                "title": "Bad Request",
+                "status": 400,
+                "detail": "the rate limiter could not check this request: its headers are too many, too large or malformed",
+            })
+        );
+    }
+    assert_eq!(
+        stack.upstream.count(),
+        5,
+        "the deluge never reached the upstream"
+    );
+
+    // An identity header sent twice is ambiguous: refused.
+    let (status, body) = raw(
+        [127, 0, 0, 10],
+        nginx,
+        &post("/api/orders", "X-API-Key: d1\r\nX-API-Key: d2\r\n"),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).expect("problem+json")["detail"],
+        "header x-api-key appears more than once: send it once"
+    );
+
+    // A cost of 0 is a client choosing a free request: refused.
+    let (status, body) = raw(
+        [127, 0, 0, 10],
+        nginx,
+        &post(
+            "/api/exports/orders",
+            "X-API-Key: k4\r\nX-Export-Rows-Thousands: 0\r\n",
+        ),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).expect("problem+json")["detail"],
+        "policy exports: header x-export-rows-thousands is 0, below the minimum 1"
+    );
+    assert_eq!(stack.upstream.count(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
+    let stack = Stack::start().await;
+    let tollgate: SocketAddr = stack
+        .tollgate
+        .as_ref()
+        .expect("tollgate runs")
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("tollgate's address");
+    // Straight at /v1/authorize from 127.0.0.2, not in trusted_proxies:
+    // every description of a login is refused, however it is spelled.
+    for uri in [
+        "/login",
+        "//login",
+        "/./login",
+        "/%6Cogin",
+        "/api/../login",
+        "/LOGIN",
+    ] {
+        let request = format!(
+            "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Original-Method: POST\r\nX-Original-URI: {uri}\r\nConnection: close\r\n\r\n"
+        );
+        let (status, body) = raw([127, 0, 0, 2], tollgate, &request).await;
+        assert_eq!(status, 400, "{uri}: {body}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).expect("problem+json")["detail"],
+            "header x-original-uri describes the request, but this caller (127.0.0.2) is not in server.trusted_proxies: only a trusted proxy may describe a request"
+        );
+    }
+    // Another family's headers are never believed, from anyone: the call
+    // describes itself (GET /v1/authorize), which no policy matches.
+    let request = "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-Method: POST\r\nX-Forwarded-Uri: /login\r\nConnection: close\r\n\r\n";
+    assert_eq!(raw([127, 0, 0, 2], tollgate, request).await.0, 200);
+    // Describing itself, the caller is limited as the client it is: its own
+    // address, five logins.
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let request = "POST /v1/authorize//login HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        statuses.push(raw([127, 0, 0, 2], tollgate, request).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 403]);
 }

@@ -1111,6 +1111,19 @@ descriptors:
         .await
         .expect_err("store down");
     assert_eq!(status.code(), tonic::Code::Unavailable);
+    // tollgate's words; the store's own (addresses, replies) stay in the log.
+    assert!(
+        status
+            .message()
+            .starts_with("the rate limit store is unavailable"),
+        "{}",
+        status.message()
+    );
+    assert!(
+        !status.message().contains("127.0.0.1"),
+        "{}",
+        status.message()
+    );
     let r = rls.ask("d", vec![desc(&[("closed", "k")])]).await;
     assert_eq!(r.overall_code, OVER);
     let r = rls.ask("d", vec![desc(&[("open", "k")])]).await;

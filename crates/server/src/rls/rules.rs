@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 use thiserror::Error;
-use tollgate_core::{Limits, Policy, PolicySet, Window, describe, parse_policy, parse_yaml};
+use tollgate_core::{
+    ConfigError, Limits, Policy, PolicySet, Window, describe, parse_policy, parse_yaml_named,
+};
 use tollgate_store::OnStoreFailure;
 
 /// The most descriptor files one config may name (directories expanded).
@@ -271,9 +273,12 @@ impl EnvoyRules {
             path: path.to_owned(),
             reason,
         };
-        let doc = parse_yaml(text).map_err(|e| RulesError::File {
+        let doc = parse_yaml_named(text, file).map_err(|e| RulesError::File {
             file: file.to_owned(),
-            reason: format!("not valid YAML: {e}"),
+            reason: match e {
+                ConfigError::Yaml(why) => format!("not valid YAML: {why}"),
+                other => other.to_string(),
+            },
         })?;
         let top = doc.as_object().ok_or_else(|| RulesError::File {
             file: file.to_owned(),

@@ -18,13 +18,14 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tollgate_core::{Clock, Decision, Identity, Limits, Policy, Window};
-use tollgate_store::{Check, DecisionPath, GuardedCheck, OnStoreFailure, local_policy};
+use tollgate_store::{Check, DecisionPath, GuardedCheck, OnStoreFailure, StoreError, local_policy};
 use tonic::{Request, Response, Status};
 
 use super::rules::{EnvoyRules, RuleKind, Unit};
 use crate::app::App;
-use crate::metrics::{Metrics, RlsCounters};
+use crate::metrics::{EndpointLabels, Metrics, RlsCounters};
 use crate::response::{policy_item, ratelimit_draft, retry_after_seconds, state_item};
+use crate::tokens::Guarded;
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -96,11 +97,22 @@ pub async fn serve_grpc(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), String> {
+    let mut builder = tonic::transport::Server::builder();
+    let tls = {
+        let runtime = app.runtime.load();
+        let timeout = std::time::Duration::from_millis(runtime.config.server.request_timeout_ms);
+        runtime.config.edge_tls()?.map(|tls| tls.grpc(timeout))
+    };
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| format!("cannot serve gRPC over TLS: {e}"))?;
+    }
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_serving::<RateLimitServiceServer<RateLimitGrpc>>()
         .await;
-    tonic::transport::Server::builder()
+    builder
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .add_service(health)
         .add_service(RateLimitServiceServer::new(RateLimitGrpc::new(app, clock)))
@@ -156,8 +168,29 @@ impl RateLimitService for RateLimitGrpc {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request.into_inner();
         let metrics = &self.app.metrics;
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes());
+        if !self
+            .app
+            .runtime
+            .load()
+            .config
+            .tokens
+            .admits(Guarded::Check, authorization)
+        {
+            metrics
+                .unauthorized
+                .get_or_create(&EndpointLabels { endpoint: "rls" })
+                .inc();
+            return Err(Status::unauthenticated(format!(
+                "ShouldRateLimit needs the metadata `authorization: Bearer <token>` ({})",
+                Guarded::Check.env()
+            )));
+        }
+        let request = request.into_inner();
         let result = self.decide(&request).await;
         metrics
             .rls
@@ -501,13 +534,16 @@ impl RateLimitGrpc {
             if result.path != DecisionPath::FailClosed
                 && pendings.iter().any(|p| p.on_failure.is_none())
             {
-                let why = result
-                    .error
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|| "the store's circuit is open".to_owned());
-                return Err(Status::unavailable(format!(
-                    "rate limit store unavailable: {why}"
-                )));
+                // The store's own words (addresses, Redis replies) stay in
+                // the log; Envoy and its client get tollgate's.
+                if self.app.degraded_log.should_log() {
+                    tracing::warn!(
+                        path = result.path.name(),
+                        error = result.error.as_ref().map(ToString::to_string),
+                        "ShouldRateLimit answered unavailable: the store cannot decide"
+                    );
+                }
+                return Err(Status::unavailable(store_fault(result.error.as_ref())));
             }
         }
         if result.decisions.len() != indices.len() {
@@ -519,6 +555,21 @@ impl RateLimitGrpc {
             out[i] = Some(decision);
         }
         Ok(())
+    }
+}
+
+/// Why the store could not decide, in tollgate's words: a store error's
+/// text names hosts and replies a gRPC client has no business reading.
+fn store_fault(error: Option<&StoreError>) -> &'static str {
+    match error {
+        None => "the rate limit store is unavailable (its circuit is open)",
+        Some(StoreError::Timeout { .. }) => {
+            "the rate limit store is unavailable (it did not answer in time)"
+        }
+        Some(StoreError::Unavailable(_)) => "the rate limit store is unavailable",
+        Some(StoreError::Protocol(_) | StoreError::Config(_)) => {
+            "the rate limit store is unavailable (its answer could not be used)"
+        }
     }
 }
 

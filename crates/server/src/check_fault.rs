@@ -1,0 +1,243 @@
+//! Why a `POST /v1/check` body was refused, in tollgate's words. The fast
+//! typed parse stays on the success path; only when it fails is the body
+//! read again, as a plain tree, and walked to name the first fault in
+//! document order (`checks[2].cost must be a whole number ≥ 0, got -1`)
+//! instead of passing serde's internals (`expected u64`) to a client.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde_json::Number;
+
+use crate::response::Problem;
+
+/// The fields of a single check, then of a batch body.
+const ITEM_FIELDS: &str = "policy, key, cost";
+const BODY_FIELDS: &str = "policy, key, cost, checks";
+/// A value quoted back to the client is cut after this many characters.
+const QUOTE_AT_MOST: usize = 40;
+
+/// Whether the body's JSON starts as an object. The typed parse also reads
+/// a check from a list (`["p","k"]`, serde's sequence form of a struct),
+/// which is not the documented body: such a body is diagnosed instead.
+pub(crate) fn opens_an_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// The problem for a body the typed parse refused (with `typed`, or
+/// accepted in a form that is not a check's).
+pub(crate) fn diagnose(body: &[u8], typed: Option<&serde_json::Error>) -> Problem {
+    let tree: Json = match serde_json::from_slice(body) {
+        Ok(tree) => tree,
+        Err(e) => return malformed(&e),
+    };
+    match body_fault(&tree) {
+        Err(detail) => Problem::unprocessable(detail),
+        // Every way the typed parse can fail is named above; should one be
+        // missed, the client still gets tollgate's words, the log serde's.
+        Ok(()) => {
+            tracing::debug!(
+                error = typed.map(ToString::to_string),
+                "a /v1/check body was refused for a reason not diagnosed"
+            );
+            Problem::unprocessable("the body is not a valid check")
+        }
+    }
+}
+
+fn malformed(e: &serde_json::Error) -> Problem {
+    let (line, column) = (e.line(), e.column());
+    Problem::bad_request(match e.classify() {
+        serde_json::error::Category::Eof => {
+            format!("malformed JSON: the body ends early, at line {line} column {column}")
+        }
+        _ => format!("malformed JSON at line {line} column {column}"),
+    })
+}
+
+fn body_fault(tree: &Json) -> Result<(), String> {
+    let Json::Object(fields) = tree else {
+        return Err(format!(
+            "the body must be a JSON object with policy and key, or checks, got {tree}"
+        ));
+    };
+    check_fields(fields, "", Fields::Body)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fields {
+    /// The body: every field may be absent or null (which field is missing
+    /// is the handler's to say, as it decides single against batch).
+    Body,
+    /// One of `checks`: `policy` and `key` are required, nothing is null.
+    Item,
+}
+
+/// The first fault among one check's fields; `at` prefixes their names.
+fn check_fields(fields: &[(String, Json)], at: &str, kind: Fields) -> Result<(), String> {
+    for (i, (name, value)) in fields.iter().enumerate() {
+        let path = format!("{at}{name}");
+        if fields[..i].iter().any(|(seen, _)| seen == name) {
+            return Err(format!("field {} appears twice", quoted(&path)));
+        }
+        if kind == Fields::Body && *value == Json::Null {
+            continue;
+        }
+        match name.as_str() {
+            "policy" => {
+                if !matches!(value, Json::String(_)) {
+                    return Err(format!("{path} must be a string, got {value}"));
+                }
+            }
+            "key" => key_fault(value, &path)?,
+            "cost" => {
+                if !matches!(value, Json::Number(n) if n.as_u64().is_some()) {
+                    return Err(format!("{path} must be a whole number ≥ 0, got {value}"));
+                }
+            }
+            "checks" if kind == Fields::Body => checks_fault(value)?,
+            _ => {
+                let expected = match kind {
+                    Fields::Body => BODY_FIELDS,
+                    Fields::Item => ITEM_FIELDS,
+                };
+                return Err(format!(
+                    "unknown field {} (expected: {expected})",
+                    quoted(&path)
+                ));
+            }
+        }
+    }
+    if kind == Fields::Item {
+        for required in ["policy", "key"] {
+            if !fields.iter().any(|(name, _)| name == required) {
+                return Err(format!("missing field `{at}{required}`"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn key_fault(value: &Json, path: &str) -> Result<(), String> {
+    match value {
+        Json::String(_) => Ok(()),
+        Json::Object(parts) => match parts.iter().find(|(_, v)| !matches!(v, Json::String(_))) {
+            Some((part, v)) => Err(format!("{path}.{} must be a string, got {v}", cut(part))),
+            None => Ok(()),
+        },
+        other => Err(format!(
+            "{path} must be a string or an object of string values, got {other}"
+        )),
+    }
+}
+
+fn checks_fault(value: &Json) -> Result<(), String> {
+    let Json::Array(items) = value else {
+        return Err(format!("checks must be a list of checks, got {value}"));
+    };
+    for (i, item) in items.iter().enumerate() {
+        let Json::Object(fields) = item else {
+            return Err(format!(
+                "checks[{i}] must be an object with policy and key, got {item}"
+            ));
+        };
+        check_fields(fields, &format!("checks[{i}]."), Fields::Item)?;
+    }
+    Ok(())
+}
+
+/// `text` as a JSON string, cut short when long: client input is echoed
+/// only as far as it helps to find the fault.
+fn quoted(text: &str) -> String {
+    serde_json::Value::from(cut(text)).to_string()
+}
+
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_AT_MOST) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// A JSON document as written: unlike `serde_json::Value`, an object keeps
+/// its fields in order and a field given twice twice, so the first fault
+/// found is the one the typed parse met.
+#[derive(Debug, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+/// How a value is named after "got": scalars as JSON, containers by kind.
+impl fmt::Display for Json {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Json::Null => f.write_str("null"),
+            Json::Bool(b) => write!(f, "{b}"),
+            Json::Number(n) => write!(f, "{n}"),
+            Json::String(s) => f.write_str(&quoted(s)),
+            Json::Array(_) => f.write_str("a list"),
+            Json::Object(_) => f.write_str("an object"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Json, E> {
+        Ok(Json::Bool(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json, E> {
+        // JSON has no NaN or infinity, so every parsed float is finite.
+        Ok(Number::from_f64(v).map_or(Json::Null, Json::Number))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::String(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut fields = Vec::new();
+        while let Some(field) = map.next_entry()? {
+            fields.push(field);
+        }
+        Ok(Json::Object(fields))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,112 @@
+use super::*;
+
+fn with_match(m: &str) -> Result<ServeConfig, String> {
+    let yaml = format!(
+        "policies:\n  - name: x\n    algorithm: gcra\n    capacity: 1\n    refill: {{ tokens: 1, per: 1s }}\n    match: {m}\n"
+    );
+    ServeConfig::parse(&yaml, |_| None).map_err(|e| e.to_string())
+}
+
+fn matcher(m: &str) -> Matcher {
+    match with_match(m) {
+        Ok(config) => config.policies[0].matcher.clone(),
+        Err(e) => panic!("match {m} was refused: {e}"),
+    }
+}
+
+fn refusal(m: &str) -> String {
+    match with_match(m) {
+        Ok(_) => panic!("match {m} was accepted"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn match_path_options_default_to_exact_comparison() {
+    let m = matcher("{ path: /login }");
+    assert!(!m.case_insensitive);
+    assert_eq!(m.trailing_slash, TrailingSlash::Strict);
+}
+
+#[test]
+fn match_path_options_are_read() {
+    let m = matcher("{ path_prefix: /api/, case_insensitive: true, trailing_slash: ignore }");
+    assert!(m.case_insensitive);
+    assert_eq!(m.trailing_slash, TrailingSlash::Ignore);
+    assert!(m.matches("GET", "/API", ""));
+    let strict = matcher("{ path: /login, trailing_slash: strict }");
+    assert_eq!(strict.trailing_slash, TrailingSlash::Strict);
+}
+
+#[test]
+fn bad_match_path_options_are_refused_with_the_field_named() {
+    assert_eq!(
+        refusal("{ trailing_slash: \"yes\" }"),
+        r#"policy "x": match.trailing_slash: must be ignore or strict, got "yes""#
+    );
+    // YAML reads a bare yes as a boolean.
+    assert_eq!(
+        refusal("{ trailing_slash: yes }"),
+        r#"policy "x": match.trailing_slash: must be ignore or strict, got boolean true"#
+    );
+    assert_eq!(
+        refusal("{ trailing_slash: 1 }"),
+        r#"policy "x": match.trailing_slash: must be ignore or strict, got number 1"#
+    );
+    assert_eq!(
+        refusal("{ case_insensitive: \"yes\" }"),
+        r#"policy "x": match.case_insensitive: must be true or false, got string "yes""#
+    );
+}
+
+#[test]
+fn match_paths_no_request_can_have_are_refused() {
+    assert_eq!(
+        refusal("{ path_prefix: /api//v1/ }"),
+        r#"policy "x": match.path_prefix: "/api//v1/" matches no request: requests are matched by their normalized path, here "/api/v1/" (docs/config.md, How paths are normalized)"#
+    );
+    assert_eq!(
+        refusal("{ path: /a%20b }"),
+        r#"policy "x": match.path: "/a%20b" matches no request: requests are matched by their normalized path, here "/a b" (docs/config.md, How paths are normalized)"#
+    );
+    assert_eq!(
+        refusal("{ path: /a/../.. }"),
+        r#"policy "x": match.path: "/a/../..": the path climbs above the root with `..`"#
+    );
+    matcher("{ path: \"/orders/{id}/{*rest}\" }");
+}
+
+#[test]
+fn a_fully_qualified_match_host_is_the_plain_host() {
+    let m = matcher("{ host: API.example.com. }");
+    assert_eq!(m.host.as_deref(), Some("api.example.com"));
+    assert!(m.matches("GET", "/", "api.example.com"));
+}
+
+#[test]
+fn a_yaml_error_names_the_config_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, "policies: [\n").expect("write");
+    let shown = path.display().to_string();
+    match ServeConfig::load_with_env(&path, |_| None) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => assert_eq!(
+            e,
+            format!(
+                "{shown}: config is not valid YAML: error: line 1 column 11: unclosed bracket '['\n --> {shown}:1:11\n  |\n1 | policies: [\n  |           ^ unclosed bracket '['"
+            )
+        ),
+    }
+}
+
+#[test]
+fn a_key_given_twice_is_refused_not_last_wins() {
+    let yaml = "policies:\n  - name: x\n    algorithm: gcra\n    capacity: 1\n    refill: { tokens: 1, per: 1s }\n    match: { path: /a, path: /b }\n";
+    assert_eq!(
+        ServeConfig::parse(yaml, |_| None)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(r#"config is not valid YAML: duplicate key "path" at line 6 column 24"#.to_owned())
+    );
+}

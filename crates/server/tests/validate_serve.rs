@@ -1,0 +1,121 @@
+//! `tollgate validate` refuses exactly what `tollgate serve` refuses, with
+//! the same exit code and the same message: both load a config through one
+//! function, and what `serve` used to find out only when opening its store
+//! (a URL Redis cannot take) is checked at load.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// `tollgate <args> --config <config>` with `env`, run to completion:
+/// (exit code, stderr).
+fn run(args: &[&str], config: &Path, env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("TOLLGATE_IDENTITY_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("tollgate runs");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    )
+}
+
+/// A config, its environment, and the message both commands give.
+type Case = (String, Vec<(&'static str, &'static str)>, &'static str);
+
+const POLICY: &str = "policies:\n  - {name: p, algorithm: token_bucket, capacity: 10, refill: {tokens: 1, per: 1s}}\n";
+
+#[test]
+fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases: Vec<Case> = vec![
+        (
+            format!("store:\n  redis: {{url: \"http://127.0.0.1:1\"}}\n{POLICY}"),
+            vec![],
+            "config: store.redis.url: \"http://127.0.0.1:1\" is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)",
+        ),
+        (
+            format!("store:\n  redis: {{url: \"redis://127.0.0.1:notaport\"}}\n{POLICY}"),
+            vec![],
+            "config: store.redis.url: \"redis://127.0.0.1:notaport\" is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)",
+        ),
+        (
+            format!("store:\n  redis: {{cluster: [\"redis://127.0.0.1:7000\", \"tcp://u:secret@10.0.0.2:7000\"]}}\n{POLICY}"),
+            vec![],
+            "config: store.redis.cluster: \"tcp://<redacted>@10.0.0.2:7000\" is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)",
+        ),
+        (
+            format!("server: {{max_body_bytes: 0}}\n{POLICY}"),
+            vec![],
+            "config: server: max_body_bytes must be positive",
+        ),
+        (
+            format!("server: {{max_key_bytes: 0}}\n{POLICY}"),
+            vec![],
+            "config: server: max_key_bytes must be positive",
+        ),
+        (
+            format!("server: {{max_checks: 0}}\n{POLICY}"),
+            vec![],
+            "config: server: max_checks must be positive",
+        ),
+        (
+            format!("server: {{max_headers: 4}}\n{POLICY}"),
+            vec![],
+            "config: server: max_headers 4 is outside 16..=8192",
+        ),
+        (
+            "policies:\n  - {name: big, algorithm: fixed_window, limit: 5, window: 1s, cost: 6}\n".to_owned(),
+            vec![],
+            "policy \"big\": cost: 6 is above the policy's limit 5: no request would ever be admitted",
+        ),
+        (
+            "policies:\n  - {name: keyed, algorithm: fixed_window, limit: 5, window: 1s, identity: [{api_key: X-API-Key}]}\n".to_owned(),
+            vec![("TOLLGATE_IDENTITY_KEY", "short-key")],
+            "config: the identity hashing key in TOLLGATE_IDENTITY_KEY is 9 bytes: it needs at least 32 bytes of entropy (e.g. `openssl rand -hex 32`)",
+        ),
+        (
+            "policies:\n  - {name: free, algorithm: fixed_window, limit: 5, window: 1s, cost: {header: X-Cost, max: 5, default: 0}}\n".to_owned(),
+            vec![],
+            "policy \"free\": cost.default: 0 is below cost.min 1",
+        ),
+        (
+            format!("server: {{forward_auth: haproxy}}\n{POLICY}"),
+            vec![],
+            "config: server: forward_auth: unknown proxy \"haproxy\" (expected nginx, traefik, envoy, or {method, uri, host} header names)",
+        ),
+    ];
+    for (i, (yaml, env, message)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("case-{i}.yaml"));
+        std::fs::write(&path, yaml).expect("write config");
+        let expected = format!("tollgate: {}: {message}\n", path.display());
+        let validated = run(&["validate"], &path, env);
+        let served = run(&["serve", "--listen", "127.0.0.1:0"], &path, env);
+        assert_eq!(validated, (1, expected.clone()), "validate, case {i}");
+        assert_eq!(served, (1, expected), "serve, case {i}");
+    }
+}
+
+#[test]
+fn validate_warns_of_what_is_valid_but_probably_not_meant() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("warn.yaml");
+    std::fs::write(
+        &path,
+        "policies:\n  - {name: login, algorithm: fixed_window, limit: 5, window: 1m, match: {path: /login}}\n  - {name: rows, algorithm: fixed_window, limit: 5, window: 1m, cost: {header: X-Rows, max: 50}}\n",
+    )
+    .expect("write config");
+    let (code, stderr) = run(&["validate"], &path, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stderr,
+        "tollgate: warning: policies login match forwarded requests, but server.trusted_proxies is empty: /v1/authorize refuses a request description (nginx headers) from any peer, and client_ip is the caller's own address\n\
+         tollgate: warning: policy rows: cost.max 50 is above the limit 5: a request whose x-rows header asks more than 5 is never admitted (429 without Retry-After)\n"
+    );
+}
