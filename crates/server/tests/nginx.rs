@@ -899,4 +899,37 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
         statuses.push(raw([127, 0, 0, 2], tollgate, request).await.0);
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 403]);
+    // The header attempts, straight at tollgate: refused as through nginx.
+    let own = |path: &str, extra: &str| {
+        format!(
+            "GET /v1/authorize{path} HTTP/1.1\r\nHost: shop.example\r\n{extra}Connection: close\r\n\r\n"
+        )
+    };
+    for (request, status, detail) in [
+        (
+            own(
+                "/api/exports/x",
+                "X-API-Key: k5\r\nX-Export-Rows-Thousands: 0\r\n",
+            ),
+            400,
+            "policy exports: header x-export-rows-thousands is 0, below the minimum 1",
+        ),
+        (
+            own("/api/orders", "X-API-Key: d1\r\nX-API-Key: d2\r\n"),
+            400,
+            "header x-api-key appears more than once: send it once",
+        ),
+        (
+            own("/api/orders", &format!("X-API-Key: k6\r\n{}", padding(300))),
+            431,
+            "",
+        ),
+    ] {
+        let (got, body) = raw([127, 0, 0, 2], tollgate, &request).await;
+        let found = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["detail"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        assert_eq!((got, found.as_str()), (status, detail), "{request:.60}");
+    }
 }
