@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent reference model of tollgate's arithmetic (DESIGN.md §3).
+"""An independent reference model of tollgate's arithmetic (docs/design.md §3).
 
 Written from the contract alone, not from the Rust core, so that the two
 implementations check each other: same policies, same trace, same decisions.

@@ -31,16 +31,24 @@ pub const MAX_LOG_LIMIT: u64 = 10_000;
 /// Policy names appear in keys, headers and metrics: short and plain.
 pub const MAX_POLICY_NAME: usize = 64;
 
+/// Why a config was refused, naming where: the crate edge for bad config.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConfigError {
+    /// The text does not parse as YAML; the parser's message says where.
     #[error("config is not valid YAML: {0}")]
     Yaml(String),
+    /// The YAML parses but its shape is wrong (a missing, unknown or
+    /// mistyped top-level field), before any one policy is to blame.
     #[error("config: {0}")]
     Document(String),
+    /// One policy's field is wrong.
     #[error("policy {policy:?}: {field}: {reason}")]
     Field {
+        /// The policy's name as written.
         policy: String,
+        /// The field as written in the config, e.g. `refill.per`.
         field: String,
+        /// What is wrong with it, in a user's words.
         reason: String,
     },
 }
@@ -110,18 +118,22 @@ impl PolicySet {
         Ok(())
     }
 
+    /// The policy a request names, or `None` for an unknown name.
     pub fn get(&self, name: &str) -> Option<&Policy> {
         self.by_name.get(name).map(|&i| &self.policies[i])
     }
 
+    /// Policies in config order, so output lists them as the user wrote them.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &Policy> {
         self.policies.iter()
     }
 
+    /// How many policies the set holds.
     pub fn len(&self) -> usize {
         self.policies.len()
     }
 
+    /// True before the first [`push`](Self::push); a parsed config is never empty.
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty()
     }

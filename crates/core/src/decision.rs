@@ -2,9 +2,10 @@
 
 use serde::Serialize;
 
-/// One decision, in the integers of DESIGN.md §3.
+/// One decision, in the integers of docs/design.md §3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Decision {
+    /// Whether the cost was admitted (and, unless probing, consumed).
     pub allowed: bool,
     /// The policy's capacity C (bucket algorithms) or limit L (window algorithms).
     pub limit: u64,
@@ -17,4 +18,19 @@ pub struct Decision {
     pub retry_after_ms: Option<u64>,
     /// When, with no traffic, the quota is next fully restored.
     pub reset_after_ms: u64,
+}
+
+impl Decision {
+    /// The decision as one line of the shipped vectors' `expected.jsonl`
+    /// (`{"allowed": true, "limit": 20, …}`, no newline): the one spelling
+    /// `tollgate replay` prints and every suite compares against.
+    pub fn vector_line(&self) -> String {
+        let retry = self
+            .retry_after_ms
+            .map_or_else(|| "null".to_owned(), |r| r.to_string());
+        format!(
+            r#"{{"allowed": {}, "limit": {}, "remaining": {}, "retry_after_ms": {}, "reset_after_ms": {}}}"#,
+            self.allowed, self.limit, self.remaining, retry, self.reset_after_ms
+        )
+    }
 }

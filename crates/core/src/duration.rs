@@ -2,14 +2,18 @@
 
 use thiserror::Error;
 
+/// Why a config duration was refused; each variant carries the text as written.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DurationError {
+    /// Not `<integer><unit>`: a fraction, a sign, a space or an unknown unit.
     #[error(
         "{0:?} is not a duration: expected <integer><unit> with unit one of ms, s, m, h, d (e.g. \"1s\", \"500ms\")"
     )]
     Malformed(String),
+    /// A zero window or refill period would divide by zero.
     #[error("{0:?} is zero; a duration must be positive")]
     Zero(String),
+    /// More milliseconds than a `u64` holds.
     #[error("{0:?} is too long to count in milliseconds")]
     TooLong(String),
 }

@@ -9,10 +9,13 @@ use thiserror::Error;
 const TAG_VALUE: u8 = 0;
 const TAG_COMPOSITE: u8 = 1;
 
+/// Why a composite identity cannot be encoded without ambiguity.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum IdentityError {
+    /// A composite with no parts would key every caller alike.
     #[error("identity has no parts")]
     Empty,
+    /// A part name given twice has no single value to key by.
     #[error("identity part {0:?} appears twice")]
     DuplicatePart(String),
 }
@@ -55,6 +58,7 @@ impl Identity {
         Ok(Self { encoded })
     }
 
+    /// The injective encoding, for stores to build keys from.
     pub fn as_bytes(&self) -> &[u8] {
         &self.encoded
     }

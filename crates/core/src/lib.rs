@@ -2,13 +2,15 @@
 //!
 //! Design notes:
 //! - Everything is an integer. Time is whole milliseconds; a token bucket
-//!   counts in a per-policy fixed-point scale (DESIGN.md §3) so refill is
+//!   counts in a per-policy fixed-point scale (docs/design.md §3) so refill is
 //!   exact and no fraction is ever lost between calls.
 //! - Nothing here reads a clock or does I/O. Time arrives as an argument
 //!   (or through a [`Clock`] at the edges), so every store and every test
 //!   can replay a trace at chosen instants and get the same decisions.
 //! - State transitions are functions of (limits, state, now, cost). Stores
 //!   supply atomicity around them; the Redis scripts are their twins.
+
+#![deny(missing_docs)]
 
 mod algorithm;
 mod clock;

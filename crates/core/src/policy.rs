@@ -4,17 +4,23 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// The five algorithms of DESIGN.md §3. The name is part of every store key.
+/// The five algorithms of docs/design.md §3. The name is part of every store key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
+    /// Tokens refilled continuously up to a capacity; allows bursts.
     TokenBucket,
+    /// The token bucket's contract in one integer of state.
     Gcra,
+    /// A count per epoch-aligned window; cheapest, but 2L can pass across a boundary.
     FixedWindow,
+    /// The previous window's count weighted by its overlap: near-exact, two counters.
     SlidingWindow,
+    /// Every admitted cost logged: exact, memory grows with the limit.
     SlidingLog,
 }
 
 impl Algorithm {
+    /// Every algorithm, for tests and benches that must cover them all.
     pub const ALL: [Algorithm; 5] = [
         Algorithm::TokenBucket,
         Algorithm::Gcra,
@@ -23,6 +29,7 @@ impl Algorithm {
         Algorithm::SlidingLog,
     ];
 
+    /// The config and key spelling, e.g. `token_bucket`.
     pub fn as_str(self) -> &'static str {
         match self {
             Algorithm::TokenBucket => "token_bucket",
@@ -33,6 +40,7 @@ impl Algorithm {
         }
     }
 
+    /// Reads the config spelling back; `None` for an unknown name.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|a| a.as_str() == name)
     }
@@ -45,7 +53,7 @@ impl fmt::Display for Algorithm {
 }
 
 /// `capacity` C refilled by `tokens` N every `per` P ms, in the scale of
-/// DESIGN.md §3: g = gcd(N, P), a token is p = P/g units, n = N/g units
+/// docs/design.md §3: g = gcd(N, P), a token is p = P/g units, n = N/g units
 /// arrive per ms. Every refill is then a whole number of units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
@@ -72,12 +80,15 @@ impl Rate {
         })
     }
 
+    /// C, the most tokens the bucket holds (the burst size).
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
+    /// N as configured, before the scale reduces it; for display.
     pub fn tokens(&self) -> u64 {
         self.tokens
     }
+    /// P as configured, in ms; for display.
     pub fn per_ms(&self) -> u64 {
         self.per_ms
     }
@@ -103,12 +114,15 @@ pub struct Window {
 }
 
 impl Window {
+    /// `None` when either part is zero: validation reports that with context.
     pub fn new(limit: u64, window_ms: u64) -> Option<Self> {
         (limit > 0 && window_ms > 0).then_some(Self { limit, window_ms })
     }
+    /// L, the cost admitted per window.
     pub fn limit(&self) -> u64 {
         self.limit
     }
+    /// W, the window's length in ms.
     pub fn window_ms(&self) -> u64 {
         self.window_ms
     }
@@ -117,14 +131,20 @@ impl Window {
 /// An algorithm with its parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limits {
+    /// See [`Algorithm::TokenBucket`].
     TokenBucket(Rate),
+    /// See [`Algorithm::Gcra`].
     Gcra(Rate),
+    /// See [`Algorithm::FixedWindow`].
     FixedWindow(Window),
+    /// See [`Algorithm::SlidingWindow`].
     SlidingWindow(Window),
+    /// See [`Algorithm::SlidingLog`].
     SlidingLog(Window),
 }
 
 impl Limits {
+    /// Which algorithm these parameters belong to; part of every store key.
     pub fn algorithm(&self) -> Algorithm {
         match self {
             Limits::TokenBucket(_) => Algorithm::TokenBucket,
@@ -167,12 +187,15 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Takes limits already validated; the name is not checked here (config
+    /// parsing does that, with context).
     pub fn new(name: impl Into<Arc<str>>, limits: Limits) -> Self {
         Self {
             name: name.into(),
             limits,
         }
     }
+    /// The name requests, keys, headers and metrics call it by.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -180,9 +203,11 @@ impl Policy {
     pub fn name_arc(&self) -> &Arc<str> {
         &self.name
     }
+    /// The algorithm and its integers, for deciding.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
+    /// Shorthand for `limits().algorithm()`.
     pub fn algorithm(&self) -> Algorithm {
         self.limits.algorithm()
     }

@@ -1,4 +1,4 @@
-//! What DESIGN.md §3 promises for every trace, not only the shipped ones:
+//! What docs/design.md §3 promises for every trace, not only the shipped ones:
 //! admitted cost stays within the contract, waits are exact, a clock that
 //! steps back mints nothing, gcra is the token bucket in one integer, a
 //! limit change carries the bucket over, and identities never collide.

@@ -1,5 +1,5 @@
 //! The shipped decision vectors, decided by the core directly (no store), and
-//! the worked example of DESIGN.md §3 field by field.
+//! the worked example of docs/design.md §3 field by field.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,13 +18,7 @@ fn read(name: &str) -> String {
 
 /// A decision in the vectors' own spelling.
 fn line(d: &Decision) -> String {
-    let retry = d
-        .retry_after_ms
-        .map_or_else(|| "null".to_owned(), |r| r.to_string());
-    format!(
-        r#"{{"allowed": {}, "limit": {}, "remaining": {}, "retry_after_ms": {}, "reset_after_ms": {}}}"#,
-        d.allowed, d.limit, d.remaining, retry, d.reset_after_ms
-    )
+    d.vector_line()
 }
 
 #[test]
@@ -63,7 +57,7 @@ fn decision(allowed: bool, remaining: i64, retry: Option<u64>, reset: u64) -> De
     }
 }
 
-/// DESIGN.md §3: C=20, N=5 per 1s, so n=1 unit per ms and a token is p=200 units.
+/// docs/design.md §3: C=20, N=5 per 1s, so n=1 unit per ms and a token is p=200 units.
 #[test]
 fn worked_example_of_the_design_decides_exactly() {
     let limits = Limits::TokenBucket(Rate::new(20, 5, 1_000).expect("valid rate"));

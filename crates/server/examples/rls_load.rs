@@ -7,6 +7,9 @@
 //! Every call sends domain `bench` with one descriptor (`user`, one of KEYS
 //! values) over one HTTP/2 connection per worker, like Envoy's cluster.
 
+// A load generator: measuring wall time is its point.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::Instant;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;

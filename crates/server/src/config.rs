@@ -2,6 +2,8 @@
 //! (`match`, `identity`, `cost`), the `server` settings and the `store`.
 //! Every fault is reported with the policy and field it concerns.
 
+pub(crate) mod failure_mode;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,11 +19,12 @@ use tollgate_core::{
 };
 use tollgate_store::{OnStoreFailure, RedisConfig};
 
+use crate::envoy_rules::EnvoyRules;
 use crate::matching::{Matcher, PathPattern, TrailingSlash};
 use crate::request_path::normalize;
-use crate::rls::EnvoyRules;
 use crate::tls::{EdgeTls, TlsPaths};
 use crate::tokens::EndpointTokens;
+use failure_mode::parse_failure_mode;
 
 /// Fields a policy may carry beyond the core's.
 const SERVE_FIELDS: &[&str] = &[
@@ -33,6 +36,28 @@ const SERVE_FIELDS: &[&str] = &[
 ];
 /// The environment variable holding the key for hashing secret identity parts.
 pub const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
+
+/// Why a config file was not loaded; every message starts with the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigLoadError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Invalid { path: String, source: ConfigError },
+    #[error("{path}: {source}")]
+    Tls {
+        path: String,
+        source: crate::tls::TlsError,
+    },
+    #[error("{path}: envoy_ratelimit_configs: {source}")]
+    Envoy {
+        path: String,
+        source: crate::envoy_rules::RulesError,
+    },
+}
 
 /// A whole, validated config.
 #[derive(Debug, Clone)]
@@ -311,9 +336,6 @@ pub struct ServePolicy {
     pub on_store_failure: OnStoreFailure,
 }
 
-/// The share of its limit a `local` policy enforces per instance by default.
-pub const DEFAULT_LOCAL_SHARE_PERCENT: u8 = 10;
-
 /// One part of an identity, taken from the request being limited.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdentityPart {
@@ -381,7 +403,7 @@ pub enum CostRule {
 }
 
 impl ServeConfig {
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub fn load(path: &Path) -> Result<Self, ConfigLoadError> {
         // A variable that is not UTF-8 is read lossily rather than as unset:
         // an unreadable token must be refused, not leave its endpoint open.
         Self::load_with_env(path, |name| {
@@ -393,14 +415,23 @@ impl ServeConfig {
     pub fn load_with_env(
         path: &Path,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-        let mut config = Self::parse_named(&text, &path.display().to_string(), env)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+    ) -> Result<Self, ConfigLoadError> {
+        let shown = || path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigLoadError::Read {
+            path: shown(),
+            source,
+        })?;
+        let mut config =
+            Self::parse_named(&text, &shown(), env).map_err(|source| ConfigLoadError::Invalid {
+                path: shown(),
+                source,
+            })?;
         if let Some(paths) = &config.server.tls {
             let base = path.parent().unwrap_or_else(|| Path::new("."));
-            let tls = EdgeTls::load(paths, base).map_err(|e| format!("{}: {e}", path.display()))?;
+            let tls = EdgeTls::load(paths, base).map_err(|source| ConfigLoadError::Tls {
+                path: shown(),
+                source,
+            })?;
             config.tls = Some(tls);
         }
         if !config.envoy_ratelimit_configs.is_empty() {
@@ -410,8 +441,11 @@ impl ServeConfig {
                 .iter()
                 .map(|p| base.join(p))
                 .collect();
-            let rules = EnvoyRules::load(&paths, &config.set)
-                .map_err(|e| format!("{}: envoy_ratelimit_configs: {e}", path.display()))?;
+            let rules =
+                EnvoyRules::load(&paths, &config.set).map_err(|source| ConfigLoadError::Envoy {
+                    path: shown(),
+                    source,
+                })?;
             // A change to an envoyproxy/ratelimit file is a config change.
             config.hash = blake3::hash(format!("{}{}", config.hash, rules.content_hash).as_bytes())
                 .to_hex()[..16]
@@ -423,12 +457,9 @@ impl ServeConfig {
 
     /// The loaded `server.tls`; an error when it is set but was not loaded
     /// (a config from [`Self::parse`] alone cannot read its files).
-    pub fn edge_tls(&self) -> Result<Option<&EdgeTls>, String> {
+    pub fn edge_tls(&self) -> Result<Option<&EdgeTls>, crate::ServeError> {
         match (&self.server.tls, &self.tls) {
-            (Some(_), None) => Err(
-                "server.tls is set but its files were not read (load the config from its file)"
-                    .into(),
-            ),
+            (Some(_), None) => Err(crate::ServeError::TlsNotLoaded),
             (_, tls) => Ok(tls.as_ref()),
         }
     }
@@ -764,7 +795,7 @@ fn parse_serve_fields(
     let cost = match fields.get("cost") {
         None | Some(Value::Null) => CostRule::Constant(1),
         Some(v @ Value::Number(_)) => {
-            let cost = whole(&policy, "cost", v)?;
+            let cost = whole_number(&policy, "cost", v)?;
             let limit = policy.limits().limit();
             if cost > limit {
                 return Err(field_error(
@@ -789,7 +820,9 @@ fn parse_serve_fields(
             ));
         }
     };
-    let on_store_failure = parse_failure_mode(&policy, fields)?;
+    let on_store_failure = parse_failure_mode(fields)
+        .map_err(|fault| field_error(&policy, fault.field, fault.reason))?
+        .unwrap_or(OnStoreFailure::FailOpen);
     Ok(ServePolicy {
         policy,
         matcher,
@@ -797,59 +830,6 @@ fn parse_serve_fields(
         cost,
         on_store_failure,
     })
-}
-
-fn parse_failure_mode(
-    policy: &Policy,
-    fields: &Map<String, Value>,
-) -> Result<OnStoreFailure, ConfigError> {
-    let mode = match fields.get("on_store_failure") {
-        None | Some(Value::Null) => "fail_open",
-        Some(Value::String(s)) => s.as_str(),
-        Some(other) => {
-            return Err(field_error(
-                policy,
-                "on_store_failure",
-                format!(
-                    "must be fail_open, fail_closed or local, got {}",
-                    describe(other)
-                ),
-            ));
-        }
-    };
-    let share = match fields.get("local_share_percent") {
-        None => None,
-        Some(v) => match v.as_u64() {
-            Some(n @ 1..=100) => Some(n as u8),
-            _ => {
-                return Err(field_error(
-                    policy,
-                    "local_share_percent",
-                    format!(
-                        "must be a whole percentage from 1 to 100, got {}",
-                        describe(v)
-                    ),
-                ));
-            }
-        },
-    };
-    match (mode, share) {
-        ("fail_open", None) => Ok(OnStoreFailure::FailOpen),
-        ("fail_closed", None) => Ok(OnStoreFailure::FailClosed),
-        ("local", share) => Ok(OnStoreFailure::Local {
-            share_percent: share.unwrap_or(DEFAULT_LOCAL_SHARE_PERCENT),
-        }),
-        ("fail_open" | "fail_closed", Some(_)) => Err(field_error(
-            policy,
-            "local_share_percent",
-            "only applies with on_store_failure: local",
-        )),
-        (other, _) => Err(field_error(
-            policy,
-            "on_store_failure",
-            format!("unknown mode {other:?} (expected one of: fail_open, fail_closed, local)"),
-        )),
-    }
 }
 
 fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, ConfigError> {
@@ -1059,7 +1039,7 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
             )
         })?;
     let max = match m.get("max") {
-        Some(v) => whole(policy, "cost.max", v)?,
+        Some(v) => whole_number(policy, "cost.max", v)?,
         None => {
             return Err(field_error(
                 policy,
@@ -1072,7 +1052,7 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
         return Err(field_error(policy, "cost.max", "must be positive"));
     }
     let min = match m.get("min") {
-        Some(v) => whole(policy, "cost.min", v)?,
+        Some(v) => whole_number(policy, "cost.min", v)?,
         None => 1,
     };
     if min > max {
@@ -1083,7 +1063,7 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
         ));
     }
     let default = match m.get("default") {
-        Some(v) => whole(policy, "cost.default", v)?,
+        Some(v) => whole_number(policy, "cost.default", v)?,
         None => min.max(1),
     };
     if default > max {
@@ -1115,7 +1095,8 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
     })
 }
 
-fn whole(policy: &Policy, field: &str, value: &Value) -> Result<u64, ConfigError> {
+/// `value` as a whole number ≥ 0, or a fault naming the policy's field.
+fn whole_number(policy: &Policy, field: &str, value: &Value) -> Result<u64, ConfigError> {
     value.as_u64().ok_or_else(|| {
         field_error(
             policy,

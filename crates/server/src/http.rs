@@ -1,53 +1,82 @@
 //! The HTTP adapter: requests in, core decisions out, the response contract
-//! of DESIGN.md §8 back. Handlers translate; they decide nothing themselves.
+//! of docs/design.md §8 back. Handlers translate; they decide nothing themselves.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::State;
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodFilter, MethodRouter, get, post};
+use axum::routing::get;
 use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Body as HttpBody;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 use tollgate_core::{Decision, Identity};
-use tollgate_store::{DecisionPath, GuardedCheck, GuardedDecisions, StoreError};
+use tollgate_store::DecidedBy;
+use tower::ServiceExt;
 
-use crate::app::{App, LivePolicy, Runtime};
+use crate::app::App;
+use crate::limiter::Check;
 use crate::linger::LingerOnClose;
-use crate::metrics::{DegradedLabels, EndpointLabels, ErrorLabels, StatusLabels};
+use crate::live::{LiveConfig, LivePolicy};
+use crate::metrics::{EndpointLabels, StatusLabels};
 use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
 use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
 use crate::tokens::{self, Guarded};
 
-pub fn router(app: Arc<App>) -> Router {
-    let authorize_any = AUTHORIZE_METHODS
-        .iter()
-        .filter_map(|method| MethodFilter::try_from(method.clone()).ok())
-        .fold(MethodRouter::new(), |router, filter| {
-            router.on(filter, authorize)
-        });
+/// The one routing of every request: the decision endpoints straight to
+/// their handlers on hyper (the hot paths), everything else through the
+/// operations router.
+pub(crate) async fn route(
+    app: &Arc<App>,
+    operations: Router,
+    peer: SocketAddr,
+    req: http::Request<hyper::body::Incoming>,
+) -> Response {
+    let path = req.uri().path();
+    if path == CHECK {
+        return if req.method() == Method::POST {
+            check_request(app, req).await
+        } else {
+            method_not_allowed(CHECK_ALLOW)
+        };
+    }
+    if is_authorize_path(path) {
+        return if AUTHORIZE_METHODS.contains(req.method()) {
+            authorize_request(app, peer, req).await
+        } else {
+            method_not_allowed(AUTHORIZE_ALLOW)
+        };
+    }
+    operations
+        .oneshot(req.map(Body::new))
+        .await
+        .unwrap_or_else(|never| match never {})
+}
+
+/// The operations endpoints: what is not a decision.
+pub fn operations_router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/v1/check", post(check))
-        .route(AUTHORIZE, authorize_any.clone())
-        // Envoy's HTTP ext_authz calls `path_prefix` + the original path.
-        .route("/v1/authorize/", authorize_any.clone())
-        .route("/v1/authorize/{*original}", authorize_any)
         .route("/v1/policies", get(policies))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method Not Allowed",
+                "this endpoint does not take that method",
+            )
+        })
         .with_state(app)
 }
 
@@ -55,12 +84,18 @@ async fn not_found() -> Problem {
     Problem::not_found("no such endpoint")
 }
 
-async fn method_not_allowed() -> Problem {
-    Problem::new(
+/// A 405 with its `Allow` field, as the operations router answers one.
+fn method_not_allowed(allow: &'static str) -> Response {
+    let mut response = Problem::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "Method Not Allowed",
         "this endpoint does not take that method",
     )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
 }
 
 /// The 401 for a request to `endpoint` without `group`'s token, counted.
@@ -84,6 +119,10 @@ fn refuse(app: &App, problem: Problem) -> Response {
 
 // ---------- POST /v1/check ----------
 
+const CHECK: &str = "/v1/check";
+/// What a 405 on `/v1/check` lists.
+const CHECK_ALLOW: &str = "POST";
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckBody<'a> {
@@ -104,11 +143,12 @@ struct CheckItem<'a> {
     policy: Text<'a>,
     #[serde(borrow)]
     key: KeyJson<'a>,
-    #[serde(default = "one")]
+    #[serde(default = "default_cost")]
     cost: u64,
 }
 
-fn one() -> u64 {
+/// A check's cost when the body leaves it out.
+fn default_cost() -> u64 {
     1
 }
 
@@ -278,8 +318,8 @@ where
         Ok(rest.map_or(first, BytesMut::freeze))
     };
     // A body that came with its headers is whole at the first poll; the
-    // timer (~440 instructions to arm, bench/instructions.sh) is armed only
-    // for a body still on its way.
+    // timer, costly to arm (docs/benchmarks.md), is armed only for a body
+    // still on its way.
     let mut collect = std::pin::pin!(collect);
     let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
     if let Poll::Ready(body) = first {
@@ -305,20 +345,15 @@ fn json_fault(body: &[u8], typed: Option<serde_json::Error>) -> Problem {
     crate::check_fault::diagnose(body, typed.as_ref())
 }
 
-async fn check(State(app): State<Arc<App>>, req: Request) -> Response {
-    check_request(&app, req).await
-}
-
-/// `POST /v1/check`, for the router and for the workers' direct path.
+/// `POST /v1/check`: the body's checks, decided by the limiter.
 pub(crate) async fn check_request<B>(app: &App, req: http::Request<B>) -> Response
 where
     B: HttpBody,
     B::Error: Into<BodyError>,
 {
-    let started = Instant::now();
     // One load a request: the config the body is read under decides it too.
-    let runtime = app.runtime.load();
-    if !runtime
+    let live_config = app.live.load();
+    if !live_config
         .config
         .tokens
         .admits_headers(Guarded::Check, req.headers())
@@ -331,7 +366,7 @@ where
         response.extensions_mut().insert(LingerOnClose);
         return response;
     }
-    let settings = &runtime.config.server;
+    let settings = &live_config.config.server;
     let (limit, max_key, max_checks, timeout) = (
         settings.max_body_bytes,
         settings.max_key_bytes,
@@ -365,13 +400,13 @@ where
             policy: None,
             key: None,
             cost: None,
-        } => check_batch(app, &runtime, &items, max_key, max_checks).await,
+        } => check_batch(app, &live_config, &items, max_key, max_checks).await,
         CheckBody {
             checks: None,
             policy: Some(policy),
             key: Some(key),
             cost,
-        } => check_one(app, &runtime, &policy, &key, cost.unwrap_or(1), max_key).await,
+        } => check_one(app, &live_config, &policy, &key, cost.unwrap_or(1), max_key).await,
         CheckBody {
             checks: Some(_), ..
         } => Err(Problem::unprocessable(
@@ -380,15 +415,7 @@ where
         CheckBody { policy: None, .. } => Err(Problem::unprocessable("missing field `policy`")),
         CheckBody { key: None, .. } => Err(Problem::unprocessable("missing field `key`")),
     };
-    match response {
-        Ok(r) => {
-            app.metrics
-                .decision_seconds
-                .observe(started.elapsed().as_secs_f64());
-            r
-        }
-        Err(p) => refuse(app, p),
-    }
+    response.unwrap_or_else(|p| refuse(app, p))
 }
 
 fn unknown_policy(name: &str) -> Problem {
@@ -397,27 +424,31 @@ fn unknown_policy(name: &str) -> Problem {
 
 async fn check_one(
     app: &App,
-    runtime: &Runtime,
+    live_config: &LiveConfig,
     name: &str,
     key: &KeyJson<'_>,
     cost: u64,
     max_key: usize,
 ) -> Result<Response, Problem> {
-    let live = runtime.policy(name).ok_or_else(|| unknown_policy(name))?;
+    let live = live_config
+        .policy(name)
+        .ok_or_else(|| unknown_policy(name))?;
     let identity = key.identity(max_key)?;
-    let decided = decide(app, &[live.guarded(&identity, cost)]).await;
+    let decided = app
+        .limiter
+        .decide(&[Check::of(live, &identity, cost)])
+        .await;
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;
-    count(app, live, &identity, decision);
     let mut body = String::with_capacity(160);
-    write_decision(&mut body, live.serve.policy.name(), decision, decided.path);
+    write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
     Ok(json_response(body))
 }
 
 async fn check_batch(
     app: &App,
-    runtime: &Runtime,
+    live_config: &LiveConfig,
     items: &[CheckItem<'_>],
     max_key: usize,
     max_checks: usize,
@@ -433,7 +464,7 @@ async fn check_batch(
     let mut lives = Vec::with_capacity(items.len());
     let mut identities = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let live = runtime.policy(&item.policy).ok_or_else(|| {
+        let live = live_config.policy(&item.policy).ok_or_else(|| {
             Problem::not_found(format!("checks[{i}]: unknown policy {:?}", &*item.policy))
         })?;
         let identity = item.key.identity(max_key).map_err(|mut p| {
@@ -443,104 +474,39 @@ async fn check_batch(
         lives.push(live);
         identities.push(identity);
     }
-    let checks: Vec<GuardedCheck<'_>> = lives
+    let checks: Vec<Check<'_>> = lives
         .iter()
         .zip(&identities)
         .zip(items)
-        .map(|((live, identity), item)| live.guarded(identity, item.cost))
+        .map(|((live, identity), item)| Check::of(live, identity, item.cost))
         .collect();
-    let decided = decide(app, &checks).await;
+    let decided = app.limiter.decide(&checks).await;
     let allowed = decided.decisions.iter().all(|d| d.allowed);
     let mut body = String::with_capacity(48 + 160 * decided.decisions.len());
     let _ = write!(body, "{{\"allowed\":{allowed},");
-    if decided.path.is_degraded() {
+    if decided.by.is_degraded() {
         let _ = write!(
             body,
             "\"degraded\":true,\"path\":\"{}\",",
-            decided.path.name()
+            decided.by.name()
         );
     }
     body.push_str("\"decisions\":[");
-    for (i, ((live, identity), decision)) in lives
-        .iter()
-        .zip(&identities)
-        .zip(&decided.decisions)
-        .enumerate()
-    {
-        count(app, live, identity, decision);
+    for (i, (live, decision)) in lives.iter().zip(&decided.decisions).enumerate() {
         if i > 0 {
             body.push(',');
         }
-        write_decision(&mut body, live.serve.policy.name(), decision, decided.path);
+        write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
     }
     body.push_str("]}");
     Ok(json_response(body))
 }
 
-/// How often a degraded decision may be logged (the rest are counted).
-const DEGRADED_LOG_EVERY_MS: u64 = 10_000;
-
-/// Asks the store, and records what the store did: its latency, its
-/// errors, and decisions made without it.
-async fn decide(app: &App, checks: &[GuardedCheck<'_>]) -> GuardedDecisions {
-    let decided = app.store.decide_all(checks).await;
-    if let Some(ms) = decided.store_ms {
-        app.metrics.store_seconds.observe(ms as f64 / 1000.0);
-    }
-    if let Some(error) = &decided.error {
-        app.metrics
-            .store_errors
-            .get_or_create(&ErrorLabels {
-                kind: error_kind(error),
-            })
-            .inc();
-    }
-    if decided.path.is_degraded() {
-        let allowed = decided.decisions.iter().all(|d| d.allowed);
-        app.metrics
-            .degraded
-            .get_or_create(&DegradedLabels {
-                path: decided.path.name(),
-                outcome: if allowed { "allowed" } else { "rejected" },
-            })
-            .inc();
-        if app.degraded_log.should_log() {
-            tracing::warn!(
-                path = decided.path.name(),
-                error = decided.error.as_ref().map(ToString::to_string),
-                "deciding without the shared store (logged at most every {} s)",
-                DEGRADED_LOG_EVERY_MS / 1000
-            );
-        }
-    }
-    decided
-}
-
-fn error_kind(error: &StoreError) -> &'static str {
-    match error {
-        StoreError::Timeout { .. } => "timeout",
-        StoreError::Unavailable(_) => "unavailable",
-        StoreError::Protocol(_) => "protocol",
-        StoreError::Config(_) => "config",
-    }
-}
-
-fn count(app: &App, live: &LivePolicy, identity: &Identity, decision: &Decision) {
-    if decision.allowed {
-        live.counters.allowed.inc();
-    } else {
-        live.counters.rejected.inc();
-        app.metrics
-            .hot
-            .record(live.serve.policy.name(), identity, app.clock.now_ms());
-    }
-}
-
 /// The decision as JSON; `remaining` is shown as 0 when a stepped-back
 /// clock made gcra's internal figure negative. Written by hand, not by
-/// `write!`: the formatting machinery cost ~1,400 instructions a decision,
-/// more than the decision itself (callgrind, docs/benchmarks.md).
-fn write_decision(out: &mut String, policy: &str, d: &Decision, path: DecisionPath) {
+/// `write!`: the formatting machinery cost more than the decision itself
+/// (docs/benchmarks.md).
+fn write_decision(out: &mut String, policy: &str, d: &Decision, by: DecidedBy) {
     let mut number = itoa::Buffer::new();
     out.push_str(if d.allowed {
         "{\"allowed\":true,\"policy\":\""
@@ -559,9 +525,9 @@ fn write_decision(out: &mut String, policy: &str, d: &Decision, path: DecisionPa
     }
     out.push_str(",\"reset_after_ms\":");
     out.push_str(number.format(d.reset_after_ms));
-    if path.is_degraded() {
+    if by.is_degraded() {
         out.push_str(",\"degraded\":true,\"path\":\"");
-        out.push_str(path.name());
+        out.push_str(by.name());
         out.push('"');
     }
     out.push('}');
@@ -591,30 +557,24 @@ const AUTHORIZE_METHODS: [Method; 7] = [
     Method::OPTIONS,
 ];
 
-/// Whether the router would send this request to `authorize`.
-pub(crate) fn is_authorize(method: &Method, path: &str) -> bool {
+/// What a 405 on `/v1/authorize` lists, in the operations router's order.
+const AUTHORIZE_ALLOW: &str = "GET,HEAD,POST,PUT,DELETE,PATCH,OPTIONS";
+
+/// `/v1/authorize`, or below it the original path (Envoy's ext_authz
+/// calls `path_prefix` + the original path).
+fn is_authorize_path(path: &str) -> bool {
     path.strip_prefix(AUTHORIZE)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        && AUTHORIZE_METHODS.contains(method)
 }
 
-async fn authorize(
-    State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-) -> Response {
-    authorize_request(&app, peer, req).await
-}
-
-/// `/v1/authorize`, for the router and for the workers' direct path.
+/// `/v1/authorize`: the forwarded request's checks, decided by the limiter.
 pub(crate) async fn authorize_request<B>(
     app: &App,
     peer: SocketAddr,
     req: http::Request<B>,
 ) -> Response {
-    let started = Instant::now();
-    let runtime = app.runtime.load();
-    let settings = &runtime.config.server;
+    let live_config = app.live.load();
+    let settings = &live_config.config.server;
     let (parts, _body) = req.into_parts();
     // Below `/v1/authorize/` is the original path (Envoy ext_authz).
     let own_path = match parts.uri.path().strip_prefix(AUTHORIZE) {
@@ -632,7 +592,7 @@ pub(crate) async fn authorize_request<B>(
         Err(fault) => return client_fault(app, fault),
     };
     let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
-    for live in &runtime.policies {
+    for live in &live_config.policies {
         let serve = &live.serve;
         if !serve
             .matcher
@@ -643,7 +603,7 @@ pub(crate) async fn authorize_request<B>(
         let prepared = identity_of(
             serve,
             &request,
-            runtime.config.hasher.as_ref(),
+            live_config.config.hasher.as_ref(),
             settings.max_key_bytes,
         )
         .and_then(|identity| Ok((identity, cost_of(serve, &parts.headers)?)));
@@ -655,23 +615,17 @@ pub(crate) async fn authorize_request<B>(
     if matched.is_empty() {
         return StatusCode::OK.into_response();
     }
-    let checks: Vec<GuardedCheck<'_>> = matched
+    let checks: Vec<Check<'_>> = matched
         .iter()
-        .map(|(live, identity, cost)| live.guarded(identity, *cost))
+        .map(|(live, identity, cost)| Check::of(live, identity, *cost))
         .collect();
-    let decided = decide(app, &checks).await;
+    let decided = app.limiter.decide(&checks).await;
     let decisions = decided.decisions.as_slice();
-    app.metrics
-        .decision_seconds
-        .observe(started.elapsed().as_secs_f64());
-    for ((live, identity, _), decision) in matched.iter().zip(decisions) {
-        count(app, live, identity, decision);
-    }
     let mut headers = HeaderMap::new();
-    if decided.path.is_degraded() {
+    if decided.by.is_degraded() {
         headers.insert(
             HeaderName::from_static(DEGRADED_HEADER),
-            HeaderValue::from_static(decided.path.name()),
+            HeaderValue::from_static(decided.by.name()),
         );
     }
     ratelimit_headers(
@@ -691,7 +645,7 @@ pub(crate) async fn authorize_request<B>(
         .map(|((live, _, _), d)| (&live.serve.policy, d));
     // The store's own error goes to the log and the metrics (`decide`),
     // never to the client.
-    let cause = (decided.path == DecisionPath::FailClosed).then(|| {
+    let cause = (decided.by == DecidedBy::FailClosed).then(|| {
         "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed".to_owned()
     });
     let reject = rejection(
@@ -739,23 +693,23 @@ fn client_fault(app: &App, RequestFault(detail): RequestFault) -> Response {
 // ---------- operations ----------
 
 async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let runtime = app.runtime.load();
-    if !runtime
+    let live_config = app.live.load();
+    if !live_config
         .config
         .tokens
         .admits_headers(Guarded::Admin, &headers)
     {
         return unauthorized(&app, Guarded::Admin, "policies");
     }
-    let list: Vec<serde_json::Value> = runtime
+    let list: Vec<serde_json::Value> = live_config
         .policies
         .iter()
         .map(|live| crate::explain::policy_json(&live.serve))
         .collect();
     let body = serde_json::json!({
-        "config_hash": runtime.config.hash,
-        "ratelimit_headers": crate::response::ratelimit_draft::VERSION,
-        "store": crate::explain::store_json(&runtime.config.store),
+        "config_hash": live_config.config.hash,
+        "ratelimit_headers": crate::ratelimit_fields::ratelimit_draft::VERSION,
+        "store": crate::explain::store_json(&live_config.config.store),
         "policies": list,
     });
     json_response(body.to_string())
@@ -772,20 +726,19 @@ async fn healthz() -> &'static str {
 /// override those failure modes and take the service down. The store's
 /// state is a field here and the `tollgate_store_up` gauge.
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    let store = match app.store.ready().await {
+    let store = match app.limiter.store_answers().await {
         Ok(()) => "up",
         Err(e) => {
             tracing::debug!(error = %e, "readiness: the store did not answer its ping");
             "down"
         }
     };
-    app.metrics.store_up.set(i64::from(store == "up"));
     json_response(format!("{{\"ready\":true,\"store\":\"{store}\"}}"))
 }
 
 async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if !app
-        .runtime
+        .live
         .load()
         .config
         .tokens
@@ -793,7 +746,7 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     {
         return unauthorized(&app, Guarded::Metrics, "metrics");
     }
-    app.store.maintain_gauges(&app.metrics);
+    app.limiter.maintain_gauges();
     (
         [(
             header::CONTENT_TYPE,

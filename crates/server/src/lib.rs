@@ -11,18 +11,26 @@
 pub mod app;
 mod check_fault;
 pub mod config;
+pub mod envoy_rules;
+mod error;
 pub mod explain;
 pub mod hot;
 pub mod http;
+pub mod limiter;
 pub mod linger;
+pub mod live;
 pub mod matching;
 pub mod metrics;
+pub mod ratelimit_fields;
 pub mod replay;
 pub mod request;
 pub mod request_path;
 pub mod response;
 pub mod rls;
 pub mod serve;
+mod stopwatch;
 pub mod tls;
 pub mod tokens;
 pub mod workers;
+
+pub use error::ServeError;

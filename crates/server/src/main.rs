@@ -1,6 +1,9 @@
 //! `tollgate`: a thin binary over the core and the stores. Each subcommand
 //! is an adapter that translates its input into core calls and back.
 
+// The limiter's nested futures (replay's loop) need a deeper layout query.
+#![recursion_limit = "256"]
+
 use tollgate::{config, explain, replay, serve};
 
 use std::io::{self, Write};
@@ -85,7 +88,7 @@ fn main() -> ExitCode {
                 .build()
             {
                 Ok(r) => r,
-                Err(e) => return fail(&format!("cannot start the runtime: {e}"), 1),
+                Err(e) => return fail(&format_args!("cannot start the runtime: {e}"), 1),
             };
             match runtime.block_on(serve::run(config, listen, grpc_listen)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -108,7 +111,7 @@ fn main() -> ExitCode {
                 Err(replay::ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
                     ExitCode::SUCCESS
                 }
-                Err(e) => fail(&e.to_string(), 2),
+                Err(e) => fail(&e, 2),
             }
         }
         Command::Validate { config } => match config::ServeConfig::load(&config) {
@@ -143,11 +146,13 @@ fn main() -> ExitCode {
 }
 
 /// Any tollgate config (a serve config's extra sections are checked too).
-fn load_policies(path: &std::path::Path) -> Result<tollgate_core::PolicySet, String> {
+fn load_policies(
+    path: &std::path::Path,
+) -> Result<tollgate_core::PolicySet, config::ConfigLoadError> {
     config::ServeConfig::load(path).map(|c| c.set)
 }
 
-fn fail(message: &str, code: u8) -> ExitCode {
+fn fail(message: &dyn std::fmt::Display, code: u8) -> ExitCode {
     let _ = writeln!(io::stderr().lock(), "tollgate: {message}");
     ExitCode::from(code)
 }

@@ -1,5 +1,5 @@
-//! `tollgate replay`: decide a trace at its own times through a store (the
-//! memory store, or Redis's scripts with each event's time passed to
+//! `tollgate replay`: decide a trace at its own times through the limiter
+//! (the memory store, or Redis's scripts with each event's time passed to
 //! them), streaming line by line so a trace of any length runs in constant
 //! memory (beyond the store's own bounded keys).
 
@@ -8,11 +8,18 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use thiserror::Error;
-use tollgate_core::{Decision, Identity, ManualClock, PolicySet};
-use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, RedisConfig, RedisStore, StoreError};
+use tollgate_core::{Identity, ManualClock, PolicySet};
+use tollgate_store::{
+    MemoryStore, MemoryStoreConfig, OnStoreFailure, RedisConfig, RedisStore, StoreError,
+};
+
+use crate::limiter::{Backend, Check, Limiter};
+use crate::metrics::Metrics;
 
 /// A longer line is refused rather than buffered without bound.
 const MAX_LINE_BYTES: usize = 1 << 20;
+/// How many decisions pass between sweeps of the memory store's idle keys.
+const SWEEP_EVERY: u64 = 65_536;
 
 #[derive(Debug, Error)]
 pub enum ReplayError {
@@ -26,73 +33,9 @@ pub enum ReplayError {
     Store(StoreError),
 }
 
-/// A store that decides at a given time: what a replay runs on.
-pub trait ReplayStore {
-    fn decide_at(&mut self, check: Check<'_>, t_ms: u64) -> Result<Decision, StoreError>;
-    /// Called every so often with the count decided so far.
-    fn tidy(&mut self, _decided: u64) {}
-}
-
-/// The memory store on a clock set to each event's time.
-pub struct MemoryReplay {
-    clock: Arc<ManualClock>,
-    store: MemoryStore,
-}
-
-impl MemoryReplay {
-    pub fn new(max_keys: usize) -> Self {
-        let clock = Arc::new(ManualClock::new(0));
-        let store = MemoryStore::new(
-            clock.clone(),
-            MemoryStoreConfig {
-                max_keys,
-                ..MemoryStoreConfig::default()
-            },
-        );
-        Self { clock, store }
-    }
-}
-
-impl ReplayStore for MemoryReplay {
-    fn decide_at(&mut self, check: Check<'_>, t_ms: u64) -> Result<Decision, StoreError> {
-        self.clock.set(t_ms);
-        Ok(self.store.decide_now(check))
-    }
-
-    fn tidy(&mut self, decided: u64) {
-        if decided.is_multiple_of(65_536) {
-            self.store.sweep();
-        }
-    }
-}
-
-/// Redis's scripts, each event's time passed to them (not Redis's clock).
-pub struct RedisReplay {
-    runtime: tokio::runtime::Runtime,
-    store: RedisStore,
-}
-
-impl RedisReplay {
-    pub fn connect(config: &RedisConfig) -> Result<Self, ReplayError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(ReplayError::Input)?;
-        let store = runtime
-            .block_on(RedisStore::connect(config))
-            .map_err(ReplayError::Store)?;
-        Ok(Self { runtime, store })
-    }
-}
-
-impl ReplayStore for RedisReplay {
-    fn decide_at(&mut self, check: Check<'_>, t_ms: u64) -> Result<Decision, StoreError> {
-        self.runtime.block_on(self.store.decide_at(check, t_ms))
-    }
-}
-
 /// Replays on the store `store` names: `memory` (or none), or a
-/// `redis://` / `rediss://` URL.
+/// `redis://` / `rediss://` URL. The limiter's clock is set to each event's
+/// time; the memory store reads it, and Redis is handed it.
 pub fn run_on(
     policies: &PolicySet,
     max_keys: usize,
@@ -100,57 +43,69 @@ pub fn run_on(
     input: impl BufRead,
     output: impl Write,
 ) -> Result<u64, ReplayError> {
-    match store {
-        None | Some("memory") => {
-            run_with(policies, &mut MemoryReplay::new(max_keys), input, output)
-        }
+    let clock = Arc::new(ManualClock::new(0));
+    // One thread: the trace is read, decided and written in order.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ReplayError::Input)?;
+    let backend = match store {
+        None | Some("memory") => Backend::Memory(MemoryStore::new(
+            clock.clone(),
+            MemoryStoreConfig {
+                max_keys,
+                ..MemoryStoreConfig::default()
+            },
+        )),
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
             let mut config = RedisConfig::standalone(url);
+            // A replay waits for its store rather than fail an event.
             config.timeout_ms = 10_000;
-            run_with(policies, &mut RedisReplay::connect(&config)?, input, output)
+            let store = runtime
+                .block_on(RedisStore::connect(&config))
+                .map_err(ReplayError::Store)?;
+            Backend::RedisAtClock(store)
         }
-        Some(other) => Err(ReplayError::Store(StoreError::Config(format!(
-            "--store {other:?}: expected memory or a redis:// URL"
-        )))),
-    }
+        Some(other) => {
+            return Err(ReplayError::Store(StoreError::Config(format!(
+                "--store {other:?}: expected memory or a redis:// URL"
+            ))));
+        }
+    };
+    let metrics = Arc::new(Metrics::new(clock.clone()));
+    let limiter = Limiter::new(backend, metrics, clock.clone());
+    runtime.block_on(replay(policies, &limiter, &clock, input, output))
 }
 
+/// One line of a trace.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Event {
     t_ms: u64,
     policy: String,
     key: String,
-    #[serde(default = "one")]
+    #[serde(default = "default_cost")]
     cost: u64,
 }
 
-fn one() -> u64 {
+/// An event's cost when the line leaves it out.
+fn default_cost() -> u64 {
     1
 }
 
-/// Replays every event of `input` through the memory store, writing one
-/// decision a line to `output`. Returns how many events were decided.
-pub fn run(
+/// Replays every event of `input` through `limiter`, its clock set to each
+/// event's time, writing one decision a line to `output`. Returns how many
+/// events were decided.
+async fn replay(
     policies: &PolicySet,
-    max_keys: usize,
-    input: impl BufRead,
-    output: impl Write,
-) -> Result<u64, ReplayError> {
-    run_with(policies, &mut MemoryReplay::new(max_keys), input, output)
-}
-
-/// Replays every event of `input` through `store`.
-pub fn run_with(
-    policies: &PolicySet,
-    store: &mut impl ReplayStore,
+    limiter: &Limiter,
+    clock: &ManualClock,
     mut input: impl BufRead,
     mut output: impl Write,
 ) -> Result<u64, ReplayError> {
     let mut line = Vec::with_capacity(256);
     let mut number = 0u64;
     let mut decided = 0u64;
-    let mut text = String::with_capacity(128);
     loop {
         line.clear();
         let read = io::Read::take(&mut input, MAX_LINE_BYTES as u64 + 1)
@@ -188,38 +143,40 @@ pub fn run_with(
                 fault: format!("unknown policy {:?}", event.policy),
             })?;
         let identity = Identity::value(&event.key);
-        let check = Check {
-            policy,
-            identity: &identity,
-            cost: event.cost,
-        };
-        let decision = store
-            .decide_at(check, event.t_ms)
-            .map_err(|e| ReplayError::Line {
+        clock.set(event.t_ms);
+        let mut decided_now = limiter
+            .decide(&[Check {
+                policy,
+                identity: &identity,
+                cost: event.cost,
+                // Unguarded: a replay stops at a store error (below).
+                on_failure: OnStoreFailure::FailClosed,
+                local: None,
+                counters: None,
+            }])
+            .await;
+        if let Some(e) = decided_now.error {
+            return Err(ReplayError::Line {
                 line: number,
                 fault: e.to_string(),
-            })?;
-        text.clear();
-        write_decision(&mut text, &decision);
+            });
+        }
+        let Some(decision) = decided_now.decisions.pop() else {
+            return Err(ReplayError::Line {
+                line: number,
+                fault: "the store answered no decision".into(),
+            });
+        };
+        let mut text = decision.vector_line();
+        text.push('\n');
         output
             .write_all(text.as_bytes())
             .map_err(ReplayError::Output)?;
         decided += 1;
-        store.tidy(decided);
+        if decided.is_multiple_of(SWEEP_EVERY) {
+            limiter.sweep();
+        }
     }
     output.flush().map_err(ReplayError::Output)?;
     Ok(decided)
-}
-
-/// One decision a line, in the vectors' own spelling.
-fn write_decision(out: &mut String, d: &Decision) {
-    use std::fmt::Write as _;
-    let retry = d
-        .retry_after_ms
-        .map_or_else(|| "null".to_owned(), |r| r.to_string());
-    let _ = writeln!(
-        out,
-        r#"{{"allowed": {}, "limit": {}, "remaining": {}, "retry_after_ms": {}, "reset_after_ms": {}}}"#,
-        d.allowed, d.limit, d.remaining, retry, d.reset_after_ms
-    );
 }

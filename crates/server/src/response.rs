@@ -1,4 +1,4 @@
-//! The HTTP response is part of the limiter (DESIGN.md §8): the RateLimit
+//! The HTTP response is part of the limiter (docs/design.md §8): the RateLimit
 //! fields on every answer, and on a rejection the 429 problem+json with
 //! `violated-policies`, `Retry-After` rounded up and `Cache-Control: no-store`.
 
@@ -6,14 +6,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tollgate_core::{Decision, Policy};
 
-/// The one place the RateLimit fields' draft is pinned. Moving to the RFC
-/// (or a later draft) is a change here and in docs/http-api.md.
-pub mod ratelimit_draft {
-    /// draft-ietf-httpapi-ratelimit-headers-11 (23 May 2026), still a draft.
-    pub const VERSION: &str = "draft-ietf-httpapi-ratelimit-headers-11";
-    pub const POLICY_FIELD: &str = "ratelimit-policy";
-    pub const STATE_FIELD: &str = "ratelimit";
-}
+use crate::ratelimit_fields::{ratelimit_draft, ratelimit_fields, retry_after_seconds};
 
 /// RFC 9457 problem type for a rejection, from the draft.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -24,54 +17,17 @@ pub const PROBLEM_HEADER: &str = "tollgate-problem";
 /// path that made it (fail_open, fail_closed, local).
 pub const DEGRADED_HEADER: &str = "tollgate-degraded";
 
-/// Whole seconds rounded up, for `Retry-After` (never 0, never early).
-pub fn retry_after_seconds(ms: u64) -> u64 {
-    ms.div_ceil(1000).max(1)
-}
-
-/// `"name";q=20;w=4`: the policy's quota and the window it is stated over.
-pub fn policy_item(policy: &Policy) -> String {
-    // Policy names are validated to [A-Za-z0-9._-], so the sf-string needs no escapes.
-    format!(
-        "\"{}\";q={};w={}",
-        policy.name(),
-        policy.limits().limit(),
-        policy.limits().window_ms().div_ceil(1000).max(1)
-    )
-}
-
-/// `"name";r=1;t=4`: what is left and when it is fully restored.
-pub fn state_item(out: &mut String, policy: &Policy, decision: &Decision) {
-    let mut number = itoa::Buffer::new();
-    out.push('"');
-    out.push_str(policy.name());
-    out.push_str("\";r=");
-    out.push_str(number.format(decision.remaining.max(0)));
-    out.push_str(";t=");
-    out.push_str(number.format(decision.reset_after_ms.div_ceil(1000)));
-}
-
 /// The RateLimit-Policy and RateLimit fields for a set of decided policies.
 pub fn ratelimit_headers<'a>(
     headers: &mut HeaderMap,
     decided: impl Iterator<Item = (&'a str, &'a Policy, &'a Decision)>,
 ) {
-    let mut policy_field = String::with_capacity(64);
-    let mut state_field = String::with_capacity(64);
-    for (policy_item_text, policy, decision) in decided {
-        if !policy_field.is_empty() {
-            policy_field.push_str(", ");
-            state_field.push_str(", ");
-        }
-        policy_field.push_str(policy_item_text);
-        state_item(&mut state_field, policy, decision);
-    }
-    if policy_field.is_empty() {
+    let Some(fields) = ratelimit_fields(decided) else {
         return;
-    }
+    };
     if let (Ok(p), Ok(s)) = (
-        HeaderValue::from_str(&policy_field),
-        HeaderValue::from_str(&state_field),
+        HeaderValue::from_str(&fields.policy),
+        HeaderValue::from_str(&fields.state),
     ) {
         headers.insert(HeaderName::from_static(ratelimit_draft::POLICY_FIELD), p);
         headers.insert(HeaderName::from_static(ratelimit_draft::STATE_FIELD), s);
@@ -203,19 +159,5 @@ pub fn rejection<'a>(
     Rejection {
         body,
         retry_after_seconds,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_rounds_up_and_is_never_zero() {
-        assert_eq!(retry_after_seconds(0), 1);
-        assert_eq!(retry_after_seconds(1), 1);
-        assert_eq!(retry_after_seconds(400), 1);
-        assert_eq!(retry_after_seconds(1000), 1);
-        assert_eq!(retry_after_seconds(1001), 2);
     }
 }

@@ -13,6 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use tollgate_core::SystemClock;
 
+use crate::ServeError;
 use crate::app::App;
 use crate::config::ServeConfig;
 use crate::workers::serve_http;
@@ -24,7 +25,7 @@ pub async fn run(
     config_path: PathBuf,
     listen: Option<SocketAddr>,
     grpc_listen: Option<SocketAddr>,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let config = ServeConfig::load(&config_path)?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -40,15 +41,21 @@ pub async fn run(
     let app = Arc::new(App::open(config, config_path, Arc::clone(&clock)).await?);
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        .map_err(|source| ServeError::Listen {
+            what: "",
+            addr,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(ServeError::BoundAddress)?;
     let grpc_listener = match grpc_addr {
         Some(addr) => Some(
             TcpListener::bind(addr)
                 .await
-                .map_err(|e| format!("cannot listen for gRPC on {addr}: {e}"))?,
+                .map_err(|source| ServeError::Listen {
+                    what: " for gRPC",
+                    addr,
+                    source,
+                })?,
         ),
         None => None,
     };
@@ -62,9 +69,11 @@ pub async fn run(
         }
         let _ = out.flush();
     }
-    tracing::info!(%local, policies = app.runtime.load().policies.len(), "tollgate serving");
-    let mut hangups =
-        signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
+    tracing::info!(%local, policies = app.live.load().policies.len(), "tollgate serving");
+    let mut hangups = signal(SignalKind::hangup()).map_err(|source| ServeError::Signal {
+        signal: "SIGHUP",
+        source,
+    })?;
     let reloader = Arc::clone(&app);
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
@@ -82,15 +91,13 @@ pub async fn run(
     let grpc = grpc_listener.map(|listener| {
         tokio::spawn(crate::rls::serve_grpc(
             Arc::clone(&app),
-            clock,
             listener,
             stopped(stop_rx.clone()),
         ))
     });
     serve_app(app, listener, stopped(stop_rx)).await?;
     if let Some(grpc) = grpc {
-        grpc.await
-            .map_err(|e| format!("gRPC server task failed: {e}"))??;
+        grpc.await.map_err(ServeError::GrpcTask)??;
     }
     tracing::info!("tollgate stopped");
     Ok(())
@@ -103,9 +110,9 @@ pub async fn serve_app(
     app: Arc<App>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let mut upkeep = tokio::task::JoinSet::new();
-    let watch_ms = app.runtime.load().config.server.watch_interval_ms;
+    let watch_ms = app.live.load().config.server.watch_interval_ms;
     if watch_ms > 0 {
         let watcher = Arc::clone(&app);
         upkeep.spawn(async move {
@@ -126,7 +133,7 @@ pub async fn serve_app(
         let mut tick = tokio::time::interval(SWEEP_INTERVAL);
         loop {
             tick.tick().await;
-            sweeper.store.sweep();
+            sweeper.limiter.sweep();
         }
     });
     let served = serve_http(app, listener, shutdown).await;
@@ -140,8 +147,8 @@ fn file_stamp(app: &App) -> Option<blake3::Hash> {
     let bytes = std::fs::read(&app.config_path).ok()?;
     let mut hasher = blake3::Hasher::new();
     hasher.update(&bytes);
-    let envoy = app.runtime.load().config.envoy_paths(&app.config_path);
-    crate::rls::rules::stamp_into(&mut hasher, &envoy);
+    let envoy = app.live.load().config.envoy_paths(&app.config_path);
+    crate::envoy_rules::stamp_into(&mut hasher, &envoy);
     Some(hasher.finalize())
 }
 

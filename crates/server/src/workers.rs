@@ -20,9 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{Method, Request};
+use axum::http::Request;
 use axum::response::Response;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -31,8 +29,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
-use tower::ServiceExt;
 
+use crate::ServeError;
 use crate::app::App;
 use crate::http;
 use crate::linger::{LingerFlag, LingerOnClose, Lingering};
@@ -65,9 +63,9 @@ pub async fn serve_http(
     app: Arc<App>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let (workers, max_connections, limits) = {
-        let settings = &app.runtime.load().config.server;
+        let settings = &app.live.load().config.server;
         (
             worker_count(settings.http_workers),
             settings.max_connections,
@@ -78,8 +76,8 @@ pub async fn serve_http(
             },
         )
     };
-    let tls = app.runtime.load().config.edge_tls()?.map(EdgeTls::acceptor);
-    let router = http::router(Arc::clone(&app));
+    let tls = app.live.load().config.edge_tls()?.map(EdgeTls::acceptor);
+    let router = http::operations_router(Arc::clone(&app));
     let open = Arc::new(AtomicUsize::new(0));
     let mut handoffs = Vec::with_capacity(workers);
     let mut finished = Vec::with_capacity(workers);
@@ -107,16 +105,16 @@ pub async fn serve_http(
                         runtime.block_on(worker.serve(rx));
                     }
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
+                        let _ = ready_tx.send(Err(e));
                     }
                 }
                 let _ = done_tx.send(());
             })
-            .map_err(|e| format!("cannot start HTTP worker {index}: {e}"))?;
+            .map_err(|source| ServeError::Worker { index, source })?;
         ready_rx
             .await
-            .map_err(|_| format!("HTTP worker {index} stopped while starting"))?
-            .map_err(|e| format!("cannot start HTTP worker {index}'s runtime: {e}"))?;
+            .map_err(|_| ServeError::WorkerGone { index })?
+            .map_err(|source| ServeError::Worker { index, source })?;
         handoffs.push(tx);
         finished.push(done_rx);
     }
@@ -188,7 +186,7 @@ impl Worker {
         builder
             // One flat buffer and one send(2) a response: its headers and a
             // small body are cheaper copied together than gathered by
-            // writev(2) (19 vs 22 µs of server CPU a request, bench/http.sh).
+            // writev(2) (docs/benchmarks.md).
             .writev(false)
             .timer(TokioTimer::new())
             .header_read_timeout(self.limits.request_timeout)
@@ -256,18 +254,9 @@ async fn dispatch(
     linger: LingerFlag,
     req: Request<Incoming>,
 ) -> Result<Response, Infallible> {
-    let path = req.uri().path();
-    if req.method() == Method::POST && path == "/v1/check" {
-        let response = http::check_request(&app, req).await;
-        if response.extensions().get::<LingerOnClose>().is_some() {
-            linger.set();
-        }
-        return Ok(response);
+    let response = http::route(&app, router, peer, req).await;
+    if response.extensions().get::<LingerOnClose>().is_some() {
+        linger.set();
     }
-    if http::is_authorize(req.method(), path) {
-        return Ok(http::authorize_request(&app, peer, req).await);
-    }
-    let mut req = req.map(Body::new);
-    req.extensions_mut().insert(ConnectInfo(peer));
-    router.oneshot(req).await
+    Ok(response)
 }

@@ -430,7 +430,7 @@ impl TlsServer {
             let _ = rx.changed().await;
         };
         tokio::spawn(serve_app(Arc::clone(&app), http, stopped(rx.clone())));
-        tokio::spawn(serve_grpc(app, clock, grpc, stopped(rx)));
+        tokio::spawn(serve_grpc(app, grpc, stopped(rx)));
         Self {
             http: format!("https://{http_addr}"),
             grpc: grpc_addr,

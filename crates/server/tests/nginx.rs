@@ -1,7 +1,7 @@
 //! A real nginx in front of a small upstream, asking a real `tollgate serve`
 //! through `auth_request`. What runs is examples/nginx.conf (with free ports
 //! in place of its three addresses) and examples/nginx-tollgate.yaml, so the
-//! examples are what these tests hold to the 429 contract of DESIGN.md §8.
+//! examples are what these tests hold to the 429 contract of docs/design.md §8.
 
 mod support;
 
@@ -181,6 +181,7 @@ impl Nginx {
     }
 
     /// Polls until nginx accepts connections (readiness, not a timing check).
+    #[allow(clippy::disallowed_methods)] // a deadline on a real process's start
     fn wait_until_listening(&mut self) {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -372,6 +373,9 @@ const ADMITTED_FIELDS: [&str; 7] = [
 // ---------- the tests ----------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Real nginx and tollgate run on the wall clock: the elapsed time bounds
+// the figures that depend on it.
+#[allow(clippy::disallowed_methods)]
 async fn clients_see_ratelimit_fields_until_the_limit_then_the_full_429_contract() {
     let stack = Stack::start().await;
     let alice = client_at([127, 0, 0, 2]);

@@ -47,7 +47,7 @@ async fn policies_health_and_readiness_are_served() {
     );
     assert_eq!(
         policies["config_hash"],
-        server.app.runtime.load().config.hash.as_str()
+        server.app.live.load().config.hash.as_str()
     );
     assert_eq!(policies["config_hash"].as_str().map(str::len), Some(16));
     assert_eq!(
@@ -212,18 +212,18 @@ async fn a_reload_carries_buckets_over_and_mints_no_burst() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_config_is_refused_and_the_old_one_keeps_serving() {
     let server = TestServer::start(V1).await;
-    let before = server.app.runtime.load().config.hash.clone();
+    let before = server.app.live.load().config.hash.clone();
     std::fs::write(
         &server.config_path,
         V1.replace("token_bucket", "leaky_bucket"),
     )
     .expect("write");
-    let err = server.app.reload().expect_err("refused");
+    let err = server.app.reload().expect_err("refused").to_string();
     assert!(
         err.ends_with(r#"policy "api": algorithm: unknown algorithm "leaky_bucket" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"#),
         "{err}"
     );
-    assert_eq!(server.app.runtime.load().config.hash, before);
+    assert_eq!(server.app.live.load().config.hash, before);
     assert_eq!(
         server.check(r#"{"policy":"api","key":"x"}"#).await.1["allowed"],
         true

@@ -1,4 +1,4 @@
-//! `tollgate replay` held to an independent implementation of DESIGN.md §3:
+//! `tollgate replay` held to an independent implementation of docs/design.md §3:
 //! tests/reference/model.py, written from the contract alone, generates
 //! random policies and traces and the decisions the contract gives; the
 //! binary must reproduce them line for line.

@@ -61,14 +61,9 @@ impl Rls {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = format!("http://{}", listener.local_addr().expect("addr"));
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(serve_grpc(
-            Arc::clone(&app),
-            clock.clone(),
-            listener,
-            async {
-                let _ = rx.await;
-            },
-        ));
+        tokio::spawn(serve_grpc(Arc::clone(&app), listener, async {
+            let _ = rx.await;
+        }));
         let client = RateLimitServiceClient::connect(addr.clone())
             .await
             .expect("connect");
@@ -893,7 +888,7 @@ policies:
     refill: {tokens: 1, per: 1s}
 ";
     let mut rls = Rls::start(config, &[("api.yaml", file)]).await;
-    // A burst of 20, refilled 5 per second (DESIGN.md's worked example).
+    // A burst of 20, refilled 5 per second (docs/design.md §3's worked example).
     let r = rls.ask_hits("api", vec![desc(&[("burst", "k")])], 17).await;
     assert_eq!(brief(&r.statuses[0]), (OK, 5, SECOND, 3));
     rls.clock.advance(100);
@@ -934,7 +929,7 @@ async fn an_envoy_file_edit_reloads_with_the_config() {
     // A broken file is refused and the previous rules keep serving.
     std::fs::write(rls.dir.path().join("ratelimit/config0.yaml"), "domain: mongo_cps\ndescriptors:\n  - key: database\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
         .expect("write");
-    let err = rls.app.reload().expect_err("refused");
+    let err = rls.app.reload().expect_err("refused").to_string();
     assert!(
         err.contains(
             "config0.yaml: descriptors[0].rate_limit.unit: invalid rate limit unit \"fortnight\""
@@ -980,7 +975,7 @@ fn load_error(tollgate_yaml: &str, files: &[(&str, &str)]) -> String {
     }
     let path = dir.path().join("tollgate.yaml");
     std::fs::write(&path, tollgate_yaml).expect("write");
-    ServeConfig::load(&path).expect_err("refused")
+    ServeConfig::load(&path).expect_err("refused").to_string()
 }
 
 #[test]
@@ -1072,7 +1067,7 @@ descriptors:
         .rules
         .iter()
         .map(|r| match &r.kind {
-            tollgate::rls::RuleKind::Limited { policy, .. } => policy.limits().window_ms(),
+            tollgate::envoy_rules::RuleKind::Limited { policy, .. } => policy.limits().window_ms(),
             other => panic!("{other:?}"),
         })
         .collect();

@@ -313,6 +313,7 @@ fn run<C: Contender>(contender: &C, picker: &mut KeyPicker, iters: u64) -> u64 {
 }
 
 /// Wall time for `iters` decisions spread over `threads` threads.
+#[allow(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
 fn measure<C: Contender>(
     contender: &C,
     keys: usize,

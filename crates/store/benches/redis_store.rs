@@ -204,6 +204,7 @@ fn redis_benchmark(port: u16, requests: u64, args: &[&str]) -> f64 {
 
 /// The usual Redis limiter: one EVALSHA per decision, concurrent callers
 /// sharing one multiplexed connection.
+#[allow(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
 async fn one_evalsha_per_decision(
     manager: &ConnectionManager,
     sha: &str,
@@ -245,6 +246,7 @@ async fn one_evalsha_per_decision(
     finish(tasks, started, decisions).await
 }
 
+#[allow(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
 async fn store_decisions(store: &RedisStore, decisions: u64) -> (f64, u64) {
     let policy = Arc::new(Policy::new(
         "api",
@@ -286,6 +288,7 @@ async fn store_decisions(store: &RedisStore, decisions: u64) -> (f64, u64) {
     finish(tasks, started, decisions).await
 }
 
+#[allow(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
 async fn finish(mut tasks: JoinSet<Vec<u64>>, started: Instant, decisions: u64) -> (f64, u64) {
     let mut latencies = Vec::with_capacity(decisions as usize);
     while let Some(done) = tasks.join_next().await {

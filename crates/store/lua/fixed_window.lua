@@ -1,4 +1,4 @@
--- fixed_window (DESIGN.md §3; Rust twin: crates/core/src/algorithm/fixed_window.rs)
+-- fixed_window (docs/design.md §3; Rust twin: crates/core/src/algorithm/fixed_window.rs)
 -- state "W:count:last_ms": the count of window floor(last_ms / W).
 ALGORITHMS.fixed_window = function(key, state, now, cost, consume, l_text, w_text)
   local limit, w = tonumber(l_text), tonumber(w_text)

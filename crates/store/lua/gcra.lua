@@ -1,10 +1,11 @@
--- gcra (DESIGN.md §3; Rust twin: crates/core/src/algorithm/gcra.rs)
+-- gcra (docs/design.md §3; Rust twin: crates/core/src/algorithm/gcra.rs)
 -- The state is the theoretical arrival time tat (debt = tat - n*now), in
 -- one of two forms:
 -- - an integer: the digits of tat, then three digits tagging its scale in
 --   the policy's scale registry ("1796032468745" .. "000"). Redis keeps it
---   as a bare integer (72 bytes a key in all). Used when the policy's scale
---   has a tag and tat < 2^53.
+--   as a bare integer inside the key's object, the smallest state of any
+--   algorithm (bytes per key: docs/redis.md, Figures). Used when the
+--   policy's scale has a tag and tat < 2^53.
 -- - text "T:r:n:p:C": tat = n*T + r (0 <= r < n), T in ms, exact at any
 --   date, with the scale written out. Used otherwise.
 -- Either way the scale is known, so a limit change carries over. An older

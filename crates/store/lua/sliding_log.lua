@@ -1,4 +1,4 @@
--- sliding_log (DESIGN.md §3; Rust twin: crates/core/src/algorithm/sliding_log.rs)
+-- sliding_log (docs/design.md §3; Rust twin: crates/core/src/algorithm/sliding_log.rs)
 -- state "last_ms" then ";age:cost" per admitted millisecond, oldest first,
 -- where age = last_ms - t. An entry counts while now < t + W.
 ALGORITHMS.sliding_log = function(key, state, now, cost, consume, l_text, w_text)

@@ -1,4 +1,4 @@
--- sliding_window (DESIGN.md §3; Rust twin: crates/core/src/algorithm/sliding_window.rs)
+-- sliding_window (docs/design.md §3; Rust twin: crates/core/src/algorithm/sliding_window.rs)
 -- state "W:prev:curr:last_ms": counts of window floor(last_ms / W) and the one before.
 ALGORITHMS.sliding_window = function(key, state, now, cost, consume, l_text, w_text)
   local limit, w = tonumber(l_text), tonumber(w_text)

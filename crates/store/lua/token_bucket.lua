@@ -1,4 +1,4 @@
--- token_bucket (DESIGN.md §3; Rust twin: crates/core/src/algorithm/token_bucket.rs)
+-- token_bucket (docs/design.md §3; Rust twin: crates/core/src/algorithm/token_bucket.rs)
 -- state "units:last_ms:p": units in the scale of p units a token.
 ALGORITHMS.token_bucket = function(key, state, now, cost, consume, c_text, n_text, p_text)
   local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)

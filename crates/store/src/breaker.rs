@@ -23,10 +23,14 @@ impl Default for BreakerConfig {
     }
 }
 
+/// Where the breaker stands, for the circuit-state gauge and readiness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CircuitState {
+    /// The store is trusted: every call goes to it.
     Closed,
+    /// The store failed repeatedly: calls skip it until the cool-down ends.
     Open,
+    /// The cool-down ended: one probe decides whether to close or reopen.
     HalfOpen,
 }
 
@@ -56,6 +60,7 @@ const CLOSED: u8 = 0;
 const OPEN: u8 = 1;
 const HALF_OPEN: u8 = 2;
 
+/// One store's breaker; lock-free, so every request can consult it.
 #[derive(Debug)]
 pub struct CircuitBreaker {
     config: BreakerConfig,
@@ -66,6 +71,7 @@ pub struct CircuitBreaker {
 }
 
 impl CircuitBreaker {
+    /// A closed breaker: a store is trusted until it fails.
     pub fn new(config: BreakerConfig) -> Self {
         Self {
             config,
@@ -76,6 +82,7 @@ impl CircuitBreaker {
         }
     }
 
+    /// The state now, for metrics; [`admit`](Self::admit) is what gates calls.
     pub fn state(&self) -> CircuitState {
         match self.state.load(Ordering::Acquire) {
             CLOSED => CircuitState::Closed,

@@ -9,8 +9,11 @@ use crate::StoreError;
 /// One question for a store: may `identity` spend `cost` under `policy` now?
 #[derive(Debug, Clone, Copy)]
 pub struct Check<'a> {
+    /// The limit to decide under; its name and algorithm are part of the key.
     pub policy: &'a Policy,
+    /// Whose quota is spent.
     pub identity: &'a Identity,
+    /// Units to spend; 0 is a peek that consumes nothing.
     pub cost: u64,
 }
 

@@ -1,8 +1,9 @@
-//! Failure is a policy (DESIGN.md §6). [`Guarded`] puts a shared store
+//! Failure is a policy (docs/design.md §6). [`Guarded`] puts a shared store
 //! behind a circuit breaker and, when the store cannot decide, decides each
 //! check as its policy declared: admit (`fail_open`), reject (`fail_closed`),
 //! or spend an in-process budget, a stated share of the limit (`local`).
-//! Every decision says which path made it, so degraded ones can be marked.
+//! Every decision says what made it ([`DecidedBy`]), so degraded ones can
+//! be marked.
 
 use std::sync::Arc;
 
@@ -21,10 +22,14 @@ pub enum OnStoreFailure {
     FailClosed,
     /// Enforce `share_percent`% of the limit in this process until the store
     /// is back. Worst case while degraded: instances × share × limit.
-    Local { share_percent: u8 },
+    Local {
+        /// The share of the limit, 1 to 100, each process may spend alone.
+        share_percent: u8,
+    },
 }
 
 impl OnStoreFailure {
+    /// The config spelling, also used in `tollgate explain` and metric labels.
     pub fn name(self) -> &'static str {
         match self {
             OnStoreFailure::FailOpen => "fail_open",
@@ -34,26 +39,32 @@ impl OnStoreFailure {
     }
 }
 
-/// Which path made a decision.
+/// What made a decision: the shared store, or one of the failure modes.
+/// (Its metric label and JSON field keep the name `path`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecisionPath {
+pub enum DecidedBy {
     /// The shared store decided: exact.
     Shared,
+    /// The store failed and the policy admits: degraded.
     FailOpen,
+    /// The store failed and the policy rejects: degraded.
     FailClosed,
+    /// The store failed and this process's share of the limit decided: degraded.
     Local,
 }
 
-impl DecisionPath {
+impl DecidedBy {
+    /// Whether the decision is to be marked and counted as degraded.
     pub fn is_degraded(self) -> bool {
-        self != DecisionPath::Shared
+        self != DecidedBy::Shared
     }
+    /// The metric label and log spelling.
     pub fn name(self) -> &'static str {
         match self {
-            DecisionPath::Shared => "shared",
-            DecisionPath::FailOpen => "fail_open",
-            DecisionPath::FailClosed => "fail_closed",
-            DecisionPath::Local => "local",
+            DecidedBy::Shared => "shared",
+            DecidedBy::FailOpen => "fail_open",
+            DecidedBy::FailClosed => "fail_closed",
+            DecidedBy::Local => "local",
         }
     }
 }
@@ -61,17 +72,21 @@ impl DecisionPath {
 /// A check with what to do when the store fails.
 #[derive(Debug, Clone, Copy)]
 pub struct GuardedCheck<'a> {
+    /// What the shared store is asked.
     pub check: Check<'a>,
+    /// The check's policy's declared failure mode.
     pub on_failure: OnStoreFailure,
     /// For `Local`: the policy scaled to its share (see [`local_policy`]).
     pub local_policy: Option<&'a Policy>,
 }
 
-/// The decisions of one request, with the paths that made them.
+/// The decisions of one request, with what made them.
 #[derive(Debug, Clone)]
 pub struct GuardedDecisions {
+    /// One per check, in the order of the checks.
     pub decisions: Vec<Decision>,
-    pub path: DecisionPath,
+    /// What made them; all of a request's checks take the same one.
+    pub by: DecidedBy,
     /// Why the shared store did not decide (`None` when it did, or when an
     /// open circuit skipped it).
     pub error: Option<StoreError>,
@@ -113,14 +128,17 @@ impl<S: Store> Guarded<S> {
         }
     }
 
+    /// The wrapped store, for what the guard does not cover (readiness, stats).
     pub fn shared(&self) -> &S {
         &self.shared
     }
 
+    /// The breaker's state, for the circuit gauge and readiness.
     pub fn circuit(&self) -> CircuitState {
         self.breaker.state()
     }
 
+    /// Keys held by the local fallback, for its memory gauge.
     pub fn local_keys(&self) -> usize {
         self.local.key_count()
     }
@@ -152,7 +170,7 @@ impl<S: Store> Guarded<S> {
                 Ok(decisions) => {
                     return GuardedDecisions {
                         decisions,
-                        path: DecisionPath::Shared,
+                        by: DecidedBy::Shared,
                         error: None,
                         store_ms,
                     };
@@ -181,7 +199,7 @@ impl<S: Store> Guarded<S> {
                         _ => fail_open(g.check.policy),
                     })
                     .collect(),
-                path: DecisionPath::FailClosed,
+                by: DecidedBy::FailClosed,
                 error: None,
                 store_ms: None,
             };
@@ -200,7 +218,7 @@ impl<S: Store> Guarded<S> {
         if local.is_empty() {
             return GuardedDecisions {
                 decisions: checks.iter().map(|g| fail_open(g.check.policy)).collect(),
-                path: DecisionPath::FailOpen,
+                by: DecidedBy::FailOpen,
                 error: None,
                 store_ms: None,
             };
@@ -217,7 +235,7 @@ impl<S: Store> Guarded<S> {
             .collect();
         GuardedDecisions {
             decisions,
-            path: DecisionPath::Local,
+            by: DecidedBy::Local,
             error: None,
             store_ms: None,
         }

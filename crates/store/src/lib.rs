@@ -8,6 +8,8 @@
 //!   checks all-or-nothing: nothing is consumed unless every check admits.
 //! - Every store is bounded: keys expire once idle, and there is a maximum.
 
+#![deny(missing_docs)]
+
 mod breaker;
 mod check;
 mod error;
@@ -23,7 +25,7 @@ pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::{Check, Store};
 pub use error::StoreError;
 pub use fallback::{
-    DecisionPath, FAIL_CLOSED_RETRY_MS, Guarded, GuardedCheck, GuardedDecisions, OnStoreFailure,
+    DecidedBy, FAIL_CLOSED_RETRY_MS, Guarded, GuardedCheck, GuardedDecisions, OnStoreFailure,
     local_policy,
 };
 pub use memory::{MemoryStore, MemoryStoreConfig};

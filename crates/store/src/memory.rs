@@ -121,6 +121,8 @@ impl IdentityBytes {
 #[repr(align(128))]
 struct Shard(Mutex<HashTable<Slot>>);
 
+/// The bounded, sharded in-process store; see the module notes for why it
+/// is shaped this way.
 pub struct MemoryStore {
     shards: Box<[Shard]>,
     shard_bits: u32,
@@ -140,6 +142,8 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl MemoryStore {
+    /// `clock` is the store's notion of time: every decision reads it, so a
+    /// [`ManualClock`](tollgate_core::ManualClock) makes a store deterministic.
     pub fn new(clock: Arc<dyn Clock>, config: MemoryStoreConfig) -> Self {
         let shard_count = config.shards.clamp(1, 1 << 16).next_power_of_two();
         let max_per_shard = config.max_keys.div_ceil(shard_count).max(1);

@@ -26,13 +26,7 @@ fn check<'a>(policy: &'a Policy, identity: &'a Identity, cost: u64) -> Check<'a>
 
 /// A decision in the vectors' own spelling.
 fn line(d: &Decision) -> String {
-    let retry = d
-        .retry_after_ms
-        .map_or_else(|| "null".to_owned(), |r| r.to_string());
-    format!(
-        r#"{{"allowed": {}, "limit": {}, "remaining": {}, "retry_after_ms": {}, "reset_after_ms": {}}}"#,
-        d.allowed, d.limit, d.remaining, retry, d.reset_after_ms
-    )
+    d.vector_line()
 }
 
 fn vectors(name: &str) -> String {

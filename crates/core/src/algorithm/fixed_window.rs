@@ -7,9 +7,14 @@ use crate::policy::Window;
 /// Stored state: the count of window `index` (of `window_ms` ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowCount {
+    /// The window length the count was taken under, so a changed policy
+    /// carries the count over until its own window ends.
     pub window_ms: u64,
+    /// Which window, counted from the Unix epoch: `floor(now / window_ms)`.
     pub index: u64,
+    /// Cost admitted in that window.
     pub count: u64,
+    /// The key's clock: it never runs backward, so a stepping clock mints nothing.
     pub last_ms: u64,
 }
 

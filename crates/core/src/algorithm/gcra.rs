@@ -9,9 +9,13 @@ use crate::policy::Rate;
 /// (n, p, C·p) is kept beside it so a policy change carries the debt over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
+    /// Theoretical arrival time scaled by n: `n·now + debt`, in units.
     pub tat: u128,
+    /// The n the debt was counted under.
     pub units_per_ms: u64,
+    /// The p the debt was counted under.
     pub units_per_token: u64,
+    /// The C the debt was counted under.
     pub capacity: u64,
 }
 

@@ -35,10 +35,15 @@ pub enum Intent {
 /// algorithm changed) is treated as absent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
+    /// State of a [`Limits::TokenBucket`] key.
     TokenBucket(BucketState),
+    /// State of a [`Limits::Gcra`] key.
     Gcra(GcraState),
+    /// State of a [`Limits::FixedWindow`] key.
     FixedWindow(WindowCount),
+    /// State of a [`Limits::SlidingWindow`] key.
     SlidingWindow(SlidingCount),
+    /// State of a [`Limits::SlidingLog`] key.
     SlidingLog(LogState),
 }
 

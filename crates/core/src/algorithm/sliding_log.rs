@@ -10,8 +10,11 @@ use crate::policy::Window;
 /// Entries of one millisecond are merged, so a burst costs one entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LogState {
+    /// `(time_ms, cost)` of each admitted request still possibly counting.
     pub entries: VecDeque<(u64, u64)>,
+    /// Sum of the entries' costs, kept so a decision need not re-add them.
     pub counted: u64,
+    /// The key's clock: it never runs backward, so a stepping clock mints nothing.
     pub last_ms: u64,
 }
 

@@ -8,10 +8,17 @@ use crate::policy::Window;
 /// Stored state: counts of window `index` (`curr`) and the one before (`prev`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingCount {
+    /// The window length the counts were taken under, so a changed policy
+    /// never frees capacity early.
     pub window_ms: u64,
+    /// Which window `curr` belongs to, counted from the Unix epoch.
     pub index: u64,
+    /// Cost admitted in window `index − 1`; a decision weights it by how much
+    /// of that window still overlaps the sliding one.
     pub prev: u64,
+    /// Cost admitted in window `index`.
     pub curr: u64,
+    /// The key's clock: it never runs backward, so a stepping clock mints nothing.
     pub last_ms: u64,
 }
 

@@ -8,8 +8,11 @@ use crate::policy::Rate;
 /// in, so a policy change converts them instead of minting a fresh burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketState {
+    /// Tokens available, counted in units (a token is `units_per_token` units).
     pub units: u64,
+    /// The key's clock and the instant `units` was true at.
     pub last_ms: u64,
+    /// The p the units are counted in.
     pub units_per_token: u64,
 }
 

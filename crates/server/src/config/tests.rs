@@ -92,7 +92,7 @@ fn a_yaml_error_names_the_config_file() {
     match ServeConfig::load_with_env(&path, |_| None) {
         Ok(_) => panic!("accepted"),
         Err(e) => assert_eq!(
-            e,
+            e.to_string(),
             format!(
                 "{shown}: config is not valid YAML: error: line 1 column 11: unclosed bracket '['\n --> {shown}:1:11\n  |\n1 | policies: [\n  |           ^ unclosed bracket '['"
             )

@@ -26,7 +26,7 @@ pub struct TestServer {
     pub client: reqwest::Client,
     _dir: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), String>>>,
+    task: Option<tokio::task::JoinHandle<Result<(), tollgate::ServeError>>>,
 }
 
 impl TestServer {

@@ -61,6 +61,7 @@ pub struct RedisConfig {
         deserialize_with = "duration"
     )]
     pub ttl_margin_ms: u64,
+    /// How concurrent decisions are gathered into script calls.
     #[serde(default)]
     pub batch: BatchConfig,
     /// How many (key, cost) rejections are answered locally until their
@@ -73,7 +74,9 @@ pub struct RedisConfig {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SentinelConfig {
+    /// The master's name as the sentinels know it (`sentinel monitor <name>`).
     pub master: String,
+    /// Sentinel addresses (`redis://HOST:PORT` URLs); any one answering is enough.
     pub nodes: Vec<String>,
 }
 

@@ -1,4 +1,4 @@
-//! Redis keys: `<prefix>:<policy>:<algorithm>:{<identity>}` (DESIGN.md §4).
+//! Redis keys: `<prefix>:<policy>:<algorithm>:{<identity>}` (docs/design.md §4).
 //!
 //! The braces are a Cluster hash tag, so every policy of one identity lands
 //! in one slot and a multi-policy decision stays one atomic script. What

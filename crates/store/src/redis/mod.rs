@@ -1,5 +1,5 @@
 //! The Redis store: every decision is one atomic Lua script on Redis's own
-//! clock (DESIGN.md §3–§5), shared by every tollgate instance.
+//! clock (docs/design.md §3–§5), shared by every tollgate instance.
 //!
 //! - Keys are `<prefix>:<policy>:<algorithm>:{<identity>}` ([`key`]); the
 //!   state stored under one records its scale, so a limit change carries

@@ -3,7 +3,8 @@
 //! still say which scale it was written in.
 //!
 //! Why: Redis keeps an integer value inside the key's object, so a gcra key
-//! costs 72 bytes instead of 104 with its scale written out. A limit change
+//! is the smallest state of any algorithm, well below one with its scale
+//! written out (bytes per key: docs/redis.md, Figures). A limit change
 //! still carries over exactly: the script meets a tag it was not told
 //! about, stops before writing anything, and the call is made again with
 //! that tag's scale, read from the registry (a hash per policy,

@@ -36,10 +36,15 @@ macro_rules! every_algorithm {
 
 /// The script texts, for `redis-benchmark` and the docs.
 pub mod source {
+    /// Independent decisions of token_bucket keys only.
     pub const TOKEN_BUCKET: &str = lua!("token_bucket.lua", "decide.lua");
+    /// Independent decisions of gcra keys only.
     pub const GCRA: &str = lua!("gcra.lua", "decide.lua");
+    /// Independent decisions of fixed_window keys only.
     pub const FIXED_WINDOW: &str = lua!("fixed_window.lua", "decide.lua");
+    /// Independent decisions of sliding_window keys only.
     pub const SLIDING_WINDOW: &str = lua!("sliding_window.lua", "decide.lua");
+    /// Independent decisions of sliding_log keys only.
     pub const SLIDING_LOG: &str = lua!("sliding_log.lua", "decide.lua");
     /// Independent decisions of any algorithms.
     pub const BATCH: &str = every_algorithm!("decide.lua");

@@ -1,0 +1,228 @@
+//! The YAML of one file into the descriptor tree: `domain` and its
+//! `descriptors`, level by level, each checked as envoyproxy/ratelimit
+//! checks it (empty keys, duplicates, `share_threshold` only on wildcards),
+//! with tollgate's own refusals (`quota_mode`, nesting past `MAX_DEPTH`).
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+use tollgate_core::{ConfigError, PolicySet, describe, parse_yaml_named};
+
+use super::reading::{Reading, string_field};
+use super::rule::read_rule;
+use super::{EnvoyRules, MAX_DEPTH, RulesError};
+
+impl EnvoyRules {
+    /// Loads one file's text (`file` names it in errors).
+    pub fn load_text(
+        &mut self,
+        file: &str,
+        text: &str,
+        policies: &PolicySet,
+    ) -> Result<(), RulesError> {
+        let at = |path: &str, reason: String| RulesError::At {
+            file: file.to_owned(),
+            path: path.to_owned(),
+            reason,
+        };
+        let doc = parse_yaml_named(text, file).map_err(|e| RulesError::File {
+            file: file.to_owned(),
+            reason: match e {
+                ConfigError::Yaml(why) => format!("not valid YAML: {why}"),
+                other => other.to_string(),
+            },
+        })?;
+        let top = doc.as_object().ok_or_else(|| RulesError::File {
+            file: file.to_owned(),
+            reason: format!(
+                "expected a mapping with `domain` and `descriptors`, got {}",
+                describe(&doc)
+            ),
+        })?;
+        for key in top.keys() {
+            if !matches!(key.as_str(), "domain" | "descriptors") {
+                return Err(at(
+                    key,
+                    "unknown key (expected: domain, descriptors)".to_owned(),
+                ));
+            }
+        }
+        let domain = match top.get("domain") {
+            Some(Value::String(d)) if !d.is_empty() => d.clone(),
+            Some(Value::String(_)) | None | Some(Value::Null) => {
+                return Err(RulesError::File {
+                    file: file.to_owned(),
+                    reason: "config file cannot have an empty domain".to_owned(),
+                });
+            }
+            Some(other) => {
+                return Err(at(
+                    "domain",
+                    format!("must be a string, got {}", describe(other)),
+                ));
+            }
+        };
+        if self.domains.contains_key(&domain) {
+            return Err(RulesError::File {
+                file: file.to_owned(),
+                reason: format!("duplicate domain {domain:?} (another file defines it)"),
+            });
+        }
+        let root = self.new_node();
+        self.domains.insert(domain.clone(), root);
+        let mut loader = Loader {
+            reading: Reading {
+                file,
+                domain: &domain,
+                policies,
+            },
+            rules: self,
+        };
+        loader.level(root, top.get("descriptors"), "descriptors", "", 0)?;
+        Ok(())
+    }
+}
+
+/// The file being read and the tree it grows.
+struct Loader<'a> {
+    reading: Reading<'a>,
+    rules: &'a mut EnvoyRules,
+}
+
+const DESCRIPTOR_KEYS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "quota_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+    "tollgate",
+];
+
+impl Loader<'_> {
+    /// Loads one descriptor list under `node`. `path` is where it sits in
+    /// the file, `parent_key` the envoyproxy-style key of its parent.
+    fn level(
+        &mut self,
+        node: usize,
+        list: Option<&Value>,
+        path: &str,
+        parent_key: &str,
+        depth: usize,
+    ) -> Result<(), RulesError> {
+        let list = match list {
+            None | Some(Value::Null) => return Ok(()),
+            Some(Value::Array(list)) => list,
+            Some(other) => {
+                return Err(self
+                    .reading
+                    .err(path, format!("must be a list, got {}", describe(other))));
+            }
+        };
+        if depth >= MAX_DEPTH {
+            return Err(self
+                .reading
+                .err(path, format!("nested deeper than {MAX_DEPTH} levels")));
+        }
+        let mut seen = HashSet::new();
+        for (index, item) in list.iter().enumerate() {
+            let here = format!("{path}[{index}]");
+            let fields = item.as_object().ok_or_else(|| {
+                self.reading
+                    .err(&here, format!("must be a mapping, got {}", describe(item)))
+            })?;
+            if let Some(unknown) = fields
+                .keys()
+                .find(|k| !DESCRIPTOR_KEYS.contains(&k.as_str()))
+            {
+                return Err(self.reading.err(
+                    &format!("{here}.{unknown}"),
+                    format!("unknown key (expected: {})", DESCRIPTOR_KEYS.join(", ")),
+                ));
+            }
+            let key = string_field(fields, "key")
+                .map_err(|r| self.reading.err(&format!("{here}.key"), r))?
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| self.reading.err(&here, "descriptor has an empty key"))?;
+            let value = string_field(fields, "value")
+                .map_err(|r| self.reading.err(&format!("{here}.value"), r))?
+                .unwrap_or_default();
+            let own_key = if value.is_empty() {
+                key.clone()
+            } else {
+                format!("{key}_{value}")
+            };
+            let full_key = if parent_key.is_empty() {
+                own_key.clone()
+            } else {
+                format!("{parent_key}.{own_key}")
+            };
+            if !seen.insert((key.clone(), value.clone())) {
+                return Err(self.reading.err(
+                    &here,
+                    format!("duplicate descriptor composite key {:?}", full_key),
+                ));
+            }
+            let flag = |name: &str| -> Result<bool, RulesError> {
+                match fields.get(name) {
+                    None | Some(Value::Null) => Ok(false),
+                    Some(Value::Bool(b)) => Ok(*b),
+                    Some(other) => Err(self.reading.err(
+                        &format!("{here}.{name}"),
+                        format!("must be true or false, got {}", describe(other)),
+                    )),
+                }
+            };
+            let shadow_mode = flag("shadow_mode")?;
+            let share_threshold = flag("share_threshold")?;
+            if flag("quota_mode")? {
+                return Err(self.reading.err(
+                    &format!("{here}.quota_mode"),
+                    "quota_mode is not supported by tollgate",
+                ));
+            }
+            // Accepted as in envoyproxy/ratelimit; tollgate's metric labels
+            // come from the config only, never from request values.
+            flag("detailed_metric")?;
+            flag("value_to_metric")?;
+            if share_threshold && !value.contains('*') {
+                return Err(self.reading.err(
+                    &format!("{here}.share_threshold"),
+                    format!(
+                        "share_threshold can only be used with wildcard values (containing '*'), but found key {own_key:?}"
+                    ),
+                ));
+            }
+            let child = self.rules.new_node();
+            if share_threshold {
+                self.rules.nodes[child].shared_pattern = Some(value.clone());
+            }
+            let rule = read_rule(&self.reading, fields, &here, &full_key, shadow_mode)?;
+            if let Some(rule) = rule {
+                self.rules.rules.push(rule);
+                self.rules.nodes[child].rule = Some(self.rules.rules.len() - 1);
+            }
+            self.level(
+                child,
+                fields.get("descriptors"),
+                &format!("{here}.descriptors"),
+                &full_key,
+                depth + 1,
+            )?;
+            let slot = self.rules.nodes[node].children.entry(key).or_default();
+            if value.is_empty() {
+                slot.any = Some(child);
+            } else if value.contains('*') {
+                slot.wildcards
+                    .push((value.split('*').map(str::to_owned).collect(), child));
+            } else {
+                slot.exact.insert(value, child);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,44 @@
+//! What stops `tollgate serve` (at start, or a listener failing while
+//! serving): each says what it could not do and why, for the one line the
+//! binary prints before exiting 1.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tollgate_store::StoreError;
+
+use crate::config::ConfigLoadError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigLoadError),
+    #[error("cannot open the store: {0}")]
+    Store(StoreError),
+    #[error("cannot listen{what} on {addr}: {source}")]
+    Listen {
+        /// `""` for HTTP, `" for gRPC"`.
+        what: &'static str,
+        addr: SocketAddr,
+        source: io::Error,
+    },
+    #[error("cannot read the bound address: {0}")]
+    BoundAddress(io::Error),
+    #[error("cannot watch {signal}: {source}")]
+    Signal {
+        signal: &'static str,
+        source: io::Error,
+    },
+    #[error("cannot start HTTP worker {index}: {source}")]
+    Worker { index: usize, source: io::Error },
+    #[error("HTTP worker {index} stopped while starting")]
+    WorkerGone { index: usize },
+    #[error("server.tls is set but its files were not read (load the config from its file)")]
+    TlsNotLoaded,
+    #[error("cannot serve gRPC over TLS: {0}")]
+    GrpcTls(tonic::transport::Error),
+    #[error("gRPC server error: {0}")]
+    Grpc(tonic::transport::Error),
+    #[error("gRPC server task failed: {0}")]
+    GrpcTask(tokio::task::JoinError),
+}

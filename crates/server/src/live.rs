@@ -1,0 +1,157 @@
+//! The config as it serves: a loaded [`ServeConfig`] with what serving it
+//! needs precomputed once per load — each policy's counters, its
+//! `RateLimit-Policy` item and its local share, envoyproxy/ratelimit rules
+//! with theirs — so a request looks things up and never builds them.
+//! Replaced whole on reload; never mutated.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tollgate_core::Policy;
+use tollgate_store::{OnStoreFailure, local_policy};
+
+use crate::config::{ServeConfig, ServePolicy};
+use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
+use crate::metrics::{Metrics, PolicyCounters, RlsCounters};
+use crate::ratelimit_fields::policy_item;
+
+/// A policy ready to serve: config, counters and its precomputed
+/// `RateLimit-Policy` item.
+pub struct LivePolicy {
+    pub serve: ServePolicy,
+    pub counters: PolicyCounters,
+    pub policy_item: String,
+    /// The policy scaled to its local share, for `on_store_failure: local`.
+    pub local: Option<Policy>,
+}
+
+/// One loaded config, live.
+pub struct LiveConfig {
+    pub config: ServeConfig,
+    pub policies: Vec<LivePolicy>,
+    by_name: HashMap<String, usize, foldhash::fast::RandomState>,
+    /// envoyproxy/ratelimit descriptor rules, for the gRPC service.
+    pub envoy: LiveRules,
+}
+
+impl LiveConfig {
+    pub fn new(config: ServeConfig, metrics: &Metrics) -> Self {
+        let policies: Vec<LivePolicy> = config
+            .policies
+            .iter()
+            .map(|serve| LivePolicy {
+                counters: metrics.policy_counters(serve.policy.name()),
+                local: local_share(&serve.policy, serve.on_store_failure),
+                policy_item: policy_item(&serve.policy),
+                serve: serve.clone(),
+            })
+            .collect();
+        let by_name = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
+            .collect();
+        let envoy = LiveRules::new(Arc::clone(&config.envoy), metrics);
+        Self {
+            config,
+            policies,
+            by_name,
+            envoy,
+        }
+    }
+
+    pub fn policy(&self, name: &str) -> Option<&LivePolicy> {
+        self.by_name.get(name).map(|&i| &self.policies[i])
+    }
+}
+
+/// The policy scaled to its local share, when it fails over to one.
+fn local_share(policy: &Policy, on_failure: OnStoreFailure) -> Option<Policy> {
+    match on_failure {
+        OnStoreFailure::Local { share_percent } => Some(local_policy(policy, share_percent)),
+        _ => None,
+    }
+}
+
+/// The loaded envoyproxy/ratelimit rules with their metric counters,
+/// resolved once per load.
+pub struct LiveRules {
+    pub rules: Arc<EnvoyRules>,
+    pub counters: Vec<RlsCounters>,
+    /// For `on_store_failure: local` rules: the limit scaled to its share.
+    pub local: Vec<Option<Policy>>,
+    /// For limited rules: their policy's outcomes and `RateLimit-Policy` item.
+    pub limits: Vec<Option<RuleLimit>>,
+    /// Counters of `limit` overrides, per configured domain.
+    pub overrides: HashMap<String, RlsCounters>,
+    /// The policies `limit` overrides decide as, by unit ([`Unit::index`]).
+    pub override_policies: [OverridePolicy; 7],
+}
+
+/// What a limited rule's decisions are counted and announced as.
+pub struct RuleLimit {
+    pub counters: PolicyCounters,
+    pub policy_item: String,
+}
+
+/// A request's `limit` override is a fixed window named
+/// `limit-override-<unit>`, its outcomes counted under that name.
+pub struct OverridePolicy {
+    pub name: Arc<str>,
+    /// `None` when no domain is configured (no override can apply), so a
+    /// config without RLS rules shows no override series.
+    pub counters: Option<PolicyCounters>,
+}
+
+impl LiveRules {
+    pub fn new(rules: Arc<EnvoyRules>, metrics: &Metrics) -> Self {
+        let counters = rules
+            .rules
+            .iter()
+            .map(|r| metrics.rls.counters(&r.domain, &r.key))
+            .collect();
+        let local = rules
+            .rules
+            .iter()
+            .map(|r| match (&r.kind, r.on_store_failure) {
+                (RuleKind::Limited { policy, .. }, Some(mode)) => local_share(policy, mode),
+                _ => None,
+            })
+            .collect();
+        let limits = rules
+            .rules
+            .iter()
+            .map(|r| match &r.kind {
+                RuleKind::Limited { policy, .. } => Some(RuleLimit {
+                    counters: metrics.policy_counters(policy.name()),
+                    policy_item: policy_item(policy),
+                }),
+                RuleKind::Unlimited | RuleKind::Blocked { .. } => None,
+            })
+            .collect();
+        let overrides = rules
+            .domains()
+            .map(|d| (d.to_owned(), metrics.rls.counters(d, "limit_override")))
+            .collect();
+        let override_policies = Unit::ALL.map(|unit| {
+            let name: Arc<str> = format!("limit-override-{}", unit.name()).into();
+            OverridePolicy {
+                counters: (!rules.is_empty()).then(|| metrics.policy_counters(&name)),
+                name,
+            }
+        });
+        Self {
+            rules,
+            counters,
+            local,
+            limits,
+            overrides,
+            override_policies,
+        }
+    }
+
+    /// The policy a `limit` override in `unit` decides as.
+    pub fn override_policy(&self, unit: Unit) -> &OverridePolicy {
+        &self.override_policies[unit.index()]
+    }
+}

@@ -1,0 +1,298 @@
+//! Each descriptor of a `ShouldRateLimit` request resolved to what decides
+//! it, as envoyproxy/ratelimit resolves it: a request's own `limit`
+//! override, else the most specific configured rule (minus those another
+//! matched rule `replaces`), else nothing. What a limit needs to be decided
+//! and reported — its policy, identity, cost, failure mode and counters —
+//! is gathered here, borrowed from the live config where it can be.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate_core::{Identity, Limits, Policy, Window};
+use tollgate_store::OnStoreFailure;
+use tonic::Status;
+
+use crate::envoy_rules::{EnvoyRules, Matched, RuleKind, Unit};
+use crate::live::LiveConfig;
+use crate::metrics::{PolicyCounters, RlsCounters};
+use crate::ratelimit_fields::policy_item;
+
+/// What one descriptor resolved to.
+pub(super) enum Resolved<'a> {
+    /// No configured limit (unknown domain, no match, or replaced).
+    None,
+    /// `unlimited: true`: OK without the store.
+    Unlimited { rls: &'a RlsCounters, hits: u64 },
+    /// `requests_per_unit: 0`: over for any positive cost, without the store.
+    Blocked {
+        unit: Unit,
+        report: Report<'a>,
+        shadow: bool,
+        hits: u64,
+    },
+    /// A limit the store decides.
+    Decide(Box<Pending<'a>>),
+}
+
+/// What `current_limit` says, and the envoyproxy-style counters it counts in.
+pub(super) struct Report<'a> {
+    pub name: &'a str,
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub rls: Option<&'a RlsCounters>,
+}
+
+/// A limit to decide in the store.
+pub(super) struct Pending<'a> {
+    pub policy: Cow<'a, Policy>,
+    /// Its `RateLimit-Policy` item, when precomputed (a configured rule).
+    pub policy_item: Option<&'a str>,
+    /// Where its policy's outcomes are counted.
+    pub counters: Option<&'a PolicyCounters>,
+    pub identity: Identity,
+    pub cost: u64,
+    pub shadow: bool,
+    /// `None`: a store failure answers with an error status.
+    pub on_failure: Option<OnStoreFailure>,
+    pub local: Option<&'a Policy>,
+    pub report: Report<'a>,
+}
+
+impl Pending<'_> {
+    /// The `RateLimit-Policy` item, written only for a request's override.
+    pub fn policy_item(&self) -> Cow<'_, str> {
+        match self.policy_item {
+            Some(item) => Cow::Borrowed(item),
+            None => Cow::Owned(policy_item(&self.policy)),
+        }
+    }
+}
+
+/// One request's descriptors against one live config.
+pub(super) struct Resolver<'a> {
+    live: &'a LiveConfig,
+    domain: &'a str,
+    /// Whether the domain is configured; an unknown one limits nothing.
+    known: bool,
+    /// The cost of a descriptor without its own `hits_addend`.
+    hits: u64,
+}
+
+impl<'a> Resolver<'a> {
+    pub fn new(live: &'a LiveConfig, request: &'a RateLimitRequest) -> Self {
+        Self {
+            live,
+            domain: &request.domain,
+            known: live.envoy.rules.has_domain(&request.domain),
+            hits: u64::from(request.hits_addend.max(1)),
+        }
+    }
+
+    /// Every descriptor resolved, in the request's order.
+    pub fn resolve_all(
+        &self,
+        descriptors: &'a [RateLimitDescriptor],
+    ) -> Result<Vec<Resolved<'a>>, Status> {
+        let matched: Vec<Option<Matched<'a>>> = descriptors.iter().map(|d| self.find(d)).collect();
+        let replaced = replaced_names(&self.live.envoy.rules, &matched);
+        descriptors
+            .iter()
+            .zip(matched)
+            .enumerate()
+            .map(|(i, (descriptor, matched))| self.resolve(i, descriptor, matched, &replaced))
+            .collect()
+    }
+
+    /// The configured rule for a descriptor without its own `limit`.
+    fn find(&self, descriptor: &RateLimitDescriptor) -> Option<Matched<'a>> {
+        if !self.known || descriptor.limit.is_some() {
+            return None;
+        }
+        let entries: Vec<(&str, &str)> = descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        self.live.envoy.rules.find(self.domain, &entries)
+    }
+
+    fn resolve(
+        &self,
+        i: usize,
+        descriptor: &RateLimitDescriptor,
+        matched: Option<Matched<'a>>,
+        replaced: &HashSet<&str>,
+    ) -> Result<Resolved<'a>, Status> {
+        let hits = descriptor
+            .hits_addend
+            .as_ref()
+            .map_or(self.hits, |v| v.value);
+        if let Some(limit) = descriptor.limit.as_ref().filter(|_| self.known) {
+            return self.resolve_override(i, descriptor, limit, hits);
+        }
+        let Some(matched) = matched else {
+            return Ok(Resolved::None);
+        };
+        let rule = &self.live.envoy.rules.rules[matched.rule];
+        if rule.name.as_deref().is_some_and(|n| replaced.contains(n)) {
+            return Ok(Resolved::None);
+        }
+        self.resolve_rule(i, descriptor, &matched, hits)
+    }
+
+    /// A configured rule, matched and not replaced.
+    fn resolve_rule(
+        &self,
+        i: usize,
+        descriptor: &RateLimitDescriptor,
+        matched: &Matched<'a>,
+        hits: u64,
+    ) -> Result<Resolved<'a>, Status> {
+        let envoy = &self.live.envoy;
+        let index = matched.rule;
+        let rule = &envoy.rules.rules[index];
+        let report = Report {
+            name: rule.name.as_deref().unwrap_or_default(),
+            requests_per_unit: rule.requests_per_unit,
+            unit: rule.unit,
+            rls: envoy.counters.get(index),
+        };
+        Ok(match &rule.kind {
+            RuleKind::Unlimited => Resolved::Unlimited {
+                rls: &envoy.counters[index],
+                hits,
+            },
+            RuleKind::Blocked { unit } => Resolved::Blocked {
+                unit: *unit,
+                report,
+                shadow: rule.shadow_mode,
+                hits,
+            },
+            RuleKind::Limited { policy, bound } => {
+                // A bound policy fails as it does over HTTP.
+                let bound = bound.as_deref().and_then(|name| self.live.policy(name));
+                let limit = envoy.limits[index].as_ref();
+                Resolved::Decide(Box::new(Pending {
+                    policy: Cow::Borrowed(policy),
+                    policy_item: limit.map(|l| l.policy_item.as_str()),
+                    counters: limit.map(|l| &l.counters),
+                    identity: self.identity(i, descriptor, Some(&matched.shared))?,
+                    cost: hits,
+                    shadow: rule.shadow_mode,
+                    on_failure: bound
+                        .map(|b| b.serve.on_store_failure)
+                        .or(rule.on_store_failure),
+                    local: bound
+                        .and_then(|b| b.local.as_ref())
+                        .or(envoy.local[index].as_ref()),
+                    report,
+                }))
+            }
+        })
+    }
+
+    /// A request's own `limit`: a fixed window of its `requests_per_unit`
+    /// per its `unit`, failing as a rule without a failure mode does.
+    fn resolve_override(
+        &self,
+        i: usize,
+        descriptor: &RateLimitDescriptor,
+        limit: &RateLimitOverride,
+        hits: u64,
+    ) -> Result<Resolved<'a>, Status> {
+        let unit = Unit::from_proto(limit.unit).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "descriptors[{i}].limit.unit: unknown unit {}",
+                limit.unit
+            ))
+        })?;
+        let report = Report {
+            name: "",
+            requests_per_unit: limit.requests_per_unit,
+            unit,
+            rls: self.live.envoy.overrides.get(self.domain),
+        };
+        let Some(window) = Window::new(u64::from(limit.requests_per_unit), unit.ms()) else {
+            return Ok(Resolved::Blocked {
+                unit,
+                report,
+                shadow: false,
+                hits,
+            });
+        };
+        let policy = self.live.envoy.override_policy(unit);
+        Ok(Resolved::Decide(Box::new(Pending {
+            policy: Cow::Owned(Policy::new(
+                policy.name.clone(),
+                Limits::FixedWindow(window),
+            )),
+            policy_item: None,
+            counters: policy.counters.as_ref(),
+            identity: self.identity(i, descriptor, None)?,
+            cost: hits,
+            shadow: false,
+            on_failure: None,
+            local: None,
+            report,
+        })))
+    }
+
+    fn identity(
+        &self,
+        i: usize,
+        descriptor: &RateLimitDescriptor,
+        shared: Option<&[Option<&str>]>,
+    ) -> Result<Identity, Status> {
+        descriptor_identity(
+            self.domain,
+            descriptor
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str())),
+            shared,
+            self.live.config.server.max_key_bytes,
+        )
+        .map_err(|reason| Status::invalid_argument(format!("descriptors[{i}]: {reason}")))
+    }
+}
+
+/// `replaces`: a matched limit named by another matched limit's
+/// `replaces` is dropped (unlimited ones replace too).
+fn replaced_names<'a>(rules: &'a EnvoyRules, matched: &[Option<Matched<'_>>]) -> HashSet<&'a str> {
+    matched
+        .iter()
+        .flatten()
+        .flat_map(|m| rules.rules[m.rule].replaces.iter().map(String::as_str))
+        .collect()
+}
+
+/// The identity of a matched descriptor: the domain and every entry, each
+/// length-prefixed so no two descriptors share one (`share_threshold`
+/// wildcards put their pattern in place of the value).
+fn descriptor_identity<'a>(
+    domain: &str,
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+    shared: Option<&[Option<&str>]>,
+    max_bytes: usize,
+) -> Result<Identity, String> {
+    use std::fmt::Write as _;
+    let mut text = String::with_capacity(64);
+    let _ = write!(text, "rls:{}:{domain}", domain.len());
+    for (i, (key, value)) in entries.enumerate() {
+        let value = shared
+            .and_then(|s| s.get(i))
+            .and_then(|s| *s)
+            .map_or(value, |pattern| pattern);
+        let _ = write!(text, "|{}:{key}{}:{value}", key.len(), value.len());
+    }
+    if text.len() > max_bytes {
+        return Err(format!(
+            "the descriptor's entries take {} bytes; at most {max_bytes} are accepted (server.max_key_bytes)",
+            text.len()
+        ));
+    }
+    Ok(Identity::value(&text))
+}
