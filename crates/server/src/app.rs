@@ -8,11 +8,11 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tollgate_core::Clock;
 
-use crate::ServeError;
 use crate::config::{ConfigLoadError, ServeConfig};
 use crate::limiter::{Backend, Limiter};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
+use tollgate_store::StoreError;
 
 pub struct App {
     pub live: ArcSwap<LiveConfig>,
@@ -37,11 +37,9 @@ impl App {
         config: ServeConfig,
         config_path: PathBuf,
         clock: Arc<dyn Clock>,
-    ) -> Result<Self, ServeError> {
+    ) -> Result<Self, StoreError> {
         let metrics = Arc::new(Metrics::new(Arc::clone(&clock)));
-        let backend = Backend::open(&config.store, Arc::clone(&clock))
-            .await
-            .map_err(ServeError::Store)?;
+        let backend = Backend::open(&config.store, Arc::clone(&clock)).await?;
         let live = LiveConfig::new(config, &metrics);
         Ok(Self {
             live: ArcSwap::from_pointee(live),

@@ -2,8 +2,6 @@
 //! (`match`, `identity`, `cost`), the `server` settings and the `store`.
 //! Every fault is reported with the policy and field it concerns.
 
-pub(crate) mod failure_mode;
-
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,11 +18,11 @@ use tollgate_core::{
 use tollgate_store::{OnStoreFailure, RedisConfig};
 
 use crate::envoy_rules::EnvoyRules;
+use crate::failure_mode::parse_failure_mode;
 use crate::matching::{Matcher, PathPattern, TrailingSlash};
 use crate::request_path::normalize;
 use crate::tls::{EdgeTls, TlsPaths};
 use crate::tokens::EndpointTokens;
-use failure_mode::parse_failure_mode;
 
 /// Fields a policy may carry beyond the core's.
 const SERVE_FIELDS: &[&str] = &[
@@ -58,6 +56,12 @@ pub enum ConfigLoadError {
         source: crate::envoy_rules::RulesError,
     },
 }
+
+/// `server.tls` is set, but its files were never read: a config parsed
+/// from text alone (`ServeConfig::parse`) cannot serve TLS.
+#[derive(Debug, thiserror::Error)]
+#[error("server.tls is set but its files were not read (load the config from its file)")]
+pub struct TlsNotLoaded;
 
 /// A whole, validated config.
 #[derive(Debug, Clone)]
@@ -457,9 +461,9 @@ impl ServeConfig {
 
     /// The loaded `server.tls`; an error when it is set but was not loaded
     /// (a config from [`Self::parse`] alone cannot read its files).
-    pub fn edge_tls(&self) -> Result<Option<&EdgeTls>, crate::ServeError> {
+    pub fn edge_tls(&self) -> Result<Option<&EdgeTls>, TlsNotLoaded> {
         match (&self.server.tls, &self.tls) {
-            (Some(_), None) => Err(crate::ServeError::TlsNotLoaded),
+            (Some(_), None) => Err(TlsNotLoaded),
             (_, tls) => Ok(tls.as_ref()),
         }
     }

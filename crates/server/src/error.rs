@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use tollgate_store::StoreError;
 
-use crate::config::ConfigLoadError;
+use crate::config::{ConfigLoadError, TlsNotLoaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -33,8 +33,8 @@ pub enum ServeError {
     Worker { index: usize, source: io::Error },
     #[error("HTTP worker {index} stopped while starting")]
     WorkerGone { index: usize },
-    #[error("server.tls is set but its files were not read (load the config from its file)")]
-    TlsNotLoaded,
+    #[error(transparent)]
+    TlsNotLoaded(#[from] TlsNotLoaded),
     #[error("cannot serve gRPC over TLS: {0}")]
     GrpcTls(tonic::transport::Error),
     #[error("gRPC server error: {0}")]

@@ -56,8 +56,9 @@ pub(crate) async fn route(
             method_not_allowed(AUTHORIZE_ALLOW)
         };
     }
-    operations
-        .oneshot(req.map(Body::new))
+    // Boxed: the operations router's future is large, and the hot paths'
+    // futures would otherwise carry (and move) its size.
+    Box::pin(operations.oneshot(req.map(Body::new)))
         .await
         .unwrap_or_else(|never| match never {})
 }
@@ -104,7 +105,17 @@ fn unauthorized(app: &App, group: Guarded, endpoint: &'static str) -> Response {
         .unauthorized
         .get_or_create(&EndpointLabels { endpoint })
         .inc();
-    tokens::unauthorized(group)
+    let mut response = Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized",
+        tokens::needs_token(group),
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"tollgate\""),
+    );
+    response
 }
 
 fn refuse(app: &App, problem: Problem) -> Response {

@@ -1,36 +1,59 @@
-//! The tollgate server as a library: config, the HTTP adapter, metrics and
-//! reload. The `tollgate` binary is a thin CLI over it; tests drive it
-//! in-process with a manual clock over real loopback HTTP.
+//! The tollgate server as a library. The `tollgate` binary is a thin CLI
+//! over it; tests drive it in-process with a manual clock over real
+//! loopback HTTP and gRPC.
 //!
-//! Flow: request → identity ([`request`]) → policy ([`config`], [`matching`])
-//! → store ([`app::Backend`]) → decision → response ([`response`]).
+//! Layers, each importing only those above it in this list (no cycles; see
+//! docs/design.md §2):
+//!
+//! 1. **config** — what a file says, loaded and validated once for
+//!    `validate` and `serve` alike: [`config`], [`envoy_rules`],
+//!    [`failure_mode`], [`matching`], [`request_path`], [`tls`], [`tokens`].
+//! 2. **limiter** — the one decision seam: [`limiter`] (stores, failure
+//!    modes, clock, decision metrics) over the [`live`] config, with
+//!    [`metrics`] and [`hot`]; [`app`] is the state every adapter shares.
+//! 3. **protocol adapters** — input → checks → [`limiter::Limiter::decide`]
+//!    → answer: HTTP ([`http`], [`request`], [`response`],
+//!    [`ratelimit_fields`], [`linger`]), Envoy RLS ([`rls`]), [`replay`].
+//! 4. **serve** — [`workers`] and [`serve`]: listen, reload, shut down.
+//!
+//! A `/v1/check` walks: [`workers`] accepts → `http::route` → the body
+//! parsed into checks → [`limiter::Limiter::decide`] → the store → the
+//! decision written back by [`http`].
 
 // The guarded Redis store's nested futures need a deeper layout query.
 #![recursion_limit = "256"]
 
-pub mod app;
-mod check_fault;
+// 1. config
 pub mod config;
 pub mod envoy_rules;
-mod error;
-pub mod explain;
-pub mod hot;
-pub mod http;
-pub mod limiter;
-pub mod linger;
-pub mod live;
+pub mod failure_mode;
 pub mod matching;
+pub mod request_path;
+pub mod tls;
+pub mod tokens;
+
+// 2. limiter
+pub mod app;
+pub mod hot;
+pub mod limiter;
+pub mod live;
 pub mod metrics;
+mod stopwatch;
+
+// 3. protocol adapters
+mod check_fault;
+pub mod explain;
+pub mod http;
+pub mod linger;
 pub mod ratelimit_fields;
 pub mod replay;
 pub mod request;
-pub mod request_path;
 pub mod response;
 pub mod rls;
+
+// 4. serve
+mod error;
 pub mod serve;
-mod stopwatch;
-pub mod tls;
-pub mod tokens;
 pub mod workers;
 
 pub use error::ServeError;

@@ -109,7 +109,9 @@ impl Backend {
         }
     }
 
-    async fn decide_all(&self, checks: &[GuardedCheck<'_>], now_ms: u64) -> GuardedDecisions {
+    /// `clock` dates a decision only for [`Backend::RedisAtClock`]; the
+    /// others keep their own time (the memory store reads the same clock).
+    async fn decide_all(&self, checks: &[GuardedCheck<'_>], clock: &dyn Clock) -> GuardedDecisions {
         match self {
             Backend::Memory(store) => GuardedDecisions {
                 decisions: match checks {
@@ -125,13 +127,19 @@ impl Backend {
             },
             Backend::Redis(guarded) => guarded.decide_all(checks).await,
             Backend::RedisAtClock(store) => {
-                let result = match checks {
-                    [one] => store.decide_at(one.check, now_ms).await.map(|d| vec![d]),
-                    _ => {
-                        let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-                        store.decide_all_at(&plain, now_ms).await
+                let now_ms = clock.now_ms();
+                // Boxed: replay's futures would otherwise widen every
+                // decision's future, and the hot paths move it.
+                let result = Box::pin(async {
+                    match checks {
+                        [one] => store.decide_at(one.check, now_ms).await.map(|d| vec![d]),
+                        _ => {
+                            let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                            store.decide_all_at(&plain, now_ms).await
+                        }
                     }
-                };
+                })
+                .await;
                 let (decisions, error) = match result {
                     Ok(decisions) => (decisions, None),
                     Err(e) => (Vec::new(), Some(e)),
@@ -189,12 +197,12 @@ impl Limiter {
     /// what each counted policy decided.
     pub async fn decide(&self, checks: &[Check<'_>]) -> Decided {
         let stopwatch = Stopwatch::start();
-        let now_ms = self.clock.now_ms();
+        let clock = self.clock.as_ref();
         let decided = match checks {
-            [one] => self.backend.decide_all(&[one.guarded()], now_ms).await,
+            [one] => self.backend.decide_all(&[one.guarded()], clock).await,
             _ => {
                 let guarded: Vec<GuardedCheck<'_>> = checks.iter().map(Check::guarded).collect();
-                self.backend.decide_all(&guarded, now_ms).await
+                self.backend.decide_all(&guarded, clock).await
             }
         };
         self.observe_store(&decided);

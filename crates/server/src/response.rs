@@ -4,6 +4,7 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use tollgate_core::{Decision, Policy};
 
 use crate::ratelimit_fields::{ratelimit_draft, ratelimit_fields, retry_after_seconds};
@@ -17,6 +18,11 @@ pub const PROBLEM_HEADER: &str = "tollgate-problem";
 /// path that made it (fail_open, fail_closed, local).
 pub const DEGRADED_HEADER: &str = "tollgate-degraded";
 
+// The field names as constants: built at compile time, not validated again
+// on every response.
+const POLICY_FIELD: HeaderName = HeaderName::from_static(ratelimit_draft::POLICY_FIELD);
+const STATE_FIELD: HeaderName = HeaderName::from_static(ratelimit_draft::STATE_FIELD);
+
 /// The RateLimit-Policy and RateLimit fields for a set of decided policies.
 pub fn ratelimit_headers<'a>(
     headers: &mut HeaderMap,
@@ -25,12 +31,13 @@ pub fn ratelimit_headers<'a>(
     let Some(fields) = ratelimit_fields(decided) else {
         return;
     };
+    // The strings' buffers become the values (validated, not copied).
     if let (Ok(p), Ok(s)) = (
-        HeaderValue::from_str(&fields.policy),
-        HeaderValue::from_str(&fields.state),
+        HeaderValue::from_maybe_shared(Bytes::from(fields.policy)),
+        HeaderValue::from_maybe_shared(Bytes::from(fields.state)),
     ) {
-        headers.insert(HeaderName::from_static(ratelimit_draft::POLICY_FIELD), p);
-        headers.insert(HeaderName::from_static(ratelimit_draft::STATE_FIELD), s);
+        headers.insert(POLICY_FIELD, p);
+        headers.insert(STATE_FIELD, s);
     }
 }
 

@@ -38,7 +38,11 @@ pub async fn run(
     };
     let grpc_addr = grpc_listen.or(config.server.grpc_listen);
     let clock: Arc<dyn tollgate_core::Clock> = Arc::new(SystemClock);
-    let app = Arc::new(App::open(config, config_path, Arc::clone(&clock)).await?);
+    let app = Arc::new(
+        App::open(config, config_path, Arc::clone(&clock))
+            .await
+            .map_err(ServeError::Store)?,
+    );
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Listen {

@@ -12,10 +12,7 @@
 
 use std::fmt;
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-
-use crate::response::Problem;
+use axum::http::{HeaderMap, HeaderValue, header};
 
 /// A token shorter than this is refused at load: it could be guessed.
 pub const MIN_TOKEN_BYTES: usize = 16;
@@ -182,17 +179,6 @@ pub fn needs_token(group: Guarded) -> String {
         "this endpoint needs `Authorization: Bearer <token>` ({})",
         group.env()
     )
-}
-
-/// The 401 problem+json for a request without the right token.
-pub fn unauthorized(group: Guarded) -> Response {
-    let mut response =
-        Problem::new(StatusCode::UNAUTHORIZED, "Unauthorized", needs_token(group)).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"tollgate\""),
-    );
-    response
 }
 
 #[cfg(test)]

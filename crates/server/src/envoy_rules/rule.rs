@@ -12,7 +12,7 @@ use tollgate_store::OnStoreFailure;
 
 use super::reading::{Reading, string_field};
 use super::{RulesError, Unit};
-use crate::config::failure_mode::parse_failure_mode;
+use crate::failure_mode::parse_failure_mode;
 
 /// What a matched descriptor does.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: request →
-//! descriptors resolved to rules ([`super::resolve`]) → the limiter, one
+//! descriptors resolved to rules (`resolve.rs`) → the limiter, one
 //! all-or-nothing call for the enforced limits and one for the shadowed →
-//! statuses and fields ([`super::answer`]). Metrics of the decisions
+//! statuses and fields (`answer.rs`). Metrics of the decisions
 //! themselves are the limiter's; this adapter counts only RLS requests and
 //! the store failures it turned into errors.
 
