@@ -19,6 +19,7 @@ mod decision;
 mod duration;
 mod identity;
 mod policy;
+mod split;
 
 pub use algorithm::{BucketState, GcraState, Intent, LogState, SlidingCount, State, WindowCount};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -30,3 +31,4 @@ pub use decision::Decision;
 pub use duration::{DurationError, format_duration_ms, parse_duration_ms};
 pub use identity::{Identity, IdentityError, SecretHasher};
 pub use policy::{Algorithm, Limits, Policy, Rate, Window};
+pub use split::{split_policy, split_shares};

@@ -19,6 +19,8 @@ pub struct App {
     pub limiter: Limiter,
     pub metrics: Arc<Metrics>,
     pub config_path: PathBuf,
+    /// `--region`, which every reload must load the config in too.
+    pub region_flag: Option<String>,
 }
 
 /// Why a reload was refused; the previous config keeps serving.
@@ -39,21 +41,31 @@ impl App {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let metrics = Arc::new(Metrics::new(Arc::clone(&clock)));
-        let backend = Backend::open(&config.store, Arc::clone(&clock)).await?;
+        let mut backends = Vec::with_capacity(config.stores.list.len());
+        for (_, settings) in &config.stores.list {
+            backends.push(Backend::open(settings, Arc::clone(&clock)).await?);
+        }
         let live = LiveConfig::new(config, &metrics);
         Ok(Self {
             live: ArcSwap::from_pointee(live),
-            limiter: Limiter::new(backend, Arc::clone(&metrics), clock),
+            limiter: Limiter::new(backends, Arc::clone(&metrics), clock),
             metrics,
             config_path,
+            region_flag: None,
         })
+    }
+
+    /// This instance's region as `--region` gave it (reloads keep it).
+    pub fn in_region(mut self, region: Option<String>) -> Self {
+        self.region_flag = region;
+        self
     }
 
     /// Loads the config file again. A valid config replaces the old one
     /// atomically (buckets carry over: state is keyed by policy name and
     /// records its scale); an invalid one is refused and the old one stays.
     pub fn reload(&self) -> Result<(), ReloadError> {
-        let result = ServeConfig::load(&self.config_path)
+        let result = ServeConfig::load_in_region(&self.config_path, self.region_flag.as_deref())
             .map_err(ReloadError::from)
             .and_then(|config| {
                 let current = self.live.load();

@@ -21,11 +21,13 @@ use crate::envoy_rules::EnvoyRules;
 use crate::failure_mode::parse_failure_mode;
 use crate::matching::{Matcher, PathPattern, TrailingSlash};
 use crate::request_path::normalize;
+use crate::scope::{Deployment, Scope, Stores, enforced, parse_scope};
 use crate::tls::{EdgeTls, TlsPaths};
 use crate::tokens::EndpointTokens;
 
 /// Fields a policy may carry beyond the core's.
 const SERVE_FIELDS: &[&str] = &[
+    "scope",
     "match",
     "identity",
     "cost",
@@ -67,8 +69,11 @@ pub struct TlsNotLoaded;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub server: ServerSettings,
-    pub store: StoreSettings,
-    /// A hash of the `store` section: a reload may not change it.
+    /// The stores by role (`store:` alone is one of them).
+    pub stores: Stores,
+    /// This instance's region and the regions there are.
+    pub deployment: Deployment,
+    /// A hash of the stores and the region: a reload may not change them.
     pub store_hash: String,
     pub policies: Vec<ServePolicy>,
     pub set: PolicySet,
@@ -331,7 +336,15 @@ fn default_max_keys() -> usize {
 /// A policy as the server applies it.
 #[derive(Debug, Clone)]
 pub struct ServePolicy {
+    /// What this instance enforces: the policy as declared, or under
+    /// `split` its region's share.
     pub policy: Policy,
+    /// The policy as the config declares it.
+    pub declared: Policy,
+    /// Where it is enforced, and so its bound.
+    pub scope: Scope,
+    /// Its store, in [`Stores::list`].
+    pub store: usize,
     pub matcher: Matcher,
     /// Parts of the identity taken from a forwarded request.
     pub identity: Vec<IdentityPart>,
@@ -412,6 +425,17 @@ impl ServeConfig {
         // an unreadable token must be refused, not leave its endpoint open.
         Self::load_with_env(path, |name| {
             std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
+    }
+
+    /// [`Self::load`] for an instance told its region (`--region`), which
+    /// wins over `TOLLGATE_REGION` and the file's `region:`.
+    pub fn load_in_region(path: &Path, region: Option<&str>) -> Result<Self, ConfigLoadError> {
+        Self::load_with_env(path, |name| {
+            match region.filter(|_| name == crate::scope::REGION_ENV) {
+                Some(region) => Some(region.to_owned()),
+                None => std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
+            }
         })
     }
 
@@ -503,7 +527,13 @@ impl ServeConfig {
         for key in top.keys() {
             if !matches!(
                 key.as_str(),
-                "server" | "store" | "policies" | "envoy_ratelimit_configs"
+                "server"
+                    | "store"
+                    | "stores"
+                    | "region"
+                    | "regions"
+                    | "policies"
+                    | "envoy_ratelimit_configs"
             ) {
                 return Err(ConfigError::Document(format!(
                     "unknown top-level field {key:?} (expected: server, store, policies, envoy_ratelimit_configs)"
@@ -565,15 +595,21 @@ impl ServeConfig {
                 server.deny_status
             )));
         }
-        let store = parse_store(top.get("store"))?;
-        let store_hash = blake3::hash(
-            top.get("store")
-                .map(ToString::to_string)
-                .unwrap_or_default()
-                .as_bytes(),
-        )
-        .to_hex()[..16]
-            .to_owned();
+        let deployment = Deployment::parse(top, &env)?;
+        let stores = Stores::parse(top, &deployment)?;
+        let store_hash = {
+            let mut hasher = blake3::Hasher::new();
+            for key in ["store", "stores"] {
+                hasher.update(
+                    top.get(key)
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
+                        .as_bytes(),
+                );
+            }
+            hasher.update(deployment.region.as_deref().unwrap_or("").as_bytes());
+            hasher.finalize().to_hex()[..16].to_owned()
+        };
         let no_policies = Vec::new();
         let list = match top.get("policies") {
             Some(Value::Array(list)) => list,
@@ -598,7 +634,7 @@ impl ServeConfig {
                 ConfigError::Document(format!("policies[{index}] must be a mapping"))
             })?;
             let policy = parse_policy(index, fields, SERVE_FIELDS)?;
-            let serve = parse_serve_fields(policy.clone(), fields)?;
+            let serve = parse_serve_fields(policy.clone(), fields, &stores, &deployment)?;
             set.push(policy)?;
             policies.push(serve);
         }
@@ -627,7 +663,8 @@ impl ServeConfig {
         };
         Ok(Self {
             server,
-            store,
+            stores,
+            deployment,
             store_hash,
             policies,
             set,
@@ -697,13 +734,19 @@ fn parse_envoy_paths(value: Option<&Value>) -> Result<Vec<PathBuf>, ConfigError>
     }
 }
 
-fn parse_store(value: Option<&Value>) -> Result<StoreSettings, ConfigError> {
+/// One store's settings (`{memory: …}` or `{redis: …}`) under `field`
+/// (`store`, `stores.global`, …), which every message names.
+pub(crate) fn parse_store_value(
+    value: Option<&Value>,
+    field: &str,
+) -> Result<StoreSettings, ConfigError> {
+    let fault = |m: String| ConfigError::Document(m);
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Ok(StoreSettings::default());
     };
     let map = value
         .as_object()
-        .ok_or_else(|| ConfigError::Document("store: must be a mapping".into()))?;
+        .ok_or_else(|| fault(format!("{field}: must be a mapping")))?;
     match map.iter().next() {
         Some((kind, settings)) if map.len() == 1 && kind == "memory" => {
             let settings: MemorySettings = if settings.is_null() {
@@ -712,12 +755,10 @@ fn parse_store(value: Option<&Value>) -> Result<StoreSettings, ConfigError> {
                 }
             } else {
                 serde_json::from_value(settings.clone())
-                    .map_err(|e| ConfigError::Document(format!("store.memory: {e}")))?
+                    .map_err(|e| fault(format!("{field}.memory: {e}")))?
             };
             if settings.max_keys == 0 {
-                return Err(ConfigError::Document(
-                    "store.memory: max_keys must be positive".into(),
-                ));
+                return Err(fault(format!("{field}.memory: max_keys must be positive")));
             }
             Ok(StoreSettings::Memory {
                 max_keys: settings.max_keys,
@@ -725,19 +766,21 @@ fn parse_store(value: Option<&Value>) -> Result<StoreSettings, ConfigError> {
         }
         Some((kind, settings)) if map.len() == 1 && kind == "redis" => {
             let config: RedisConfig = serde_json::from_value(settings.clone())
-                .map_err(|e| ConfigError::Document(format!("store.redis: {e}")))?;
+                .map_err(|e| fault(format!("{field}.redis: {e}")))?;
             // Its messages name their field (`store.redis.url: …`) already.
             config.validate().map_err(|e| {
-                ConfigError::Document(match e {
-                    tollgate_store::StoreError::Config(message) => message,
-                    other => format!("store.redis: {other}"),
+                fault(match e {
+                    tollgate_store::StoreError::Config(message) => {
+                        message.replacen("store.redis", &format!("{field}.redis"), 1)
+                    }
+                    other => format!("{field}.redis: {other}"),
                 })
             })?;
             Ok(StoreSettings::Redis(Box::new(config)))
         }
-        _ => Err(ConfigError::Document(
-            "store: expected exactly one of: memory, redis".into(),
-        )),
+        _ => Err(fault(format!(
+            "{field}: expected exactly one of: memory, redis"
+        ))),
     }
 }
 
@@ -752,7 +795,11 @@ fn field_error(policy: &Policy, field: &str, reason: impl Into<String>) -> Confi
 fn parse_serve_fields(
     policy: Policy,
     fields: &Map<String, Value>,
+    stores: &Stores,
+    deployment: &Deployment,
 ) -> Result<ServePolicy, ConfigError> {
+    let scope = parse_scope(&policy, fields.get("scope"), stores, deployment)?;
+    let store = stores.index(scope.store_role()).unwrap_or_default();
     let matcher = match fields.get("match") {
         None | Some(Value::Null) => Matcher::default(),
         Some(Value::Object(m)) => parse_match(&policy, m)?,
@@ -828,7 +875,10 @@ fn parse_serve_fields(
         .map_err(|fault| field_error(&policy, fault.field, fault.reason))?
         .unwrap_or(OnStoreFailure::FailOpen);
     Ok(ServePolicy {
-        policy,
+        policy: enforced(&policy, &scope, deployment),
+        declared: policy,
+        scope,
+        store,
         matcher,
         identity,
         cost,

@@ -6,11 +6,12 @@
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use tollgate_core::{Limits, Policy, format_duration_ms};
+use tollgate_core::{Limits, Policy, format_duration_ms, split_shares};
 
 use tollgate_store::{OnStoreFailure, RedisConfig, local_policy};
 
 use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
+use crate::scope::{Scope, Stores};
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.
 pub fn describe_policy(policy: &Policy) -> String {
@@ -33,70 +34,275 @@ pub fn describe_policy(policy: &Policy) -> String {
     }
 }
 
-/// `tollgate explain`: for each policy its scope, the bound that scope
-/// gives across tollgate processes, and what it does when the store fails.
+/// `tollgate explain`: for each policy its limits, its scope and the bound
+/// that scope gives as a number in the policy's units (given the regions
+/// and instances `regions:` describes), what it does when its store fails,
+/// the keys it writes and what an identity costs. The text a reviewer reads
+/// before approving a config change.
 pub fn explain(config: &ServeConfig, path: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "config {path} (hash {})", config.hash);
-    let redis = match &config.store {
-        StoreSettings::Memory { max_keys } => {
-            let _ = writeln!(
-                out,
-                "store: memory, inside each tollgate process (at most {max_keys} keys)"
-            );
-            None
-        }
-        StoreSettings::Redis(redis) => {
-            let _ = writeln!(
-                out,
-                "store: redis {}, shared by every tollgate process with prefix {:?} (timeout {})",
-                topology(redis),
-                redis.prefix,
-                format_duration_ms(redis.timeout_ms)
-            );
-            Some(redis)
-        }
-    };
+    let deployment = &config.deployment;
+    if !deployment.regions.is_empty() || deployment.region.is_some() {
+        let regions: Vec<String> = deployment
+            .regions
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} ({} instance{})",
+                    r.name,
+                    r.instances,
+                    plural(r.instances)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "region: {}; regions: {}",
+            deployment.region.as_deref().unwrap_or("not set"),
+            if regions.is_empty() {
+                "not listed".to_owned()
+            } else {
+                regions.join(", ")
+            }
+        );
+    }
+    for (role, settings) in &config.stores.list {
+        let _ = writeln!(out, "store {role}: {}", store_text(settings));
+    }
     for serve in &config.policies {
-        let _ = writeln!(out, "\n{}", describe_policy(&serve.policy));
-        match redis {
-            None => {
-                let _ = writeln!(
-                    out,
-                    "  scope: instance. Each tollgate process decides alone: across N processes at most N × the limit is admitted (use a redis store for one limit across processes)."
-                );
-                let _ = writeln!(
-                    out,
-                    "  on store failure: nothing can fail; the store is in the process."
-                );
-            }
-            Some(redis) => {
-                let _ = writeln!(
-                    out,
-                    "  scope: global. One Redis decides every request, atomically and on its own clock: exact across any number of tollgate processes{}.",
-                    if redis.cluster.is_some() {
-                        " (a request whose checks span Cluster slots may be rejected after some slots consumed, never admitted beyond a limit: docs/redis.md)"
-                    } else {
-                        ""
-                    }
-                );
-                let (mode, while_degraded) = degraded(serve);
-                let _ = writeln!(
-                    out,
-                    "  on store failure: {mode} (Redis down, or slower than {}): {while_degraded}.",
-                    format_duration_ms(redis.timeout_ms)
-                );
-            }
+        let e = explain_policy(config, serve);
+        let _ = writeln!(out, "\n{}", describe_policy(&serve.declared));
+        let _ = writeln!(out, "  scope: {}", e.scope_text);
+        let _ = writeln!(out, "  bound: {}", e.bound_text);
+        if let Some(split) = &e.split_text {
+            let _ = writeln!(out, "  split: {split}");
         }
+        let _ = writeln!(out, "  on store failure: {}", e.failure_text);
+        let _ = writeln!(out, "  state: {}", e.state_text);
     }
     if !config.envoy_ratelimit_configs.is_empty() {
         let _ = writeln!(
             out,
-            "\nenvoy_ratelimit_configs: {} file(s), decided on the same store with the same scope",
-            config.envoy_ratelimit_configs.len()
+            "\nenvoy_ratelimit_configs: {} file(s), decided on the {} store",
+            config.envoy_ratelimit_configs.len(),
+            config.stores.list[config.stores.default_index()].0
         );
     }
     out
+}
+
+/// `tollgate explain --json`: the same, for CI to diff.
+pub fn explain_json(config: &ServeConfig, path: &str) -> Value {
+    let policies: Vec<Value> = config
+        .policies
+        .iter()
+        .map(|serve| {
+            let e = explain_policy(config, serve);
+            let mut v = policy_json(serve);
+            v["scope"] = e.json;
+            v
+        })
+        .collect();
+    json!({
+        "config": path,
+        "hash": config.hash,
+        "region": config.deployment.region,
+        "regions": config.deployment.regions.iter().map(|r| json!({
+            "name": r.name, "instances": r.instances, "weight": r.weight,
+        })).collect::<Vec<_>>(),
+        "stores": stores_json(&config.stores),
+        "policies": policies,
+    })
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn store_text(settings: &StoreSettings) -> String {
+    match settings {
+        StoreSettings::Memory { max_keys } => {
+            format!("memory, inside each tollgate process (at most {max_keys} keys)")
+        }
+        StoreSettings::Redis(redis) => format!(
+            "redis {}, shared by every tollgate process that names it, prefix {:?} (timeout {})",
+            topology(redis),
+            redis.prefix,
+            format_duration_ms(redis.timeout_ms)
+        ),
+    }
+}
+
+/// What one policy's scope promises, in words and as JSON.
+struct Explained {
+    scope_text: String,
+    bound_text: String,
+    split_text: Option<String>,
+    failure_text: String,
+    state_text: String,
+    json: Value,
+}
+
+/// What `factor` copies of `policy` admit, in the policy's own units: a
+/// window's count per window, a bucket's burst then its refill rate.
+fn admits(policy: &Policy, factor: u64) -> String {
+    match policy.limits() {
+        Limits::TokenBucket(r) | Limits::Gcra(r) => format!(
+            "a burst of {} then {} per {}",
+            r.capacity().saturating_mul(factor),
+            r.tokens().saturating_mul(factor),
+            format_duration_ms(r.per_ms())
+        ),
+        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => format!(
+            "{} per {}",
+            w.limit().saturating_mul(factor),
+            format_duration_ms(w.window_ms())
+        ),
+    }
+}
+
+fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
+    let declared = &serve.declared;
+    let limit = declared.limits().limit();
+    let one = admits(declared, 1);
+    let deployment = &config.deployment;
+    let (role, settings) = &config.stores.list[serve.store];
+    let redis = match settings {
+        StoreSettings::Redis(redis) => Some(redis.as_ref()),
+        StoreSettings::Memory { .. } => None,
+    };
+    let regions = deployment.regions.len() as u64;
+    let mut split_text = None;
+    let mut json_split = Value::Null;
+    let (scope_text, bound_text, at_most): (String, String, Option<u64>) = match &serve.scope {
+        Scope::Instance => {
+            let n = deployment.instances();
+            (
+                "instance: each tollgate process decides alone, on its memory store.".into(),
+                match n {
+                    Some(n) => format!(
+                        "at most {n} × the limit: {}, across the {n} instance{} `regions:` lists.",
+                        admits(declared, n),
+                        plural(n)
+                    ),
+                    None => format!(
+                        "at most N × the limit ({one}) for N tollgate processes (list `regions:` with their instances to state N)."
+                    ),
+                },
+                n.map(|n| n.saturating_mul(limit)),
+            )
+        }
+        Scope::Region => (
+            format!("region: each region decides alone, on its regional store ({role})."),
+            if regions > 0 {
+                format!(
+                    "at most {regions} × the limit: {}, across the {regions} region{} `regions:` lists.",
+                    admits(declared, regions),
+                    plural(regions)
+                )
+            } else {
+                format!("at most R × the limit ({one}) for R regions (list `regions:` to state R).")
+            },
+            (regions > 0).then(|| regions.saturating_mul(limit)),
+        ),
+        Scope::Split { weights } => {
+            let w: Vec<u64> = weights.iter().map(|(_, w)| *w).collect();
+            let shares = split_shares(limit, &w);
+            let listed: Vec<String> = weights
+                .iter()
+                .zip(&shares)
+                .map(|((r, _), s)| format!("{r} {s}"))
+                .collect();
+            let this = deployment.region.as_deref().unwrap_or("?");
+            let largest = shares.iter().copied().max().unwrap_or(0);
+            split_text = Some(format!(
+                "shares of {limit}: {} (largest remainder, ties to the first region by name; they sum to {limit}; a bucket's refill splits exactly by weight); this instance ({this}) enforces {}. With all traffic in one region at most its share is admitted: at least {} of the {limit} strands in the quiet regions.",
+                listed.join(", "),
+                admits(&serve.policy, 1),
+                limit - largest.min(limit)
+            ));
+            json_split = json!({
+                "shares": weights.iter().zip(&shares).map(|((r, _), s)| (r.clone(), json!(s))).collect::<serde_json::Map<_, _>>(),
+                "this_region": deployment.region,
+                "enforced_here": serve.policy.limits().limit(),
+                "stranded_when_one_region_is_busy_at_least": limit - largest.min(limit),
+            });
+            (
+                format!(
+                    "split: each region enforces its fixed share alone, on its regional store ({role})."
+                ),
+                format!("at most the limit, {one}: the shares never sum above it."),
+                Some(limit),
+            )
+        }
+        Scope::Global => {
+            let topology = redis.map_or("memory", topology);
+            let text = match topology {
+                "sentinel" => format!(
+                    "the limit, {one}, while the master lives; a Sentinel failover forgets what the old master acknowledged but had not replicated, so up to the decisions of the replication lag more (Redis replication is asynchronous: not bounded by tollgate)."
+                ),
+                "cluster" => format!(
+                    "the limit, {one}, exact (a request whose checks span Cluster slots may be rejected after some slots consumed, never admitted beyond a limit: docs/redis.md)."
+                ),
+                _ => format!(
+                    "the limit, {one}, exact: one Redis decides every request, atomically on its own clock."
+                ),
+            };
+            (
+                format!("global: every decision on the global store ({role}, redis {topology})."),
+                text,
+                (topology != "sentinel").then_some(limit),
+            )
+        }
+    };
+    let (mode, while_degraded) = degraded(serve);
+    let failure_text = match redis {
+        None => "nothing can fail; the store is in the process.".to_owned(),
+        Some(redis) => format!(
+            "{mode} (its {role} store down, or slower than {}): {while_degraded}.",
+            format_duration_ms(redis.timeout_ms)
+        ),
+    };
+    let bytes = match declared.algorithm() {
+        tollgate_core::Algorithm::Gcra => 72,
+        _ => 120,
+    };
+    let state_text = match redis {
+        None => "one slot of the memory store per identity (128 bytes), forgotten once idle past its reset.".to_owned(),
+        Some(redis) => format!(
+            "key {}:{}:{}:{{<identity>}} with a TTL of the time to refill/forget it + {}; about {bytes} bytes per identity in Redis{}.",
+            redis.prefix,
+            declared.name(),
+            declared.algorithm(),
+            format_duration_ms(redis.ttl_margin_ms),
+            if declared.algorithm() == tollgate_core::Algorithm::SlidingLog {
+                ", plus each logged request"
+            } else {
+                ""
+            }
+        ),
+    };
+    let json = json!({
+        "name": serve.scope.name(),
+        "store": role,
+        "bound": {
+            "limit": limit,
+            "window_ms": declared.limits().window_ms(),
+            "admitted_at_most": at_most,
+            "text": bound_text,
+        },
+        "split": json_split,
+        "state": state_text,
+    });
+    Explained {
+        scope_text,
+        bound_text,
+        split_text,
+        failure_text,
+        state_text,
+        json,
+    }
 }
 
 fn topology(redis: &RedisConfig) -> &'static str {
@@ -184,6 +390,17 @@ pub fn policy_json(serve: &ServePolicy) -> Value {
         }
     };
     v
+}
+
+/// Every store by role, as `/v1/policies` and `explain --json` show them.
+pub fn stores_json(stores: &Stores) -> Value {
+    Value::Object(
+        stores
+            .list
+            .iter()
+            .map(|(role, settings)| ((*role).to_owned(), store_json(settings)))
+            .collect(),
+    )
 }
 
 pub fn store_json(store: &StoreSettings) -> Value {

@@ -720,7 +720,8 @@ async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let body = serde_json::json!({
         "config_hash": live_config.config.hash,
         "ratelimit_headers": crate::ratelimit_fields::ratelimit_draft::VERSION,
-        "store": crate::explain::store_json(&live_config.config.store),
+        "store": crate::explain::store_json(&live_config.config.stores.list[0].1),
+        "stores": crate::explain::stores_json(&live_config.config.stores),
         "policies": list,
     });
     json_response(body.to_string())

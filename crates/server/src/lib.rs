@@ -7,7 +7,8 @@
 //!
 //! 1. **config** — what a file says, loaded and validated once for
 //!    `validate` and `serve` alike: [`config`], [`envoy_rules`],
-//!    [`failure_mode`], [`matching`], [`request_path`], [`tls`], [`tokens`].
+//!    [`failure_mode`], [`matching`], [`request_path`], [`scope`], [`tls`],
+//!    [`tokens`].
 //! 2. **limiter** — the one decision seam: [`limiter`] (stores, failure
 //!    modes, clock, decision metrics) over the [`live`] config, with
 //!    [`metrics`] and [`hot`]; [`app`] is the state every adapter shares.
@@ -29,6 +30,7 @@ pub mod envoy_rules;
 pub mod failure_mode;
 pub mod matching;
 pub mod request_path;
+pub mod scope;
 pub mod tls;
 pub mod tokens;
 

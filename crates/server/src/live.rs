@@ -12,7 +12,7 @@ use tollgate_store::{OnStoreFailure, local_policy};
 
 use crate::config::{ServeConfig, ServePolicy};
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
-use crate::metrics::{Metrics, PolicyCounters, RlsCounters};
+use crate::metrics::{Metrics, PolicyCounters, RlsCounters, ScopeLabels};
 use crate::ratelimit_fields::policy_item;
 
 /// A policy ready to serve: config, counters and its precomputed
@@ -51,6 +51,17 @@ impl LiveConfig {
             .enumerate()
             .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
             .collect();
+        let region = config.deployment.region.clone().unwrap_or_default();
+        for serve in &config.policies {
+            metrics
+                .scope_limit
+                .get_or_create(&ScopeLabels {
+                    policy: serve.policy.name().to_owned(),
+                    scope: serve.scope.name(),
+                    region: region.clone(),
+                })
+                .set(i64::try_from(serve.policy.limits().limit()).unwrap_or(i64::MAX));
+        }
         let envoy = LiveRules::new(Arc::clone(&config.envoy), metrics);
         Self {
             config,

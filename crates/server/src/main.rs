@@ -38,6 +38,10 @@ enum Command {
         /// [default: server.grpc_listen, else not served].
         #[arg(long)]
         grpc_listen: Option<std::net::SocketAddr>,
+        /// This instance's region [default: TOLLGATE_REGION, else the
+        /// config's `region:`]: picks its regional store and split shares.
+        #[arg(long)]
+        region: Option<String>,
     },
     /// Decide a trace of events (JSON lines on stdin) at their own times;
     /// write one decision a line to stdout.
@@ -58,6 +62,9 @@ enum Command {
         /// The policy config (YAML).
         #[arg(long)]
         config: PathBuf,
+        /// Validate as an instance of this region would load it.
+        #[arg(long)]
+        region: Option<String>,
     },
     /// Print, for each policy, its scope, the bound it gives across tollgate
     /// processes and its failure mode; exit 1 when the config is invalid.
@@ -65,6 +72,12 @@ enum Command {
         /// The policy config (YAML).
         #[arg(long)]
         config: PathBuf,
+        /// Explain as an instance of this region would serve it.
+        #[arg(long)]
+        region: Option<String>,
+        /// JSON instead of text, for CI to diff.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -75,6 +88,7 @@ fn main() -> ExitCode {
             config,
             listen,
             grpc_listen,
+            region,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -90,7 +104,7 @@ fn main() -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(&format_args!("cannot start the runtime: {e}"), 1),
             };
-            match runtime.block_on(serve::run(config, listen, grpc_listen)) {
+            match runtime.block_on(serve::run(config, listen, grpc_listen, region)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => fail(&message, 1),
             }
@@ -114,29 +128,42 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e, 2),
             }
         }
-        Command::Validate { config } => match config::ServeConfig::load(&config) {
-            Ok(loaded) => {
-                let mut out = io::stdout().lock();
-                let _ = writeln!(
-                    out,
-                    "config {} is valid (hash {})",
-                    config.display(),
-                    loaded.hash
-                );
-                for serve in &loaded.policies {
-                    let _ = writeln!(out, "{}", explain::describe_policy(&serve.policy));
+        Command::Validate { config, region } => {
+            match config::ServeConfig::load_in_region(&config, region.as_deref()) {
+                Ok(loaded) => {
+                    let mut out = io::stdout().lock();
+                    let _ = writeln!(
+                        out,
+                        "config {} is valid (hash {})",
+                        config.display(),
+                        loaded.hash
+                    );
+                    for serve in &loaded.policies {
+                        let _ = writeln!(out, "{}", explain::describe_policy(&serve.declared));
+                    }
+                    let mut err = io::stderr().lock();
+                    for warning in loaded.warnings() {
+                        let _ = writeln!(err, "tollgate: warning: {warning}");
+                    }
+                    ExitCode::SUCCESS
                 }
-                let mut err = io::stderr().lock();
-                for warning in loaded.warnings() {
-                    let _ = writeln!(err, "tollgate: warning: {warning}");
-                }
-                ExitCode::SUCCESS
+                Err(message) => fail(&message, 1),
             }
-            Err(message) => fail(&message, 1),
-        },
-        Command::Explain { config } => match config::ServeConfig::load(&config) {
+        }
+        Command::Explain {
+            config,
+            region,
+            json,
+        } => match config::ServeConfig::load_in_region(&config, region.as_deref()) {
             Ok(loaded) => {
-                let text = explain::explain(&loaded, &config.display().to_string());
+                let path = config.display().to_string();
+                let text = if json {
+                    let mut text = explain::explain_json(&loaded, &path).to_string();
+                    text.push('\n');
+                    text
+                } else {
+                    explain::explain(&loaded, &path)
+                };
                 let _ = io::stdout().lock().write_all(text.as_bytes());
                 ExitCode::SUCCESS
             }

@@ -22,6 +22,14 @@ pub struct DecisionLabels {
     pub outcome: &'static str,
 }
 
+/// A policy's scope on this instance, and the region it serves.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    pub policy: String,
+    pub scope: &'static str,
+    pub region: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DegradedLabels {
     pub path: &'static str,
@@ -68,6 +76,8 @@ pub struct Metrics {
     pub tls_handshake_failures: Counter,
     /// Envoy's rate limit service (gRPC).
     pub rls: RlsMetrics,
+    /// What each policy's scope leaves this instance to enforce.
+    pub scope_limit: Family<ScopeLabels, Gauge>,
     /// The identities rejected most, per policy.
     pub hot: Arc<HotIdentities>,
 }
@@ -152,6 +162,12 @@ impl Metrics {
             "1 when the store answered its last readiness ping (GET /readyz), 0 when it did not",
             store_up.clone(),
         );
+        let scope_limit = Family::<ScopeLabels, Gauge>::default();
+        registry.register(
+            "scope_limit",
+            "The limit (C or L) each policy's scope leaves this instance's store to enforce: the whole limit, or under split this region's share",
+            scope_limit.clone(),
+        );
         let degraded = Family::<DegradedLabels, Counter>::default();
         registry.register(
             "degraded_decisions",
@@ -193,6 +209,7 @@ impl Metrics {
             store_errors,
             circuit_state,
             store_up,
+            scope_limit,
             degraded,
             decisions,
             decision_seconds,

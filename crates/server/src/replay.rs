@@ -73,7 +73,7 @@ pub fn run_on(
         }
     };
     let metrics = Arc::new(Metrics::new(clock.clone()));
-    let limiter = Limiter::new(backend, metrics, clock.clone());
+    let limiter = Limiter::new(vec![backend], metrics, clock.clone());
     runtime.block_on(replay(policies, &limiter, &clock, input, output))
 }
 
@@ -153,6 +153,7 @@ async fn replay(
                 on_failure: OnStoreFailure::FailClosed,
                 local: None,
                 counters: None,
+                store: 0,
             }])
             .await;
         if let Some(e) = decided_now.error {

@@ -25,8 +25,9 @@ pub async fn run(
     config_path: PathBuf,
     listen: Option<SocketAddr>,
     grpc_listen: Option<SocketAddr>,
+    region: Option<String>,
 ) -> Result<(), ServeError> {
-    let config = ServeConfig::load(&config_path)?;
+    let config = ServeConfig::load_in_region(&config_path, region.as_deref())?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -41,7 +42,8 @@ pub async fn run(
     let app = Arc::new(
         App::open(config, config_path, Arc::clone(&clock))
             .await
-            .map_err(ServeError::Store)?,
+            .map_err(ServeError::Store)?
+            .in_region(region),
     );
     let listener = TcpListener::bind(addr)
         .await

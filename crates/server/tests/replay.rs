@@ -238,11 +238,13 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
     let body = stdout.split_once('\n').expect("a header line").1;
     assert_eq!(
         body,
-        "store: memory, inside each tollgate process (at most 1000000 keys)\n\
+        "store local: memory, inside each tollgate process (at most 1000000 keys)\n\
          \n\
          api: gcra capacity 10 refill 1 per 1s\n  \
-         scope: instance. Each tollgate process decides alone: across N processes at most N × the limit is admitted (use a redis store for one limit across processes).\n  \
-         on store failure: nothing can fail; the store is in the process.\n"
+         scope: instance: each tollgate process decides alone, on its memory store.\n  \
+         bound: at most N × the limit (a burst of 10 then 1 per 1s) for N tollgate processes (list `regions:` with their instances to state N).\n  \
+         on store failure: nothing can fail; the store is in the process.\n  \
+         state: one slot of the memory store per identity (128 bytes), forgotten once idle past its reset.\n"
     );
     let redis = dir.path().join("redis.yaml");
     std::fs::write(
@@ -262,20 +264,37 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
         first.starts_with(&format!("config {} (hash ", redis.display())),
         "{first}"
     );
-    let global = "  scope: global. One Redis decides every request, atomically and on its own clock: exact across any number of tollgate processes.\n";
+    let global =
+        "  scope: global: every decision on the global store (global, redis standalone).\n";
+    let exact = |what: &str| {
+        format!(
+            "  bound: the limit, {what}, exact: one Redis decides every request, atomically on its own clock.\n"
+        )
+    };
+    let key = |name: &str, algorithm: &str, bytes: u32, more: &str| {
+        format!(
+            "  state: key rl:{name}:{algorithm}:{{<identity>}} with a TTL of the time to refill/forget it + 1s; about {bytes} bytes per identity in Redis{more}.\n"
+        )
+    };
     assert_eq!(
         body,
         format!(
-            "store: redis standalone, shared by every tollgate process with prefix \"rl\" (timeout 250ms)\n\
+            "store global: redis standalone, shared by every tollgate process that names it, prefix \"rl\" (timeout 250ms)\n\
              \n\
-             login: sliding_log limit 5 per 10m\n{global}  \
-             on store failure: fail_closed (Redis down, or slower than 250ms): every request is rejected (429) while the shared store is down.\n\
+             login: sliding_log limit 5 per 10m\n{global}{}  \
+             on store failure: fail_closed (its global store down, or slower than 250ms): every request is rejected (429) while the shared store is down.\n{}\
              \n\
-             api: gcra capacity 100 refill 100 per 1s\n{global}  \
-             on store failure: local (Redis down, or slower than 250ms): each instance enforces 25 per 1s alone: at most instances × 25 while the shared store is down.\n\
+             api: gcra capacity 100 refill 100 per 1s\n{global}{}  \
+             on store failure: local (its global store down, or slower than 250ms): each instance enforces 25 per 1s alone: at most instances × 25 while the shared store is down.\n{}\
              \n\
-             search: fixed_window limit 10 per 1s\n{global}  \
-             on store failure: fail_open (Redis down, or slower than 250ms): every request is admitted: no limit while the shared store is down.\n"
+             search: fixed_window limit 10 per 1s\n{global}{}  \
+             on store failure: fail_open (its global store down, or slower than 250ms): every request is admitted: no limit while the shared store is down.\n{}",
+            exact("5 per 10m"),
+            key("login", "sliding_log", 120, ", plus each logged request"),
+            exact("a burst of 100 then 100 per 1s"),
+            key("api", "gcra", 72, ""),
+            exact("10 per 1s"),
+            key("search", "fixed_window", 120, ""),
         )
     );
     std::fs::write(&redis, "policies: []\n").expect("write");

@@ -7,6 +7,13 @@
 //! `redis-cli --cluster create`. When `redis-server` is not installed the
 //! harness fails with the command that installs it: a test that needs Redis
 //! never skips silently.
+//!
+//! A [`DelayProxy`] stands between a client and such a server to make the
+//! link slow, reset or partitioned, as between regions.
+
+mod delay_proxy;
+
+pub use delay_proxy::{Delay, DelayProxy, Link, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};

@@ -183,7 +183,9 @@ impl RateLimitGrpc {
         if pendings.is_empty() {
             return Ok(());
         }
-        let checks: Vec<Check<'_>> = pendings.iter().map(|p| batch.check(p)).collect();
+        // envoyproxy/ratelimit rules decide on the config's most shared store.
+        let store = self.app.live.load().config.stores.default_index();
+        let checks: Vec<Check<'_>> = pendings.iter().map(|p| batch.check(p, store)).collect();
         let result = self.app.limiter.decide(&checks).await;
         self.answerable(&result, &pendings)?;
         if result.decisions.len() != indices.len() {
@@ -236,8 +238,9 @@ enum Batch {
 }
 
 impl Batch {
-    fn check<'a>(self, p: &'a Pending<'_>) -> Check<'a> {
+    fn check<'a>(self, p: &'a Pending<'_>, store: usize) -> Check<'a> {
         Check {
+            store,
             policy: &p.policy,
             identity: &p.identity,
             cost: if self == Batch::Peek { 0 } else { p.cost },

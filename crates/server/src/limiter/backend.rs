@@ -1,0 +1,133 @@
+//! One store as the limiter drives it: the memory store, a Redis store
+//! behind its circuit breaker and the policies' failure modes, or (for
+//! replay) Redis deciding at the limiter's clock.
+
+use std::sync::Arc;
+
+use tollgate_core::Clock;
+use tollgate_store::{
+    BreakerConfig, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, MemoryStore,
+    MemoryStoreConfig, RedisStore, StoreError,
+};
+
+use crate::config::StoreSettings;
+
+/// How many keys the local fallback budgets may hold.
+const LOCAL_FALLBACK_KEYS: usize = 100_000;
+
+/// Where state lives. The memory store cannot fail; a shared store is
+/// guarded by a circuit breaker and the policies' failure modes.
+pub enum Backend {
+    Memory(MemoryStore),
+    Redis(Guarded<RedisStore>),
+    /// Redis deciding at the limiter's clock instead of its own `TIME`:
+    /// for replay, whose events carry their own times. Unguarded: a replay
+    /// stops at a store error rather than inventing decisions.
+    RedisAtClock(RedisStore),
+}
+
+impl Backend {
+    /// Opens the configured store; Redis is connected (and its scripts
+    /// loaded) before the server starts answering.
+    pub async fn open(settings: &StoreSettings, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        match settings {
+            StoreSettings::Memory { max_keys } => Ok(Backend::Memory(MemoryStore::new(
+                clock,
+                MemoryStoreConfig {
+                    max_keys: *max_keys,
+                    ..MemoryStoreConfig::default()
+                },
+            ))),
+            StoreSettings::Redis(config) => RedisStore::connect(config).await.map(|store| {
+                Backend::Redis(Guarded::new(
+                    store,
+                    BreakerConfig::default(),
+                    clock,
+                    LOCAL_FALLBACK_KEYS,
+                ))
+            }),
+        }
+    }
+
+    /// `clock` dates a decision only for [`Backend::RedisAtClock`]; the
+    /// others keep their own time (the memory store reads the same clock).
+    pub(super) async fn decide_all(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        clock: &dyn Clock,
+    ) -> GuardedDecisions {
+        match self {
+            Backend::Memory(store) => GuardedDecisions {
+                decisions: match checks {
+                    [one] => vec![store.decide_now(one.check)],
+                    _ => {
+                        let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                        store.decide_all_now(&plain)
+                    }
+                },
+                by: DecidedBy::Shared,
+                error: None,
+                store_ms: None,
+            },
+            Backend::Redis(guarded) => guarded.decide_all(checks).await,
+            Backend::RedisAtClock(store) => {
+                let now_ms = clock.now_ms();
+                // Boxed: replay's futures would otherwise widen every
+                // decision's future, and the hot paths move it.
+                let result = Box::pin(async {
+                    match checks {
+                        [one] => store.decide_at(one.check, now_ms).await.map(|d| vec![d]),
+                        _ => {
+                            let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                            store.decide_all_at(&plain, now_ms).await
+                        }
+                    }
+                })
+                .await;
+                let (decisions, error) = match result {
+                    Ok(decisions) => (decisions, None),
+                    Err(e) => (Vec::new(), Some(e)),
+                };
+                GuardedDecisions {
+                    decisions,
+                    by: DecidedBy::Shared,
+                    error,
+                    store_ms: None,
+                }
+            }
+        }
+    }
+}
+
+impl Backend {
+    /// Expires idle keys (Redis expires its own by TTL).
+    pub(super) fn sweep(&self) {
+        match self {
+            Backend::Memory(store) => {
+                store.sweep();
+            }
+            Backend::Redis(guarded) => guarded.sweep(),
+            Backend::RedisAtClock(_) => {}
+        }
+    }
+
+    /// (keys held here, keys evicted since start, circuit state).
+    pub(super) fn gauges(&self) -> (u64, u64, i64) {
+        match self {
+            Backend::Memory(store) => (store.key_count() as u64, store.evictions(), 0),
+            Backend::Redis(guarded) => {
+                (guarded.local_keys() as u64, 0, guarded.circuit().as_gauge())
+            }
+            Backend::RedisAtClock(_) => (0, 0, 0),
+        }
+    }
+
+    /// A bounded round trip: whether the store answers now.
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Memory(_) => Ok(()),
+            Backend::Redis(guarded) => guarded.shared().ping().await,
+            Backend::RedisAtClock(store) => store.ping().await,
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The decision seam: every protocol's checks are decided here, and only
+//! here. A protocol adapter (HTTP `/v1/check`, forward auth, Envoy's RLS,
+//! replay) turns its input into [`Check`]s and the [`Decided`] back into its
+//! own answer; the limiter calls each check's store under its policy's
+//! failure mode and records what happened — store latency, store errors by
+//! kind, degraded decisions, each policy's outcomes, hot identities — so
+//! every decision lands in the same metrics whatever door it came in by.
+//!
+//! Each policy's scope (crate::scope) picks its store: the limiter holds
+//! one [`Backend`] per store the config names (local, regional, global).
+//! A new scope belongs here and in crate::scope; a new protocol is a module
+//! beside `http` and `rls` that calls [`Limiter::decide`].
+
+mod backend;
+
+use std::sync::{Arc, Mutex};
+
+use tollgate_core::{Clock, Decision, Identity, Policy};
+use tollgate_store::{DecidedBy, GuardedCheck, GuardedDecisions, OnStoreFailure, StoreError};
+
+use crate::live::LivePolicy;
+use crate::metrics::{DegradedLabels, ErrorLabels, Metrics, PolicyCounters};
+use crate::stopwatch::Stopwatch;
+
+pub use backend::Backend;
+
+/// One check as an adapter hands it to the limiter.
+#[derive(Clone, Copy)]
+pub struct Check<'a> {
+    pub policy: &'a Policy,
+    pub identity: &'a Identity,
+    pub cost: u64,
+    /// What the policy does when the shared store cannot decide.
+    pub on_failure: OnStoreFailure,
+    /// For `local`: the policy scaled to its share.
+    pub local: Option<&'a Policy>,
+    /// Where the outcome is counted (`tollgate_decisions_total{policy}`,
+    /// hot identities); `None` for a decision that is not the policy's
+    /// verdict (an RLS limit in shadow mode, a peek made for another limit).
+    pub counters: Option<&'a PolicyCounters>,
+    /// The store it is decided on: an index into the limiter's stores, in
+    /// the config's order (crate::scope::Stores).
+    pub store: usize,
+}
+
+impl<'a> Check<'a> {
+    /// A configured policy's check, on its scope's store, counted as that
+    /// policy's.
+    pub fn of(live: &'a LivePolicy, identity: &'a Identity, cost: u64) -> Self {
+        Self {
+            policy: &live.serve.policy,
+            identity,
+            cost,
+            on_failure: live.serve.on_store_failure,
+            local: live.local.as_ref(),
+            counters: Some(&live.counters),
+            store: live.serve.store,
+        }
+    }
+
+    fn guarded(&self) -> GuardedCheck<'a> {
+        GuardedCheck {
+            check: tollgate_store::Check {
+                policy: self.policy,
+                identity: self.identity,
+                cost: self.cost,
+            },
+            on_failure: self.on_failure,
+            local_policy: self.local,
+        }
+    }
+}
+
+/// The decisions of one request (in the checks' order), what made them,
+/// and why a shared store did not, if one did not.
+pub type Decided = GuardedDecisions;
+
+/// How often a degraded decision may be logged (the rest are counted).
+const DEGRADED_LOG_EVERY_MS: u64 = 10_000;
+
+/// Lets one log line through per interval of the limiter's clock; the rest
+/// are only counted.
+#[derive(Default)]
+struct LogLimiter {
+    last_ms: Mutex<Option<u64>>,
+}
+
+impl LogLimiter {
+    fn should_log(&self, now_ms: u64) -> bool {
+        let Ok(mut last) = self.last_ms.lock() else {
+            return false;
+        };
+        let due = last.is_none_or(|t| now_ms.saturating_sub(t) >= DEGRADED_LOG_EVERY_MS);
+        if due {
+            *last = Some(now_ms);
+        }
+        due
+    }
+}
+
+/// The stores, their failure modes, the clock and the decision metrics.
+pub struct Limiter {
+    /// In the config's store order: the cheapest first (local, regional,
+    /// global), which is the order a request spanning several is decided.
+    backends: Vec<Backend>,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    degraded_log: LogLimiter,
+}
+
+impl Limiter {
+    /// `backends` in the config's store order (a [`Check`]'s `store`
+    /// indexes them).
+    pub fn new(backends: Vec<Backend>, metrics: Arc<Metrics>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            backends,
+            metrics,
+            clock,
+            degraded_log: LogLimiter::default(),
+        }
+    }
+
+    /// Decides `checks`, and records what the stores did and what each
+    /// counted policy decided. On one store, all or nothing (one script
+    /// call, or one lock): nothing is spent unless every check admits.
+    /// Across stores there is no atomic call: the stores are asked in order
+    /// (local, regional, global), and once one rejects, the later ones only
+    /// peek. What an earlier store spent stays spent, so a request spanning
+    /// stores may be rejected having consumed some of another policy's
+    /// budget — it never admits more than any policy allows.
+    pub async fn decide(&self, checks: &[Check<'_>]) -> Decided {
+        let stopwatch = Stopwatch::start();
+        let first = checks.first().map_or(0, |c| c.store);
+        let decided = if checks.iter().all(|c| c.store == first) {
+            self.decide_on(first, checks).await
+        } else {
+            self.decide_across(checks).await
+        };
+        self.metrics.decision_seconds.observe(stopwatch.seconds());
+        decided
+    }
+
+    /// One store's all-or-nothing call, observed and counted.
+    async fn decide_on(&self, store: usize, checks: &[Check<'_>]) -> Decided {
+        let Some(backend) = self.backends.get(store) else {
+            return Decided {
+                decisions: Vec::new(),
+                by: DecidedBy::Shared,
+                error: Some(StoreError::Config(format!("no store {store}"))),
+                store_ms: None,
+            };
+        };
+        let clock = self.clock.as_ref();
+        let decided = match checks {
+            [one] => backend.decide_all(&[one.guarded()], clock).await,
+            _ => {
+                let guarded: Vec<GuardedCheck<'_>> = checks.iter().map(Check::guarded).collect();
+                backend.decide_all(&guarded, clock).await
+            }
+        };
+        self.observe_store(&decided);
+        for (check, decision) in checks.iter().zip(&decided.decisions) {
+            let Some(counters) = check.counters else {
+                continue;
+            };
+            if decision.allowed {
+                counters.allowed.inc();
+            } else {
+                counters.rejected.inc();
+                self.metrics
+                    .hot
+                    .record(check.policy.name(), check.identity, self.clock.now_ms());
+            }
+        }
+        decided
+    }
+
+    /// Checks on several stores, store by store in order; after a
+    /// rejection the later stores only peek (cost 0, not counted).
+    async fn decide_across(&self, checks: &[Check<'_>]) -> Decided {
+        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
+        let mut by = DecidedBy::Shared;
+        let mut error = None;
+        let mut store_ms: Option<u64> = None;
+        let mut rejected = false;
+        for store in 0..self.backends.len() {
+            let at: Vec<usize> = (0..checks.len())
+                .filter(|&i| checks[i].store == store)
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            let group: Vec<Check<'_>> = at
+                .iter()
+                .map(|&i| match rejected {
+                    false => checks[i],
+                    true => Check {
+                        cost: 0,
+                        counters: None,
+                        ..checks[i]
+                    },
+                })
+                .collect();
+            let decided = self.decide_on(store, &group).await;
+            if decided.decisions.len() != at.len() {
+                return Decided {
+                    decisions: Vec::new(),
+                    store_ms,
+                    ..decided
+                };
+            }
+            rejected |= !decided.decisions.iter().all(|d| d.allowed);
+            by = worse(by, decided.by);
+            error = error.or(decided.error);
+            if let Some(ms) = decided.store_ms {
+                store_ms = Some(store_ms.unwrap_or(0) + ms);
+            }
+            for (&i, decision) in at.iter().zip(decided.decisions) {
+                decisions[i] = Some(decision);
+            }
+        }
+        Decided {
+            decisions: decisions.into_iter().flatten().collect(),
+            by,
+            error,
+            store_ms,
+        }
+    }
+
+    /// A store's latency, its errors, and decisions made without it.
+    fn observe_store(&self, decided: &Decided) {
+        if let Some(ms) = decided.store_ms {
+            self.metrics.store_seconds.observe(ms as f64 / 1000.0);
+        }
+        if let Some(error) = &decided.error {
+            self.metrics
+                .store_errors
+                .get_or_create(&ErrorLabels {
+                    kind: error_kind(error),
+                })
+                .inc();
+        }
+        if decided.by.is_degraded() {
+            let allowed = decided.decisions.iter().all(|d| d.allowed);
+            self.metrics
+                .degraded
+                .get_or_create(&DegradedLabels {
+                    path: decided.by.name(),
+                    outcome: if allowed { "allowed" } else { "rejected" },
+                })
+                .inc();
+            if self.degraded_log.should_log(self.clock.now_ms()) {
+                tracing::warn!(
+                    path = decided.by.name(),
+                    error = decided.error.as_ref().map(ToString::to_string),
+                    "deciding without the shared store (logged at most every {} s)",
+                    DEGRADED_LOG_EVERY_MS / 1000
+                );
+            }
+        }
+    }
+
+    /// The clock decisions are dated by.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Periodic upkeep: expire idle keys (Redis expires its own by TTL).
+    pub fn sweep(&self) {
+        for backend in &self.backends {
+            backend.sweep();
+        }
+    }
+
+    /// Refreshes the store gauges (at scrape time): keys and evictions
+    /// summed over the stores, the worst circuit of the shared ones.
+    pub fn maintain_gauges(&self) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let (mut keys, mut evictions, mut circuit) = (0u64, 0u64, 0i64);
+        for backend in &self.backends {
+            let (k, e, c) = backend.gauges();
+            keys += k;
+            evictions += e;
+            circuit = circuit.max(c);
+        }
+        self.metrics.store_keys.set(gauge(keys));
+        self.metrics.store_evictions.set(gauge(evictions));
+        self.metrics.circuit_state.set(circuit);
+    }
+
+    /// Whether every store answers right now (a bounded ping each),
+    /// recorded in `tollgate_store_up`.
+    pub async fn store_answers(&self) -> Result<(), StoreError> {
+        let mut answered = Ok(());
+        for backend in &self.backends {
+            answered = answered.and(backend.ping().await);
+        }
+        self.metrics.store_up.set(i64::from(answered.is_ok()));
+        answered
+    }
+}
+
+/// The more degraded of two ways of deciding, for a request decided on
+/// several stores: what its answer must say.
+fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
+    let rank = |d: DecidedBy| match d {
+        DecidedBy::Shared => 0,
+        DecidedBy::FailOpen => 1,
+        DecidedBy::Local => 2,
+        DecidedBy::FailClosed => 3,
+    };
+    if rank(b) > rank(a) { b } else { a }
+}
+
+/// A store error's kind, the label of `tollgate_store_errors_total`.
+fn error_kind(error: &StoreError) -> &'static str {
+    match error {
+        StoreError::Timeout { .. } => "timeout",
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Protocol(_) => "protocol",
+        StoreError::Config(_) => "config",
+    }
+}

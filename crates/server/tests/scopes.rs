@@ -1,0 +1,287 @@
+//! Per-policy scopes across regions (docs/design.md §7): named stores, each
+//! instance's region, and each policy's scope deciding on its store — with
+//! real tollgate processes in two regions, each region a redis-server of its
+//! own, and one global redis-server. What every scope admits in total is
+//! exactly what `tollgate explain --json` says it admits at most.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use support::TollgateProcess;
+use tollgate_testkit::RedisServer;
+
+/// Four policies alike but for their scope: a bucket of 10 that refills one
+/// token an hour, so nothing refills while the test runs.
+fn config(a: &str, b: &str, global: &str) -> String {
+    format!(
+        r#"server: {{watch_interval_ms: 0}}
+regions:
+  a: {{instances: 2}}
+  b: {{instances: 2}}
+stores:
+  local: memory
+  regional:
+    a: {{redis: {{url: "{a}"}}}}
+    b: {{redis: {{url: "{b}"}}}}
+  global: {{redis: {{url: "{global}"}}}}
+policies:
+  - {{name: g, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}, scope: global}}
+  - {{name: r, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}, scope: region}}
+  - {{name: s, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}, scope: split}}
+  - {{name: i, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}, scope: instance}}
+"#
+    )
+}
+
+/// `tollgate explain --json` for `region`: each policy's `admitted_at_most`.
+fn bounds(config: &Path, region: &str) -> Vec<(String, u64)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["explain", "--json", "--region", region, "--config"])
+        .arg(config)
+        .output()
+        .expect("tollgate explain runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    json["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().expect("name").to_owned(),
+                p["scope"]["bound"]["admitted_at_most"]
+                    .as_u64()
+                    .expect("a number"),
+            )
+        })
+        .collect()
+}
+
+async fn check(client: &reqwest::Client, base: &str, body: &str) -> Value {
+    client
+        .post(format!("{base}/v1/check"))
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("check")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+/// Admitted of `tries` single checks of `policy` on each of `bases`.
+async fn admitted(client: &reqwest::Client, bases: &[&str], policy: &str, tries: usize) -> usize {
+    let mut admitted = 0;
+    for base in bases {
+        for _ in 0..tries {
+            let body = format!(r#"{{"policy":"{policy}","key":"k"}}"#);
+            if check(client, base, &body).await["allowed"] == true {
+                admitted += 1;
+            }
+        }
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_scope_admits_exactly_what_explain_bounds_it_to_across_two_regions() {
+    let (ra, rb, rg) = (
+        RedisServer::start().expect("region a's redis"),
+        RedisServer::start().expect("region b's redis"),
+        RedisServer::start().expect("the global redis"),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, config(&ra.url(), &rb.url(), &rg.url())).expect("write config");
+    let stated = bounds(&path, "a");
+    assert_eq!(
+        stated,
+        [
+            ("g".to_owned(), 10),
+            ("r".to_owned(), 20),
+            ("s".to_owned(), 10),
+            ("i".to_owned(), 40),
+        ]
+    );
+    let processes: Vec<TollgateProcess> = ["a", "a", "b", "b"]
+        .iter()
+        .map(|region| TollgateProcess::spawn(&path, &[("TOLLGATE_REGION", region)]))
+        .collect();
+    let bases: Vec<&str> = processes.iter().map(|p| p.base.as_str()).collect();
+    let client = reqwest::Client::new();
+
+    // Each instance says what its scopes leave it to enforce.
+    let metrics = client
+        .get(format!("{}/metrics", bases[0]))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for line in [
+        r#"tollgate_scope_limit{policy="g",scope="global",region="a"} 10"#,
+        r#"tollgate_scope_limit{policy="s",scope="split",region="a"} 5"#,
+        r#"tollgate_scope_limit{policy="i",scope="instance",region="a"} 10"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line}:\n{metrics}"
+        );
+    }
+    // All traffic in region a first: split gives it its share, 5 of 10.
+    assert_eq!(admitted(&client, &bases[..2], "s", 10).await, 5);
+    // Then everywhere: each scope admits exactly its stated bound.
+    for (policy, bound) in &stated {
+        let total = admitted(&client, &bases, policy, 15).await;
+        let already = if policy == "s" { 5 } else { 0 };
+        assert_eq!(total + already, *bound as usize, "policy {policy}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_spanning_stores_is_decided_store_by_store_cheapest_first() {
+    let (ra, rb, rg) = (
+        RedisServer::start().expect("region a's redis"),
+        RedisServer::start().expect("region b's redis"),
+        RedisServer::start().expect("the global redis"),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, config(&ra.url(), &rb.url(), &rg.url())).expect("write config");
+    let process = TollgateProcess::spawn(&path, &[("TOLLGATE_REGION", "a")]);
+    let client = reqwest::Client::new();
+    let base = process.base.as_str();
+    let remaining = |v: &Value, i: usize| v["decisions"][i]["remaining"].as_u64();
+
+    // Exhaust the global policy.
+    for _ in 0..10 {
+        check(&client, base, r#"{"policy":"g","key":"k"}"#).await;
+    }
+    // The local store (instance) is asked first and spends; the global one
+    // then rejects: the request is rejected, and what the local store spent
+    // stays spent (never more admitted than a policy allows).
+    let both = r#"{"checks":[{"policy":"g","key":"k"},{"policy":"i","key":"k"}]}"#;
+    let v = check(&client, base, both).await;
+    assert_eq!(v["allowed"], false);
+    assert_eq!((remaining(&v, 0), remaining(&v, 1)), (Some(0), Some(9)));
+    // Exhaust the local one: now it rejects first, and the global store is
+    // only peeked.
+    for _ in 0..9 {
+        check(&client, base, r#"{"policy":"i","key":"k"}"#).await;
+    }
+    let one_global = r#"{"checks":[{"policy":"i","key":"k"},{"policy":"r","key":"k"}]}"#;
+    let v = check(&client, base, one_global).await;
+    assert_eq!(v["allowed"], false);
+    assert_eq!((remaining(&v, 0), remaining(&v, 1)), (Some(0), Some(10)));
+    let v = check(&client, base, r#"{"policy":"r","key":"k"}"#).await;
+    assert_eq!(v["remaining"], 9, "the peek spent nothing");
+}
+
+#[test]
+fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = |scope: &str| {
+        format!("  - {{name: p, algorithm: fixed_window, limit: 2, window: 1s, scope: {scope}}}\n")
+    };
+    let two_stores =
+        "stores:\n  local: memory\n  global: {redis: {url: \"redis://127.0.0.1:1\"}}\n";
+    for (i, (yaml, env, message)) in [
+        (
+            format!("{two_stores}policies:\n  - {{name: p, algorithm: fixed_window, limit: 2, window: 1s}}\n"),
+            None,
+            "policy \"p\": scope: missing: this config names several stores (local, global), so say which scope (instance, region, split, global)",
+        ),
+        (
+            format!("{two_stores}policies:\n{}", policy("region")),
+            None,
+            "policy \"p\": scope: region needs a regional store (stores.regional)",
+        ),
+        (
+            format!("{two_stores}policies:\n{}", policy("leased")),
+            None,
+            "policy \"p\": scope: leased is not built yet (see docs/config.md, Scopes): use region, split or global",
+        ),
+        (
+            "regions: {a: {}, b: {}, c: {}}\nstores:\n  regional: {redis: {url: \"redis://127.0.0.1:1\"}}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s, scope: split}\n".to_owned(),
+            Some("a"),
+            "policy \"p\": scope: split: region \"c\"'s share of the limit 2 is 0: it could admit nothing (lower its count of regions or raise the limit)",
+        ),
+        (
+            "regions: {a: {}, b: {}}\nstores:\n  regional: {redis: {url: \"redis://127.0.0.1:1\"}}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s, scope: split}\n".to_owned(),
+            None,
+            "policy \"p\": scope: split needs this instance's region (region:, --region or TOLLGATE_REGION)",
+        ),
+        (
+            "stores:\n  regional: {a: {redis: {url: \"redis://127.0.0.1:1\"}}}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s}\n".to_owned(),
+            Some("b"),
+            "config: stores.regional: no store for this instance's region \"b\" (it names: a)",
+        ),
+        (
+            "stores:\n  global: memory\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s}\n".to_owned(),
+            None,
+            "config: stores.global: must be a redis store (a memory store is one instance's, not a global one)",
+        ),
+        (
+            "stores:\n  remote: memory\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s}\n".to_owned(),
+            None,
+            "config: stores.remote: unknown role (expected: local, regional, global)",
+        ),
+        (
+            "regions: {a: {}}\nregion: z\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s}\n".to_owned(),
+            None,
+            "config: region: \"z\" is not among regions (a)",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("case-{i}.yaml"));
+        std::fs::write(&path, &yaml).expect("write");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.args(["validate", "--config"]).arg(&path);
+        cmd.env_remove("TOLLGATE_REGION");
+        if let Some(region) = env {
+            cmd.env("TOLLGATE_REGION", region);
+        }
+        let out = cmd.output().expect("tollgate validate runs");
+        assert_eq!(
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned()),
+            (Some(1), format!("tollgate: {}: {message}\n", path.display())),
+            "case {i}"
+        );
+    }
+}
+
+#[test]
+fn the_shipped_regions_example_is_explained_with_numbers() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/regions.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["explain", "--region", "us", "--config"])
+        .arg(&example)
+        .output()
+        .expect("tollgate explain runs");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    for line in [
+        "region: us; regions: ap (1 instance), eu (2 instances), us (2 instances)",
+        "  bound: the limit, 5 per 10m, exact: one Redis decides every request, atomically on its own clock.",
+        "  bound: at most 3 × the limit: a burst of 300 then 300 per 1s, across the 3 regions `regions:` lists.",
+        "  split: shares of 100: ap 34, eu 33, us 33 (largest remainder, ties to the first region by name; they sum to 100; a bucket's refill splits exactly by weight); this instance (us) enforces a burst of 33 then 5 per 3s. With all traffic in one region at most its share is admitted: at least 66 of the 100 strands in the quiet regions.",
+        "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h. With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in the quiet regions.",
+        "  bound: at most 5 × the limit: 250 per 1s, across the 5 instances `regions:` lists.",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+}
