@@ -11,6 +11,7 @@ use tollgate_core::{Limits, Policy, format_duration_ms, split_shares};
 use tollgate_store::{OnStoreFailure, RedisConfig, local_policy};
 
 use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
+use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};
 use crate::scope::{Scope, Stores};
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.
@@ -88,8 +89,75 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
             config.envoy_ratelimit_configs.len(),
             config.stores.list[config.stores.default_index()].0
         );
+        for rule in &config.envoy.rules {
+            let _ = writeln!(
+                out,
+                "  envoy rule {} {}: {}",
+                rule.domain,
+                rule.key,
+                envoy_limit_text(rule)
+            );
+        }
     }
     out
+}
+
+/// An envoyproxy/ratelimit rule's limit in words: what `current_limit`
+/// reports, and the algorithm or policy deciding it.
+fn envoy_limit_text(rule: &Rule) -> String {
+    let shadow = if rule.shadow_mode {
+        ", shadow mode"
+    } else {
+        ""
+    };
+    match &rule.kind {
+        RuleKind::Unlimited => format!("unlimited{shadow}"),
+        RuleKind::Blocked { unit } => format!("0 per {}: blocked{shadow}", unit.name()),
+        RuleKind::Limited { policy, bound } => format!(
+            "{} per {} ({}{}){shadow}",
+            rule.requests_per_unit,
+            rule.unit.name(),
+            policy.algorithm(),
+            bound
+                .as_deref()
+                .map(|b| format!(", policy {b}"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+/// The envoyproxy/ratelimit rules a config serves (RLS), for
+/// `/v1/policies` and `explain --json`: domain, key path and limit.
+pub fn envoy_rules_json(rules: &EnvoyRules) -> Value {
+    Value::Array(
+        rules
+            .rules
+            .iter()
+            .map(|rule| {
+                let mut v = json!({
+                    "domain": rule.domain,
+                    "key": rule.key,
+                    "limit": envoy_limit_text(rule),
+                    "requests_per_unit": rule.requests_per_unit,
+                    "unit": rule.unit.name(),
+                });
+                match &rule.kind {
+                    RuleKind::Unlimited => v["unlimited"] = json!(true),
+                    RuleKind::Blocked { .. } => {}
+                    RuleKind::Limited { policy, bound } => {
+                        v["algorithm"] = json!(policy.algorithm().as_str());
+                        if let Some(bound) = bound {
+                            v["policy"] = json!(bound);
+                        }
+                    }
+                }
+                if rule.shadow_mode {
+                    v["shadow_mode"] = json!(true);
+                }
+                v
+            })
+            .collect(),
+    )
 }
 
 /// `tollgate explain --json`: the same, for CI to diff.
@@ -99,7 +167,7 @@ pub fn explain_json(config: &ServeConfig, path: &str) -> Value {
         .iter()
         .map(|serve| {
             let e = explain_policy(config, serve);
-            let mut v = policy_json(serve);
+            let mut v = policy_json(serve, &config.stores);
             v["scope"] = e.json;
             v
         })
@@ -113,6 +181,7 @@ pub fn explain_json(config: &ServeConfig, path: &str) -> Value {
         })).collect::<Vec<_>>(),
         "stores": stores_json(&config.stores),
         "policies": policies,
+        "envoy_rules": envoy_rules_json(&config.envoy),
     })
 }
 
@@ -246,7 +315,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
                     "the limit, {one}, exact (a request whose checks span Cluster slots may be rejected after some slots consumed, never admitted beyond a limit: docs/redis.md)."
                 ),
                 _ => format!(
-                    "the limit, {one}, exact: one Redis decides every request, atomically on its own clock."
+                    "the limit, {one}, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit)."
                 ),
             };
             (
@@ -256,9 +325,9 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
             )
         }
     };
-    let (mode, while_degraded) = degraded(serve);
+    let (mode, while_degraded) = degraded(serve, settings);
     let failure_text = match redis {
-        None => "nothing can fail; the store is in the process.".to_owned(),
+        None => format!("{while_degraded}."),
         Some(redis) => format!(
             "{mode} (its {role} store down, or slower than {}): {while_degraded}.",
             format_duration_ms(redis.timeout_ms)
@@ -315,8 +384,20 @@ fn topology(redis: &RedisConfig) -> &'static str {
     }
 }
 
+/// What a policy on the memory store does when "the store fails": there is
+/// nothing to fail. `/v1/policies` and `explain` both say it in these words.
+const IN_PROCESS: &str = "nothing can fail; the store is in the process";
+
 /// The failure mode's name and what it admits while the store is down.
-fn degraded(serve: &ServePolicy) -> (&'static str, String) {
+fn degraded(serve: &ServePolicy, store: &StoreSettings) -> (&'static str, String) {
+    let mode = match serve.on_store_failure {
+        OnStoreFailure::FailOpen => "fail_open",
+        OnStoreFailure::FailClosed => "fail_closed",
+        OnStoreFailure::Local { .. } => "local",
+    };
+    if let StoreSettings::Memory { .. } = store {
+        return (mode, IN_PROCESS.to_owned());
+    }
     match serve.on_store_failure {
         OnStoreFailure::FailOpen => (
             "fail_open",
@@ -340,7 +421,9 @@ fn degraded(serve: &ServePolicy) -> (&'static str, String) {
     }
 }
 
-pub fn policy_json(serve: &ServePolicy) -> Value {
+/// One policy as `/v1/policies` and `explain --json` show it; `stores` says
+/// what its store failing can mean.
+pub fn policy_json(serve: &ServePolicy, stores: &Stores) -> Value {
     let policy = &serve.policy;
     let mut v = json!({
         "name": policy.name(),
@@ -377,7 +460,7 @@ pub fn policy_json(serve: &ServePolicy) -> Value {
             .map(|p| p.describe())
             .collect::<Vec<_>>()
     );
-    v["on_store_failure"] = failure_json(serve);
+    v["on_store_failure"] = failure_json(serve, &stores.list[serve.store].1);
     v["cost"] = match &serve.cost {
         CostRule::Constant(c) => json!(c),
         CostRule::Header {
@@ -417,10 +500,12 @@ pub fn store_json(store: &StoreSettings) -> Value {
 
 /// The failure mode and what it may cost while the shared store is down.
 /// With the memory store nothing is shared, so nothing can degrade.
-fn failure_json(serve: &ServePolicy) -> Value {
-    let (mode, while_degraded) = degraded(serve);
+fn failure_json(serve: &ServePolicy, store: &StoreSettings) -> Value {
+    let (mode, while_degraded) = degraded(serve, store);
     let mut v = json!({"mode": mode, "while_degraded": while_degraded});
-    if let OnStoreFailure::Local { share_percent } = serve.on_store_failure {
+    if let (OnStoreFailure::Local { share_percent }, StoreSettings::Redis(_)) =
+        (serve.on_store_failure, store)
+    {
         v["local_share_percent"] = json!(share_percent);
         v["local_limit"] = json!(local_policy(&serve.policy, share_percent).limits().limit());
     }

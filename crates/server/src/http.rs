@@ -715,7 +715,7 @@ async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let list: Vec<serde_json::Value> = live_config
         .policies
         .iter()
-        .map(|live| crate::explain::policy_json(&live.serve))
+        .map(|live| crate::explain::policy_json(&live.serve, &live_config.config.stores))
         .collect();
     let body = serde_json::json!({
         "config_hash": live_config.config.hash,
@@ -723,6 +723,7 @@ async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         "store": crate::explain::store_json(&live_config.config.stores.list[0].1),
         "stores": crate::explain::stores_json(&live_config.config.stores),
         "policies": list,
+        "envoy_rules": crate::explain::envoy_rules_json(&live_config.config.envoy),
     });
     json_response(body.to_string())
 }

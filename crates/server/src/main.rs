@@ -56,6 +56,21 @@ enum Command {
         /// whose scripts decide at each event's own time.
         #[arg(long)]
         store: Option<String>,
+        /// `decision`: the decision alone (the vectors' spelling); `full`:
+        /// the event's t_ms, policy and key, then the decision.
+        #[arg(long, value_enum, default_value_t = ReplayFormat::Decision)]
+        format: ReplayFormat,
+        /// Report a bad line on stderr (`line N: …`) and go on; the exit
+        /// status is then 3 if any line was skipped.
+        #[arg(long)]
+        skip_bad_lines: bool,
+        /// At the end, print per policy (in name order) the events offered,
+        /// admitted and rejected, with their summed cost, on stderr.
+        #[arg(long)]
+        summary: bool,
+        /// Flush stdout after every decision, for a reader following along.
+        #[arg(long)]
+        line_buffered: bool,
     },
     /// Check a config and print its policies; exit 1 when it is invalid.
     Validate {
@@ -113,19 +128,48 @@ fn main() -> ExitCode {
             config,
             max_keys,
             store,
+            format,
+            skip_bad_lines,
+            summary,
+            line_buffered,
         } => {
             let policies = match load_policies(&config) {
                 Ok(p) => p,
                 Err(message) => return fail(&message, 2),
             };
+            let options = replay::Options {
+                format: match format {
+                    ReplayFormat::Decision => replay::Format::Decision,
+                    ReplayFormat::Full => replay::Format::Full,
+                },
+                skip_bad_lines,
+                line_buffered,
+            };
             let stdin = io::stdin().lock();
             let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
-            match replay::run_on(&policies, max_keys, store.as_deref(), stdin, stdout) {
-                Ok(_) => ExitCode::SUCCESS,
+            let stderr = io::stderr();
+            let replayed = match replay::run_on(
+                &policies,
+                max_keys,
+                store.as_deref(),
+                options,
+                stdin,
+                stdout,
+                &stderr,
+            ) {
+                Ok(replayed) => replayed,
                 Err(replay::ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
-                    ExitCode::SUCCESS
+                    return ExitCode::SUCCESS;
                 }
-                Err(e) => fail(&e, 2),
+                Err(e) => return fail(&e, 2),
+            };
+            if summary {
+                let _ = write!(stderr.lock(), "{}", replayed.summary);
+            }
+            if replayed.skipped > 0 {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
             }
         }
         Command::Validate { config, region } => {
@@ -170,6 +214,13 @@ fn main() -> ExitCode {
             Err(message) => fail(&message, 1),
         },
     }
+}
+
+/// `tollgate replay --format`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ReplayFormat {
+    Decision,
+    Full,
 }
 
 /// Any tollgate config (a serve config's extra sections are checked too).

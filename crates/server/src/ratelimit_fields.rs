@@ -3,7 +3,7 @@
 //! headers, Envoy's RLS hands them to Envoy to add. Plain strings here, so
 //! neither protocol's header types leak into the other.
 
-use tollgate_core::{Decision, Policy};
+use tollgate_core::{Decision, Limits, Policy};
 
 /// The one place the RateLimit fields' draft is pinned. Moving to the RFC
 /// (or a later draft) is a change here and in docs/http-api.md.
@@ -42,16 +42,36 @@ pub fn ratelimit_fields<'a, Item: AsRef<str>>(
     })
 }
 
-/// `"name";q=20;w=4`: the policy's quota and the window it is stated over.
-/// Computed once per policy per config load.
+/// `"name";q=20;w=4`: a quota a client can use, and the window it is stated
+/// over. Computed once per policy per config load.
 pub fn policy_item(policy: &Policy) -> String {
+    let (quota, window_seconds) = quota_and_window(policy.limits());
     // Policy names are validated to [A-Za-z0-9._-], so the sf-string needs no escapes.
-    format!(
-        "\"{}\";q={};w={}",
-        policy.name(),
-        policy.limits().limit(),
-        policy.limits().window_ms().div_ceil(1000).max(1)
-    )
+    format!("\"{}\";q={quota};w={window_seconds}", policy.name())
+}
+
+/// `q` and `w` (docs/http-api.md, "The RateLimit fields"): a quota that can
+/// be consumed within any window of `w` seconds, never more than the policy
+/// delivers there. A window algorithm: its limit over its window. A bucket
+/// of capacity C refilling R a second: when R < C, the capacity over the
+/// time to refill it from empty (a burst of C each `w` always fits); when
+/// R ≥ C (a fast bucket), R a second rounded down, since "C per second"
+/// would hold a client to a fraction of its limit.
+fn quota_and_window(limits: &Limits) -> (u64, u64) {
+    match limits {
+        Limits::TokenBucket(r) | Limits::Gcra(r) => {
+            let per_second = u128::from(r.tokens()) * 1000;
+            let per = u128::from(r.per_ms());
+            if per_second >= u128::from(r.capacity()) * per {
+                (u64::try_from(per_second / per).unwrap_or(u64::MAX), 1)
+            } else {
+                (r.capacity(), limits.window_ms().div_ceil(1000).max(1))
+            }
+        }
+        Limits::FixedWindow(_) | Limits::SlidingWindow(_) | Limits::SlidingLog(_) => {
+            (limits.limit(), limits.window_ms().div_ceil(1000).max(1))
+        }
+    }
 }
 
 /// `"name";r=1;t=4`: what is left and when it is fully restored.
@@ -73,7 +93,7 @@ pub fn retry_after_seconds(ms: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_core::{Limits, Window};
+    use tollgate_core::{Rate, Window};
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {
@@ -111,6 +131,33 @@ mod tests {
         };
         assert_eq!(fields.policy, "\"a\";q=20;w=4, \"b\";q=5;w=1");
         assert_eq!(fields.state, "\"a\";r=19;t=1, \"b\";r=0;t=2");
+    }
+
+    fn bucket(name: &str, capacity: u64, tokens: u64, per_ms: u64) -> Policy {
+        let rate = Rate::new(capacity, tokens, per_ms).unwrap_or_else(|| unreachable!());
+        Policy::new(name, Limits::Gcra(rate))
+    }
+
+    #[test]
+    fn a_slow_bucket_states_its_capacity_over_its_refill_time() {
+        assert_eq!(
+            policy_item(&bucket("write-api", 20, 5, 1_000)),
+            "\"write-api\";q=20;w=4"
+        );
+        // 20 at 3/s refills in 6.67 s: w rounds up, so the quota is conservative.
+        assert_eq!(policy_item(&bucket("b", 20, 3, 1_000)), "\"b\";q=20;w=7");
+    }
+
+    #[test]
+    fn a_fast_bucket_states_its_refill_per_second() {
+        assert_eq!(
+            policy_item(&bucket("per-ip", 50, 1000, 1_000)),
+            "\"per-ip\";q=1000;w=1"
+        );
+        // 100 per 300 ms is 333.3 a second: rounded down.
+        assert_eq!(policy_item(&bucket("f", 10, 100, 300)), "\"f\";q=333;w=1");
+        // Refill equal to the capacity: both readings agree.
+        assert_eq!(policy_item(&bucket("e", 50, 50, 1_000)), "\"e\";q=50;w=1");
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! them), streaming line by line so a trace of any length runs in constant
 //! memory (beyond the store's own bounded keys).
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::io::{self, BufRead, Write};
 use std::sync::Arc;
 
 use serde::Deserialize;
 use thiserror::Error;
-use tollgate_core::{Identity, ManualClock, PolicySet};
+use tollgate_core::{Decision, Identity, ManualClock, PolicySet};
 use tollgate_store::{
     MemoryStore, MemoryStoreConfig, OnStoreFailure, RedisConfig, RedisStore, StoreError,
 };
@@ -33,16 +35,97 @@ pub enum ReplayError {
     Store(StoreError),
 }
 
+/// What one output line holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Format {
+    /// The decision alone, as the shipped vectors' `expected.jsonl` spells it.
+    #[default]
+    Decision,
+    /// The event's `t_ms`, `policy` and `key`, then the decision.
+    Full,
+}
+
+/// How a replay reads and writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    pub format: Format,
+    /// Report a bad line on the error stream and go on, instead of stopping.
+    pub skip_bad_lines: bool,
+    /// Flush the output after every line, for a reader following along.
+    pub line_buffered: bool,
+}
+
+/// What a replay did.
+#[derive(Debug, Default)]
+pub struct Replayed {
+    pub decided: u64,
+    /// Bad lines reported and passed over (`skip_bad_lines`).
+    pub skipped: u64,
+    pub summary: Summary,
+}
+
+/// Per policy, by name: events offered, admitted and rejected, each with
+/// its summed cost.
+#[derive(Debug, Default)]
+pub struct Summary(BTreeMap<String, Tally>);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    admitted: u64,
+    admitted_cost: u64,
+    rejected: u64,
+    rejected_cost: u64,
+}
+
+impl Summary {
+    fn count(&mut self, policy: &str, cost: u64, allowed: bool) {
+        let tally = match self.0.get_mut(policy) {
+            Some(t) => t,
+            None => self.0.entry(policy.to_owned()).or_default(),
+        };
+        if allowed {
+            tally.admitted += 1;
+            tally.admitted_cost = tally.admitted_cost.saturating_add(cost);
+        } else {
+            tally.rejected += 1;
+            tally.rejected_cost = tally.rejected_cost.saturating_add(cost);
+        }
+    }
+}
+
+/// One line a policy, in name order: `fw: offered 3 (cost 4), admitted 2
+/// (cost 3), rejected 1 (cost 1)` — events counted, their costs summed.
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, t) in &self.0 {
+            writeln!(
+                f,
+                "{name}: offered {} (cost {}), admitted {} (cost {}), rejected {} (cost {})",
+                t.admitted + t.rejected,
+                t.admitted_cost.saturating_add(t.rejected_cost),
+                t.admitted,
+                t.admitted_cost,
+                t.rejected,
+                t.rejected_cost
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Replays on the store `store` names: `memory` (or none), or a
 /// `redis://` / `rediss://` URL. The limiter's clock is set to each event's
 /// time; the memory store reads it, and Redis is handed it.
+/// Bad lines, when skipped, are reported on `errors`.
 pub fn run_on(
     policies: &PolicySet,
     max_keys: usize,
     store: Option<&str>,
+    options: Options,
     input: impl BufRead,
     output: impl Write,
-) -> Result<u64, ReplayError> {
+    errors: impl Write,
+) -> Result<Replayed, ReplayError> {
     let clock = Arc::new(ManualClock::new(0));
     // One thread: the trace is read, decided and written in order.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -74,7 +157,9 @@ pub fn run_on(
     };
     let metrics = Arc::new(Metrics::new(clock.clone()));
     let limiter = Limiter::new(vec![backend], metrics, clock.clone());
-    runtime.block_on(replay(policies, &limiter, &clock, input, output))
+    runtime.block_on(replay(
+        policies, &limiter, &clock, options, input, output, errors,
+    ))
 }
 
 /// One line of a trace.
@@ -94,18 +179,20 @@ fn default_cost() -> u64 {
 }
 
 /// Replays every event of `input` through `limiter`, its clock set to each
-/// event's time, writing one decision a line to `output`. Returns how many
-/// events were decided.
+/// event's time, writing one decision a line to `output`.
 async fn replay(
     policies: &PolicySet,
     limiter: &Limiter,
     clock: &ManualClock,
+    options: Options,
     mut input: impl BufRead,
     mut output: impl Write,
-) -> Result<u64, ReplayError> {
+    mut errors: impl Write,
+) -> Result<Replayed, ReplayError> {
     let mut line = Vec::with_capacity(256);
+    let mut text = String::with_capacity(256);
     let mut number = 0u64;
-    let mut decided = 0u64;
+    let mut replayed = Replayed::default();
     loop {
         line.clear();
         let read = io::Read::take(&mut input, MAX_LINE_BYTES as u64 + 1)
@@ -115,69 +202,142 @@ async fn replay(
             break;
         }
         number += 1;
-        if line.len() > MAX_LINE_BYTES {
-            return Err(ReplayError::Line {
-                line: number,
-                fault: format!("longer than {MAX_LINE_BYTES} bytes"),
-            });
-        }
-        let trimmed = line.trim_ascii();
-        if trimmed.is_empty() {
-            continue;
-        }
-        let event: Event = serde_json::from_slice(trimmed).map_err(|e| ReplayError::Line {
-            line: number,
-            fault: format!("not a trace event: {e}"),
-        })?;
-        // serde reads a struct from an array too; a trace line is an object.
-        if trimmed.first() != Some(&b'{') {
-            return Err(ReplayError::Line {
-                line: number,
-                fault: "not a trace event: expected a JSON object".into(),
-            });
-        }
-        let policy = policies
-            .get(&event.policy)
-            .ok_or_else(|| ReplayError::Line {
-                line: number,
-                fault: format!("unknown policy {:?}", event.policy),
-            })?;
-        let identity = Identity::value(&event.key);
-        clock.set(event.t_ms);
-        let mut decided_now = limiter
-            .decide(&[Check {
-                policy,
-                identity: &identity,
-                cost: event.cost,
-                // Unguarded: a replay stops at a store error (below).
-                on_failure: OnStoreFailure::FailClosed,
-                local: None,
-                counters: None,
-                store: 0,
-            }])
-            .await;
-        if let Some(e) = decided_now.error {
-            return Err(ReplayError::Line {
-                line: number,
-                fault: e.to_string(),
-            });
-        }
-        let Some(decision) = decided_now.decisions.pop() else {
-            return Err(ReplayError::Line {
-                line: number,
-                fault: "the store answered no decision".into(),
-            });
+        let event = if line.len() > MAX_LINE_BYTES {
+            if options.skip_bad_lines {
+                skip_rest_of_line(&mut input, &mut line)?;
+            }
+            Err(format!("longer than {MAX_LINE_BYTES} bytes"))
+        } else {
+            let trimmed = line.trim_ascii();
+            if trimmed.is_empty() {
+                continue;
+            }
+            parse_event(trimmed)
         };
-        let mut text = decision.vector_line();
-        text.push('\n');
+        let decided = match event {
+            Ok(event) => decide(policies, limiter, clock, &event)
+                .await
+                .map(|decision| (event, decision)),
+            Err(fault) => Err(Fault::Line(fault)),
+        };
+        let (event, decision) = match decided {
+            Ok(decided) => decided,
+            Err(Fault::Line(fault)) if options.skip_bad_lines => {
+                writeln!(errors, "tollgate: line {number}: {fault} (skipped)")
+                    .map_err(ReplayError::Output)?;
+                replayed.skipped += 1;
+                continue;
+            }
+            Err(Fault::Line(fault)) | Err(Fault::Store(fault)) => {
+                return Err(ReplayError::Line {
+                    line: number,
+                    fault,
+                });
+            }
+        };
+        text.clear();
+        write_line(&mut text, options.format, &event, &decision);
         output
             .write_all(text.as_bytes())
             .map_err(ReplayError::Output)?;
-        decided += 1;
-        if decided.is_multiple_of(SWEEP_EVERY) {
+        if options.line_buffered {
+            output.flush().map_err(ReplayError::Output)?;
+        }
+        replayed
+            .summary
+            .count(&event.policy, event.cost, decision.allowed);
+        replayed.decided += 1;
+        if replayed.decided.is_multiple_of(SWEEP_EVERY) {
             limiter.sweep();
         }
     }
     output.flush().map_err(ReplayError::Output)?;
-    Ok(decided)
+    Ok(replayed)
+}
+
+/// Why an event was not decided: its line (skippable), or the store.
+enum Fault {
+    Line(String),
+    Store(String),
+}
+
+fn parse_event(trimmed: &[u8]) -> Result<Event, String> {
+    let event: Event =
+        serde_json::from_slice(trimmed).map_err(|e| format!("not a trace event: {e}"))?;
+    // serde reads a struct from an array too; a trace line is an object.
+    if trimmed.first() != Some(&b'{') {
+        return Err("not a trace event: expected a JSON object".into());
+    }
+    Ok(event)
+}
+
+/// Reads and drops what is left of an overlong line, up to its newline.
+fn skip_rest_of_line(input: &mut impl BufRead, buffer: &mut Vec<u8>) -> Result<(), ReplayError> {
+    while buffer.last() != Some(&b'\n') {
+        buffer.clear();
+        let read = io::Read::take(&mut *input, MAX_LINE_BYTES as u64)
+            .read_until(b'\n', buffer)
+            .map_err(ReplayError::Input)?;
+        if read == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One event decided by the limiter at its own time.
+async fn decide(
+    policies: &PolicySet,
+    limiter: &Limiter,
+    clock: &ManualClock,
+    event: &Event,
+) -> Result<Decision, Fault> {
+    let policy = policies
+        .get(&event.policy)
+        .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", event.policy)))?;
+    let identity = Identity::value(&event.key);
+    clock.set(event.t_ms);
+    let mut decided = limiter
+        .decide(&[Check {
+            policy,
+            identity: &identity,
+            cost: event.cost,
+            // Unguarded: a replay stops at a store error (below).
+            on_failure: OnStoreFailure::FailClosed,
+            local: None,
+            counters: None,
+            store: 0,
+        }])
+        .await;
+    if let Some(e) = decided.error {
+        return Err(Fault::Store(e.to_string()));
+    }
+    decided
+        .decisions
+        .pop()
+        .ok_or_else(|| Fault::Store("the store answered no decision".into()))
+}
+
+/// The output line of one decided event, newline included.
+fn write_line(out: &mut String, format: Format, event: &Event, decision: &Decision) {
+    let decision_text = decision.vector_line();
+    match format {
+        Format::Decision => out.push_str(&decision_text),
+        Format::Full => {
+            // serde_json quotes and escapes the strings; the decision's own
+            // fields follow, in the vectors' spelling.
+            let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "null".into());
+            let _ = fmt::Write::write_fmt(
+                out,
+                format_args!(
+                    "{{\"t_ms\": {}, \"policy\": {}, \"key\": {}, {}",
+                    event.t_ms,
+                    quoted(&event.policy),
+                    quoted(&event.key),
+                    decision_text.strip_prefix('{').unwrap_or(&decision_text)
+                ),
+            );
+        }
+    }
+    out.push('\n');
 }

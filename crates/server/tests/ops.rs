@@ -41,7 +41,7 @@ async fn policies_health_and_readiness_are_served() {
             "identity": ["header:x-tenant"], "cost": 1,
             "on_store_failure": {
                 "mode": "fail_open",
-                "while_degraded": "every request is admitted: no limit while the shared store is down"
+                "while_degraded": "nothing can fail; the store is in the process"
             }
         }])
     );

@@ -268,7 +268,7 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
         "  scope: global: every decision on the global store (global, redis standalone).\n";
     let exact = |what: &str| {
         format!(
-            "  bound: the limit, {what}, exact: one Redis decides every request, atomically on its own clock.\n"
+            "  bound: the limit, {what}, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).\n"
         )
     };
     let key = |name: &str, algorithm: &str, bytes: u32, more: &str| {
@@ -323,5 +323,137 @@ fn validate_exits_1_naming_the_fault_of_an_invalid_config() {
             "tollgate: {}: policy \"x\": limit: 10001 is too large to log: sliding_log keeps an entry per request, at most 10000; use sliding_window for larger limits\n",
             config.display()
         )
+    );
+}
+
+/// `tollgate replay --config <config> <flags…>` with `input` on stdin.
+fn replay_with(config: &Path, flags: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("replay")
+        .arg("--config")
+        .arg(config)
+        .args(flags)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tollgate starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().expect("tollgate runs");
+    feeder.join().expect("feeder finished");
+    output
+}
+
+#[test]
+fn format_full_adds_the_events_time_policy_and_key() {
+    let (_dir, config) = config_file(FW);
+    let out = replay_with(
+        &config,
+        &["--format", "full"],
+        b"{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\\\"b\"}\n\
+          {\"t_ms\": 1500, \"policy\": \"fw\", \"key\": \"a\\\"b\", \"cost\": 2}\n",
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\\\"b\", \"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n\
+         {\"t_ms\": 1500, \"policy\": \"fw\", \"key\": \"a\\\"b\", \"allowed\": false, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 500, \"reset_after_ms\": 500}\n"
+    );
+}
+
+#[test]
+fn skip_bad_lines_reports_each_on_stderr_goes_on_and_exits_3() {
+    let (_dir, config) = config_file(FW);
+    let long_key = format!(
+        "{{\"t_ms\": 1, \"policy\": \"fw\", \"key\": \"{}\"}}",
+        "k".repeat(1 << 20)
+    );
+    let good = "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\"}";
+    let input = format!(
+        "{good}\ngarbage\n{long_key}\n{{\"t_ms\": 1000, \"policy\": \"nope\", \"key\": \"a\"}}\n{good}\n"
+    );
+    let out = replay_with(&config, &["--skip-bad-lines"], input.as_bytes());
+    assert_eq!(
+        text(&out.stderr),
+        "tollgate: line 2: not a trace event: expected value at line 1 column 1 (skipped)\n\
+         tollgate: line 3: longer than 1048576 bytes (skipped)\n\
+         tollgate: line 4: unknown policy \"nope\" (skipped)\n"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a skipped line is not a clean run"
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "{\"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n\
+         {\"allowed\": true, \"limit\": 2, \"remaining\": 0, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n"
+    );
+    // Nothing to skip: a clean run exits 0.
+    let out = replay_with(&config, &["--skip-bad-lines"], good.as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn summary_counts_events_and_their_cost_per_policy_in_name_order() {
+    let (_dir, config) = config_file(
+        "policies:\n  - {name: zeta, algorithm: fixed_window, limit: 2, window: 1s}\n  - {name: alpha, algorithm: fixed_window, limit: 5, window: 1s}\n",
+    );
+    let out = replay_with(
+        &config,
+        &["--summary"],
+        b"{\"t_ms\": 1000, \"policy\": \"zeta\", \"key\": \"a\"}\n\
+          {\"t_ms\": 1000, \"policy\": \"zeta\", \"key\": \"a\", \"cost\": 2}\n\
+          {\"t_ms\": 1000, \"policy\": \"alpha\", \"key\": \"a\", \"cost\": 3}\n\
+          {\"t_ms\": 1000, \"policy\": \"zeta\", \"key\": \"b\", \"cost\": 2}\n",
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stderr),
+        "alpha: offered 1 (cost 3), admitted 1 (cost 3), rejected 0 (cost 0)\n\
+         zeta: offered 3 (cost 5), admitted 2 (cost 3), rejected 1 (cost 2)\n"
+    );
+    assert_eq!(text(&out.stdout).lines().count(), 4);
+}
+
+#[test]
+fn line_buffered_output_reaches_a_reader_before_stdin_closes() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let (_dir, config) = config_file(FW);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["replay", "--line-buffered", "--config"])
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tollgate starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin
+        .write_all(b"{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\"}\n")
+        .expect("one event");
+    stdin.flush().expect("flushed");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    // A safety net, not a speed assertion: stdin is still open.
+    let line = rx.recv_timeout(Duration::from_secs(30));
+    drop(stdin);
+    let _ = child.wait();
+    assert_eq!(
+        line.expect("the first decision arrived while stdin was open"),
+        "{\"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n"
     );
 }

@@ -273,7 +273,7 @@ fn the_shipped_regions_example_is_explained_with_numbers() {
     let text = String::from_utf8(out.stdout).expect("UTF-8");
     for line in [
         "region: us; regions: ap (1 instance), eu (2 instances), us (2 instances)",
-        "  bound: the limit, 5 per 10m, exact: one Redis decides every request, atomically on its own clock.",
+        "  bound: the limit, 5 per 10m, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).",
         "  bound: at most 3 × the limit: a burst of 300 then 300 per 1s, across the 3 regions `regions:` lists.",
         "  split: shares of 100: ap 34, eu 33, us 33 (largest remainder, ties to the first region by name; they sum to 100; a bucket's refill splits exactly by weight); this instance (us) enforces a burst of 33 then 5 per 3s. With all traffic in one region at most its share is admitted: at least 66 of the 100 strands in the quiet regions.",
         "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h. With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in the quiet regions.",
@@ -284,4 +284,116 @@ fn the_shipped_regions_example_is_explained_with_numbers() {
             "missing {line:?} in:\n{text}"
         );
     }
+}
+
+/// One region's config: its own regional Redis, the global one reached
+/// through `global` (a delay proxy: this region's link to it).
+fn region_config(regional: &str, global: &str) -> String {
+    format!(
+        r#"server: {{watch_interval_ms: 0}}
+regions: {{a: {{}}, b: {{}}}}
+stores:
+  regional: {{redis: {{url: "{regional}"}}}}
+  global: {{redis: {{url: "{global}", timeout: 1s, rejected_cache: 0}}}}
+policies:
+  - {{name: g, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}, scope: global, on_store_failure: fail_closed}}
+  - {{name: r, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}, scope: region}}
+"#
+    )
+}
+
+/// (allowed, the path that decided) of one check.
+async fn decided(client: &reqwest::Client, base: &str, policy: &str) -> (bool, String) {
+    let v = check(
+        client,
+        base,
+        &format!(r#"{{"policy":"{policy}","key":"k"}}"#),
+    )
+    .await;
+    (
+        v["allowed"] == true,
+        v["path"].as_str().unwrap_or("shared").to_owned(),
+    )
+}
+
+/// A region cut off from the global store, 30–80 ms away each way: its
+/// global policy fails as declared (closed) while its regional one decides
+/// exactly; the other region keeps the global state, and the cut-off region
+/// rejoins it exactly once the link is back. Never more than the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_cut_off_from_the_global_store_keeps_every_bound() {
+    use std::time::Duration;
+    use tollgate_testkit::{Delay, DelayProxy, Link};
+    let (ra, rb, rg) = (
+        RedisServer::start().expect("region a's redis"),
+        RedisServer::start().expect("region b's redis"),
+        RedisServer::start().expect("the global redis"),
+    );
+    let far = Delay {
+        min: Duration::from_millis(30),
+        max: Duration::from_millis(80),
+    };
+    let global_addr = format!("127.0.0.1:{}", rg.port())
+        .parse()
+        .expect("global address");
+    let link_a = DelayProxy::start(global_addr, far).expect("region a's link");
+    let link_b = DelayProxy::start(global_addr, far).expect("region b's link");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (path_a, path_b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    std::fs::write(&path_a, region_config(&ra.url(), &link_a.url())).expect("write a");
+    std::fs::write(&path_b, region_config(&rb.url(), &link_b.url())).expect("write b");
+    let a = TollgateProcess::spawn(&path_a, &[("TOLLGATE_REGION", "a")]);
+    let b = TollgateProcess::spawn(&path_b, &[("TOLLGATE_REGION", "b")]);
+    let client = reqwest::Client::new();
+
+    // Four global decisions from each region, through the slow links.
+    for base in [&a.base, &b.base] {
+        for _ in 0..4 {
+            assert_eq!(decided(&client, base, "g").await, (true, "shared".into()));
+        }
+    }
+    // Region a cut off: its global policy fails closed, its regional one
+    // is untouched.
+    link_a.set_link(Link::BlackHole);
+    for _ in 0..3 {
+        assert_eq!(
+            decided(&client, &a.base, "g").await,
+            (false, "fail_closed".into())
+        );
+    }
+    for _ in 0..10 {
+        assert_eq!(
+            decided(&client, &a.base, "r").await,
+            (true, "shared".into())
+        );
+    }
+    assert_eq!(
+        decided(&client, &a.base, "r").await,
+        (false, "shared".into())
+    );
+    // Region b still holds the global state: 2 of 10 left.
+    let mut b_outcomes = Vec::new();
+    for _ in 0..3 {
+        b_outcomes.push(decided(&client, &b.base, "g").await);
+    }
+    assert_eq!(
+        b_outcomes,
+        [
+            (true, "shared".into()),
+            (true, "shared".into()),
+            (false, "shared".into())
+        ]
+    );
+    // The link back: once region a's circuit closes again it decides on
+    // the global state, which is spent.
+    link_a.set_link(Link::Pass);
+    let mut rejoined = decided(&client, &a.base, "g").await;
+    for _ in 0..100 {
+        if rejoined.1 == "shared" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        rejoined = decided(&client, &a.base, "g").await;
+    }
+    assert_eq!(rejoined, (false, "shared".into()));
 }

@@ -25,6 +25,7 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 use tollgate_core::{Algorithm, Clock, Decision, Intent, State};
 
+use crate::check::{self, same_key};
 use crate::{Check, Store, StoreError};
 
 /// How a memory store is sized.
@@ -277,6 +278,9 @@ impl MemoryStore {
                 (Err(_), None) => {}
             }
         }
+        if !decisions.iter().all(|d| d.allowed) {
+            check::mark_never_fits(&check::never_fit_in_batch(checks), &mut decisions);
+        }
         decisions
     }
 
@@ -370,12 +374,6 @@ fn sweep_table(table: &mut HashTable<Slot>, now: u64) -> usize {
     let before = table.len();
     table.retain(|s| s.expires_at_ms > now);
     before - table.len()
-}
-
-fn same_key(a: &Check<'_>, b: &Check<'_>) -> bool {
-    a.policy.name() == b.policy.name()
-        && a.policy.algorithm() == b.policy.algorithm()
-        && a.identity == b.identity
 }
 
 fn table_for<'g, 'a>(

@@ -220,6 +220,8 @@ fn a_key_named_twice_in_one_batch_sees_its_own_consumption() {
     // 3 + 3 > 5: the batch is refused although each check alone would fit.
     let ds = store.decide_all_now(&[check(&window, &id, 3), check(&window, &id, 3)]);
     assert!(!ds.iter().all(|d| d.allowed), "{ds:?}");
+    // The batch's own total never fits: no wait would admit it.
+    assert_eq!(ds[1].retry_after_ms, None, "{ds:?}");
     assert_eq!(store.decide_now(check(&window, &id, 0)).remaining, 5);
     // 2 + 3 = 5 fits: both admitted, the second after the first.
     let ds = store.decide_all_now(&[check(&window, &id, 2), check(&window, &id, 3)]);
@@ -230,6 +232,12 @@ fn a_key_named_twice_in_one_batch_sees_its_own_consumption() {
         [(true, 3), (true, 0)]
     );
     assert_eq!(store.decide_now(check(&window, &id, 0)).remaining, 0);
+    // 1 + 1 fits the limit but not what is left: that waits for the window.
+    let ds = store.decide_all_now(&[check(&window, &id, 1), check(&window, &id, 1)]);
+    assert!(
+        ds.iter().all(|d| !d.allowed && d.retry_after_ms.is_some()),
+        "{ds:?}"
+    );
 }
 
 #[test]

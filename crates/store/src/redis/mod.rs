@@ -40,6 +40,7 @@ pub use script::{MAX_GIVEN_MS, source as lua_source};
 use connection::{Connection, Reply};
 use script::{At, Item, Lua, SCRIPTS, decisions};
 
+use crate::check;
 use crate::{Check, Store, StoreError};
 
 /// Keys decided at a given time (replay, tests) live at least this long,
@@ -265,8 +266,11 @@ impl RedisStore {
     ) -> Result<Vec<Decision>, StoreError> {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
         self.shared.tag_all(&mut items).await;
-        self.all_or_nothing(&items, At::Ms(now_ms), self.given_margin())
-            .await
+        let mut decisions = self
+            .all_or_nothing(&items, At::Ms(now_ms), self.given_margin())
+            .await?;
+        check::mark_never_fits(&check::never_fit_in_batch(checks), &mut decisions);
+        Ok(decisions)
     }
 
     /// Round trip to Redis: for readiness probes.
@@ -442,6 +446,7 @@ impl Store for RedisStore {
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        let never = check::never_fit_in_batch(checks);
         async move {
             // One check is a plain decision: batched, and cached when rejected.
             if items.len() == 1
@@ -454,8 +459,11 @@ impl Store for RedisStore {
                 Ok(())
             })
             .await?;
-            self.all_or_nothing(&items, At::StoreClock, self.shared.margin_ms)
-                .await
+            let mut decisions = self
+                .all_or_nothing(&items, At::StoreClock, self.shared.margin_ms)
+                .await?;
+            check::mark_never_fits(&never, &mut decisions);
+            Ok(decisions)
         }
     }
 }
