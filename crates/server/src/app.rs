@@ -3,12 +3,12 @@
 //! through, and the metrics.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use tollgate_core::Clock;
 
-use crate::config::{ConfigLoadError, ServeConfig};
+use crate::config::{ConfigLoadError, Overrides, ServeConfig, ServerSettings};
 use crate::limiter::{Backend, Limiter};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
@@ -19,8 +19,12 @@ pub struct App {
     pub limiter: Limiter,
     pub metrics: Arc<Metrics>,
     pub config_path: PathBuf,
-    /// `--region`, which every reload must load the config in too.
-    pub region_flag: Option<String>,
+    /// `--region` and `--store` (or their variables), which every reload
+    /// must load the config with too.
+    pub overrides: Overrides,
+    /// The file and the reason of the last refused reload: SIGHUP and the
+    /// file watcher both reload, and one bad edit is one failure.
+    last_refused: Mutex<Option<blake3::Hash>>,
 }
 
 /// Why a reload was refused; the previous config keeps serving.
@@ -28,8 +32,51 @@ pub struct App {
 pub enum ReloadError {
     #[error(transparent)]
     Invalid(#[from] ConfigLoadError),
-    #[error("the store section changed; restart tollgate to apply it")]
-    StoreChanged,
+    /// The stores or the region: the limiter holds the stores it opened,
+    /// and the policies' stores depend on both, so nothing of it applies.
+    #[error("{0} changed and needs a restart; nothing of the new config was applied")]
+    NeedsRestart(&'static str),
+}
+
+/// The `server` settings read once at start (listeners, workers, limits of
+/// a request's head, TLS): a reload that changes one keeps its running
+/// value, applies the rest, and says the setting needs a restart.
+pub fn start_only_changes(running: &ServerSettings, new: &ServerSettings) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    let mut differs = |name, yes: bool| {
+        if yes {
+            changed.push(name);
+        }
+    };
+    differs("server.listen", running.listen != new.listen);
+    differs("server.grpc_listen", running.grpc_listen != new.grpc_listen);
+    differs(
+        "server.http_workers",
+        running.http_workers != new.http_workers,
+    );
+    differs(
+        "server.max_connections",
+        running.max_connections != new.max_connections,
+    );
+    differs(
+        "server.request_timeout_ms",
+        running.request_timeout_ms != new.request_timeout_ms,
+    );
+    differs("server.max_headers", running.max_headers != new.max_headers);
+    differs(
+        "server.max_header_bytes",
+        running.max_header_bytes != new.max_header_bytes,
+    );
+    differs("server.tls", running.tls != new.tls);
+    changed
+}
+
+/// What a valid reload did.
+enum Applied {
+    /// The same config: nothing to do, nothing to count.
+    Unchanged,
+    /// Swapped in; these start-only settings kept their running values.
+    Reloaded { needs_restart: Vec<&'static str> },
 }
 
 impl App {
@@ -51,50 +98,119 @@ impl App {
             limiter: Limiter::new(backends, Arc::clone(&metrics), clock),
             metrics,
             config_path,
-            region_flag: None,
+            overrides: Overrides::default(),
+            last_refused: Mutex::new(None),
         })
     }
 
     /// This instance's region as `--region` gave it (reloads keep it).
     pub fn in_region(mut self, region: Option<String>) -> Self {
-        self.region_flag = region;
+        self.overrides.region = region;
+        self
+    }
+
+    /// What `tollgate serve` was told over the file (reloads keep it).
+    pub fn with_overrides(mut self, overrides: Overrides) -> Self {
+        self.overrides = overrides;
         self
     }
 
     /// Loads the config file again. A valid config replaces the old one
     /// atomically (buckets carry over: state is keyed by policy name and
-    /// records its scale); an invalid one is refused and the old one stays.
+    /// records its scale), keeping the running value of each start-only
+    /// setting it changes; an invalid one, or one changing the stores or
+    /// the region, is refused and the old one stays. A refusal is logged
+    /// and counted once per bad edit: trying the same file again for the
+    /// same reason (SIGHUP after the watcher) returns the error silently.
     pub fn reload(&self) -> Result<(), ReloadError> {
-        let result = ServeConfig::load_in_region(&self.config_path, self.region_flag.as_deref())
+        let result = ServeConfig::load_overridden(&self.config_path, &self.overrides)
             .map_err(ReloadError::from)
-            .and_then(|config| {
-                let current = self.live.load();
-                if config.store_hash != current.config.store_hash {
-                    return Err(ReloadError::StoreChanged);
-                }
-                if config.hash == current.config.hash {
-                    return Ok(false);
-                }
-                for warning in config.warnings() {
-                    tracing::warn!("{warning}");
-                }
-                self.live
-                    .store(Arc::new(LiveConfig::new(config, &self.metrics)));
-                Ok(true)
-            });
+            .and_then(|config| self.apply(config));
+        let shown = self.config_path.display();
         match result {
-            Ok(changed) => {
-                if changed {
-                    self.metrics.reloads.inc();
-                    tracing::info!(config = %self.config_path.display(), hash = %self.live.load().config.hash, "config reloaded");
+            Ok(Applied::Unchanged) => {
+                self.forget_refusal();
+                Ok(())
+            }
+            Ok(Applied::Reloaded { needs_restart }) => {
+                self.forget_refusal();
+                self.metrics.reloads.inc();
+                let hash = self.live.load().config.hash.clone();
+                if needs_restart.is_empty() {
+                    tracing::info!(config = %shown, %hash, "config reloaded");
+                } else {
+                    let settings = needs_restart.join(", ");
+                    tracing::warn!(config = %shown, %hash, "config reloaded, but {settings} changed and needs a restart (the running value stays until then)");
                 }
                 Ok(())
             }
             Err(reason) => {
+                if self.refused_before(&reason) {
+                    tracing::debug!(config = %shown, %reason, "config reload refused again for the same reason (counted once)");
+                    return Err(reason);
+                }
                 self.metrics.reload_failures.inc();
-                tracing::error!(config = %self.config_path.display(), %reason, "config reload refused; the previous config keeps serving");
+                tracing::error!(config = %shown, %reason, "config reload refused; the previous config keeps serving");
                 Err(reason)
             }
+        }
+    }
+
+    /// Swaps `config` in unless it changes the stores or the region.
+    fn apply(&self, mut config: ServeConfig) -> Result<Applied, ReloadError> {
+        let current = self.live.load();
+        if config.store_hash != current.config.store_hash {
+            let what = if config.deployment.region != current.config.deployment.region {
+                "the region"
+            } else {
+                "the stores"
+            };
+            return Err(ReloadError::NeedsRestart(what));
+        }
+        if config.hash == current.config.hash {
+            return Ok(Applied::Unchanged);
+        }
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
+        let running = &current.config.server;
+        let needs_restart = start_only_changes(running, &config.server);
+        // The live config says what runs: the listeners, workers and TLS
+        // opened at start.
+        config.server.listen = running.listen.clone();
+        config.server.grpc_listen = running.grpc_listen.clone();
+        config.server.http_workers = running.http_workers;
+        config.server.max_connections = running.max_connections;
+        config.server.request_timeout_ms = running.request_timeout_ms;
+        config.server.max_headers = running.max_headers;
+        config.server.max_header_bytes = running.max_header_bytes;
+        config.server.tls = running.tls.clone();
+        config.tls = current.config.tls.clone();
+        self.live
+            .store(Arc::new(LiveConfig::new(config, &self.metrics)));
+        Ok(Applied::Reloaded { needs_restart })
+    }
+
+    /// Whether this refusal is the last one again: the same file content,
+    /// refused for the same reason. Remembers it otherwise.
+    fn refused_before(&self, reason: &ReloadError) -> bool {
+        let mut hasher = blake3::Hasher::new();
+        if let Ok(bytes) = std::fs::read(&self.config_path) {
+            hasher.update(&bytes);
+        }
+        hasher.update(reason.to_string().as_bytes());
+        let fingerprint = hasher.finalize();
+        let Ok(mut last) = self.last_refused.lock() else {
+            return false;
+        };
+        let again = *last == Some(fingerprint);
+        *last = Some(fingerprint);
+        again
+    }
+
+    fn forget_refusal(&self) {
+        if let Ok(mut last) = self.last_refused.lock() {
+            *last = None;
         }
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::http::HeaderName;
+use hyper::http::HeaderName;
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -19,6 +19,7 @@ use tollgate_store::{OnStoreFailure, RedisConfig};
 
 use crate::envoy_rules::EnvoyRules;
 use crate::failure_mode::parse_failure_mode;
+use crate::listen::ListenAddress;
 use crate::matching::{Matcher, PathPattern, TrailingSlash};
 use crate::request_path::normalize;
 use crate::scope::{Deployment, Scope, Stores, enforced, parse_scope};
@@ -97,7 +98,8 @@ pub struct ServeConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSettings {
     /// Where to listen when `--listen` is not given.
-    pub listen: SocketAddr,
+    #[serde(deserialize_with = "listen")]
+    pub listen: ListenAddress,
     /// The status of a rejection on `/v1/authorize`. nginx's `auth_request`
     /// passes only 2xx, 401 and 403, so nginx setups use 403 and turn it
     /// back into the 429 contract (see examples/nginx.conf).
@@ -128,7 +130,8 @@ pub struct ServerSettings {
     pub watch_interval_ms: u64,
     /// Where Envoy's rate limit service (gRPC) listens when
     /// `--grpc-listen` is not given; absent: not served.
-    pub grpc_listen: Option<SocketAddr>,
+    #[serde(deserialize_with = "grpc_listen")]
+    pub grpc_listen: Option<ListenAddress>,
     /// Whether `ShouldRateLimit` answers carry the RateLimit fields (and
     /// `Retry-After`) for Envoy to add to its response.
     pub grpc_response_headers: bool,
@@ -270,7 +273,7 @@ fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D
 impl Default for ServerSettings {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            listen: ListenAddress::from(SocketAddr::from(([127, 0, 0, 1], 8080))),
             deny_status: 429,
             trusted_proxies: Vec::new(),
             forward_auth: ForwardAuth::nginx(),
@@ -289,6 +292,21 @@ impl Default for ServerSettings {
             tls: None,
         }
     }
+}
+
+fn listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ListenAddress, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse()
+        .map_err(|e| serde::de::Error::custom(format!("listen: {e}")))
+}
+
+fn grpc_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ListenAddress>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    text.parse()
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("grpc_listen: {e}")))
 }
 
 fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
@@ -312,6 +330,34 @@ fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Err
 pub enum StoreSettings {
     Memory { max_keys: usize },
     Redis(Box<RedisConfig>),
+}
+
+impl StoreSettings {
+    /// Its kind and where it is, for logs: never a password.
+    pub fn describe(&self) -> String {
+        use tollgate_store::redact_url;
+        match self {
+            StoreSettings::Memory { max_keys } => format!("memory (max_keys {max_keys})"),
+            StoreSettings::Redis(config) => {
+                if let Some(url) = &config.url {
+                    format!("redis {}", redact_url(url))
+                } else if let Some(nodes) = &config.cluster {
+                    let nodes: Vec<String> = nodes.iter().map(|n| redact_url(n)).collect();
+                    format!("redis cluster {}", nodes.join(","))
+                } else if let Some(sentinel) = &config.sentinel {
+                    format!("redis sentinel master {}", sentinel.master)
+                } else {
+                    "redis".to_owned()
+                }
+            }
+        }
+    }
+
+    /// A Redis Cluster, which must be reachable to start (it learns its
+    /// slots from a seed node); the other stores start without their server.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, StoreSettings::Redis(c) if c.cluster.is_some())
+    }
 }
 
 impl Default for StoreSettings {
@@ -439,21 +485,48 @@ impl ServeConfig {
         })
     }
 
+    /// [`Self::load`] as `tollgate serve` was told: `--region` and
+    /// `--store` (or their environment variables) over the file's own.
+    pub fn load_overridden(path: &Path, overrides: &Overrides) -> Result<Self, ConfigLoadError> {
+        let region = overrides.region.as_deref();
+        Self::load_inner(
+            path,
+            |name| match region.filter(|_| name == crate::scope::REGION_ENV) {
+                Some(region) => Some(region.to_owned()),
+                None => std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
+            },
+            overrides.store.as_deref(),
+        )
+    }
+
     /// [`Self::load`] with `env` resolving environment variables.
     pub fn load_with_env(
         path: &Path,
         env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigLoadError> {
+        Self::load_inner(path, env, None)
+    }
+
+    fn load_inner(
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+        store: Option<&str>,
     ) -> Result<Self, ConfigLoadError> {
         let shown = || path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigLoadError::Read {
             path: shown(),
             source,
         })?;
-        let mut config =
-            Self::parse_named(&text, &shown(), env).map_err(|source| ConfigLoadError::Invalid {
-                path: shown(),
-                source,
-            })?;
+        let parsed = parse_yaml_named(&text, &shown()).and_then(|mut doc| {
+            if let Some(store) = store {
+                replace_store(&mut doc, store)?;
+            }
+            Self::parse_doc(&text, doc, env)
+        });
+        let mut config = parsed.map_err(|source| ConfigLoadError::Invalid {
+            path: shown(),
+            source,
+        })?;
         if let Some(paths) = &config.server.tls {
             let base = path.parent().unwrap_or_else(|| Path::new("."));
             let tls = EdgeTls::load(paths, base).map_err(|source| ConfigLoadError::Tls {
@@ -707,6 +780,64 @@ impl ServeConfig {
         }
         warnings
     }
+}
+
+/// What `tollgate serve` was told on its command line or in its
+/// environment that wins over the file, at start and on every reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--region` / `TOLLGATE_REGION`.
+    pub region: Option<String>,
+    /// `--store` / `TOLLGATE_STORE`: `memory` or a Redis URL.
+    pub store: Option<String>,
+}
+
+/// `--store`: replaces the config's one `store:` (a Redis URL keeps the
+/// section's other Redis settings: timeout, prefix, credentials…). A config
+/// naming its stores by role is refused: which role would it replace?
+fn replace_store(doc: &mut Value, store: &str) -> Result<(), ConfigError> {
+    let Some(top) = doc.as_object_mut() else {
+        // Not a mapping: parse_doc says so.
+        return Ok(());
+    };
+    if let Some(stores) = top.get("stores") {
+        let roles = stores
+            .as_object()
+            .map(|m| {
+                let named = crate::scope::STORE_ROLES
+                    .iter()
+                    .filter(|r| m.contains_key(**r));
+                named.copied().collect::<Vec<_>>().join(", ")
+            })
+            .unwrap_or_default();
+        return Err(ConfigError::Document(format!(
+            "--store (TOLLGATE_STORE) replaces a config's one `store:`, but this config names its stores by role (stores: {roles}): change them in the file"
+        )));
+    }
+    let current = top.get("store");
+    let replacement = if store == "memory" {
+        match current {
+            Some(v) if v.get("memory").is_some() => v.clone(),
+            _ => serde_json::json!({ "memory": null }),
+        }
+    } else if store.starts_with("redis://") || store.starts_with("rediss://") {
+        let mut redis = current
+            .and_then(|v| v.get("redis"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        redis.remove("cluster");
+        redis.remove("sentinel");
+        redis.insert("url".into(), Value::String(store.to_owned()));
+        serde_json::json!({ "redis": redis })
+    } else {
+        return Err(ConfigError::Document(format!(
+            "--store (TOLLGATE_STORE): {:?} is not a store: expected memory, redis://HOST:PORT or rediss://HOST:PORT",
+            tollgate_store::redact_url(store)
+        )));
+    };
+    top.insert("store".into(), replacement);
+    Ok(())
 }
 
 fn parse_envoy_paths(value: Option<&Value>) -> Result<Vec<PathBuf>, ConfigError> {

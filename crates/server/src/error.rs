@@ -3,7 +3,6 @@
 //! binary prints before exiting 1.
 
 use std::io;
-use std::net::SocketAddr;
 
 use tollgate_store::StoreError;
 
@@ -19,7 +18,8 @@ pub enum ServeError {
     Listen {
         /// `""` for HTTP, `" for gRPC"`.
         what: &'static str,
-        addr: SocketAddr,
+        /// As given: an address, or a host name resolved at bind.
+        addr: String,
         source: io::Error,
     },
     #[error("cannot read the bound address: {0}")]

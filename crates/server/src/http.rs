@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -27,7 +27,7 @@ use crate::app::App;
 use crate::limiter::Check;
 use crate::linger::LingerOnClose;
 use crate::live::{LiveConfig, LivePolicy};
-use crate::metrics::{EndpointLabels, StatusLabels};
+use crate::metrics::{EndpointLabels, PolicyLabels, StatusLabels};
 use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
 use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
 use crate::tokens::{self, Guarded};
@@ -67,6 +67,7 @@ pub(crate) async fn route(
 pub fn operations_router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/policies", get(policies))
+        .route("/v1/state", get(peek_state).delete(reset_state))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -702,6 +703,141 @@ fn client_fault(app: &App, RequestFault(detail): RequestFault) -> Response {
 }
 
 // ---------- operations ----------
+
+/// The policy and identity `?policy=P&key=K` (or `key.NAME=VALUE` parts,
+/// as forward auth's composite identities) names, for `/v1/state`.
+fn state_target<'c>(
+    live_config: &'c LiveConfig,
+    query: Option<&str>,
+) -> Result<(&'c LivePolicy, Identity), Problem> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|_| Problem::bad_request("the query string is not valid form encoding"))?;
+    let mut policy = None;
+    let mut value = None;
+    let mut parts: Vec<(&str, &str)> = Vec::new();
+    for (name, v) in &pairs {
+        match name.as_str() {
+            "policy" if policy.is_none() => policy = Some(v.as_str()),
+            "key" if value.is_none() => value = Some(v.as_str()),
+            "policy" | "key" => {
+                return Err(Problem::unprocessable(format!("{name} is given twice")));
+            }
+            other => match other.strip_prefix("key.") {
+                Some(part) if !part.is_empty() => parts.push((part, v.as_str())),
+                _ => {
+                    return Err(Problem::unprocessable(format!(
+                        "unknown parameter {other:?} (expected: policy, key or key.NAME)"
+                    )));
+                }
+            },
+        }
+    }
+    let name = policy.ok_or_else(|| Problem::unprocessable("missing parameter policy"))?;
+    let live = live_config
+        .policy(name)
+        .ok_or_else(|| unknown_policy(name))?;
+    let identity = match (value, parts.is_empty()) {
+        (Some(""), _) => return Err(Problem::unprocessable("key must not be empty")),
+        (Some(v), true) => Identity::value(v),
+        (None, false) => Identity::composite(parts.iter().copied())
+            .map_err(|e| Problem::unprocessable(format!("key: {e}")))?,
+        (Some(_), false) => {
+            return Err(Problem::unprocessable(
+                "give key or key.NAME parts, not both",
+            ));
+        }
+        (None, true) => return Err(Problem::unprocessable("missing parameter key")),
+    };
+    let max = live_config.config.server.max_key_bytes;
+    if identity.as_bytes().len() > max {
+        return Err(Problem::too_large(format!(
+            "key is longer than {max} bytes"
+        )));
+    }
+    Ok((live, identity))
+}
+
+/// `GET /v1/state?policy=P&key=K`: what a peek says — the decision a cost
+/// of 0 gets, which spends nothing (Limitador's `/counters`, one identity
+/// at a time, never a listing of every key).
+async fn peek_state(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let live_config = app.live.load();
+    if !live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Admin, &headers)
+    {
+        return unauthorized(&app, Guarded::Admin, "state");
+    }
+    let (live, identity) = match state_target(&live_config, query.as_deref()) {
+        Ok(target) => target,
+        Err(problem) => return refuse(&app, problem),
+    };
+    let peek = Check {
+        counters: None,
+        ..Check::of(live, &identity, 0)
+    };
+    let decided = app.limiter.decide(&[peek]).await;
+    match decided.decisions.first() {
+        Some(decision) => {
+            let mut body = String::with_capacity(160);
+            write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+            json_response(body)
+        }
+        None => Problem::unavailable("the limiter could not decide: the store answered nothing")
+            .into_response(),
+    }
+}
+
+/// `DELETE /v1/state?policy=P&key=K`: an operator resets one identity —
+/// its state is forgotten, so it starts afresh as a new identity does.
+/// Logged and counted (`tollgate_state_resets_total`).
+async fn reset_state(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let live_config = app.live.load();
+    if !live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Admin, &headers)
+    {
+        return unauthorized(&app, Guarded::Admin, "state");
+    }
+    let (live, identity) = match state_target(&live_config, query.as_deref()) {
+        Ok(target) => target,
+        Err(problem) => return refuse(&app, problem),
+    };
+    let policy = live.serve.policy.name();
+    match app
+        .limiter
+        .forget(live.serve.store, &live.serve.policy, &identity)
+        .await
+    {
+        Ok(existed) => {
+            app.metrics
+                .state_resets
+                .get_or_create(&PolicyLabels {
+                    policy: policy.to_owned(),
+                })
+                .inc();
+            tracing::info!(policy, %identity, existed, "an operator reset an identity (DELETE /v1/state)");
+            json_response(format!(
+                "{{\"policy\":\"{policy}\",\"reset\":true,\"had_state\":{existed}}}"
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(policy, %identity, error = %e, "an identity could not be reset: the store did not answer");
+            Problem::unavailable("the identity could not be reset: its store did not answer")
+                .into_response()
+        }
+    }
+}
 
 async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let live_config = app.live.load();

@@ -7,11 +7,12 @@
 //!
 //! 1. **config** — what a file says, loaded and validated once for
 //!    `validate` and `serve` alike: [`config`], [`envoy_rules`],
-//!    [`failure_mode`], [`matching`], [`request_path`], [`scope`], [`tls`],
+//!    [`failure_mode`], [`listen`], [`matching`], [`request_path`], [`scope`], [`tls`],
 //!    [`tokens`].
 //! 2. **limiter** — the one decision seam: [`limiter`] (stores, failure
 //!    modes, clock, decision metrics) over the [`live`] config, with
-//!    [`metrics`] and [`hot`]; [`app`] is the state every adapter shares.
+//!    [`metrics`], [`hot`] and [`decision_log`]; [`app`] is the state every
+//!    adapter shares.
 //! 3. **protocol adapters** — input → checks → [`limiter::Limiter::decide`]
 //!    → answer: HTTP ([`http`], [`request`], [`response`],
 //!    [`ratelimit_fields`], [`linger`]), Envoy RLS ([`rls`]), [`replay`].
@@ -28,6 +29,7 @@
 pub mod config;
 pub mod envoy_rules;
 pub mod failure_mode;
+pub mod listen;
 pub mod matching;
 pub mod request_path;
 pub mod scope;
@@ -36,6 +38,7 @@ pub mod tokens;
 
 // 2. limiter
 pub mod app;
+pub mod decision_log;
 pub mod hot;
 pub mod limiter;
 pub mod live;

@@ -6,11 +6,12 @@
 
 use tollgate::{config, explain, replay, serve};
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use tollgate::listen::ListenAddress;
 
 #[derive(Parser)]
 #[command(
@@ -27,21 +28,34 @@ struct Cli {
 enum Command {
     /// Serve decisions over HTTP: /v1/check, /v1/authorize (forward auth),
     /// /v1/policies, /healthz, /readyz, /metrics.
+    ///
+    /// Each option may come from its TOLLGATE_* variable instead; a flag
+    /// wins over its variable, which wins over the config file. RUST_LOG
+    /// filters the logs (default `info`; e.g. `tollgate=debug`).
     Serve {
         /// The config (YAML): policies, and optional server and store sections.
-        #[arg(long)]
+        #[arg(long, env = "TOLLGATE_CONFIG")]
         config: PathBuf,
-        /// Address to listen on [default: server.listen, else 127.0.0.1:8080].
-        #[arg(long)]
-        listen: Option<std::net::SocketAddr>,
+        /// Address to listen on, HOST:PORT (a host name is resolved)
+        /// [default: server.listen, else 127.0.0.1:8080].
+        #[arg(long, env = "TOLLGATE_LISTEN")]
+        listen: Option<ListenAddress>,
         /// Serve Envoy's rate limit service (RLS v3 gRPC) on this address
         /// [default: server.grpc_listen, else not served].
-        #[arg(long)]
-        grpc_listen: Option<std::net::SocketAddr>,
-        /// This instance's region [default: TOLLGATE_REGION, else the
-        /// config's `region:`]: picks its regional store and split shares.
-        #[arg(long)]
+        #[arg(long, env = "TOLLGATE_GRPC_LISTEN")]
+        grpc_listen: Option<ListenAddress>,
+        /// The store, replacing the config's one `store:`: `memory`, or a
+        /// `redis://HOST:PORT` / `rediss://…` URL (the section's other Redis
+        /// settings stay). A config with `stores:` by role is refused.
+        #[arg(long, env = "TOLLGATE_STORE", hide_env_values = true)]
+        store: Option<String>,
+        /// This instance's region [default: the config's `region:`]: picks
+        /// its regional store and split shares.
+        #[arg(long, env = "TOLLGATE_REGION")]
         region: Option<String>,
+        /// Log lines as text or as JSON objects (one a line, on stderr).
+        #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Decide a trace of events (JSON lines on stdin) at their own times;
     /// write one decision a line to stdout.
@@ -96,6 +110,31 @@ enum Command {
     },
 }
 
+/// How `serve` writes its logs.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`); colour only
+/// when stderr is a terminal.
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -103,15 +142,11 @@ fn main() -> ExitCode {
             config,
             listen,
             grpc_listen,
+            store,
             region,
+            log_format,
         } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .with_writer(io::stderr)
-                .init();
+            init_logs(log_format);
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -119,7 +154,17 @@ fn main() -> ExitCode {
                 Ok(r) => r,
                 Err(e) => return fail(&format_args!("cannot start the runtime: {e}"), 1),
             };
-            match runtime.block_on(serve::run(config, listen, grpc_listen, region)) {
+            let options = serve::ServeOptions {
+                config,
+                listen,
+                grpc_listen,
+                overrides: config::Overrides { region, store },
+            };
+            let served = runtime.block_on(serve::run(options));
+            // Everything has drained ("tollgate stopped"): nothing left on
+            // the runtime is worth waiting for.
+            runtime.shutdown_background();
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => fail(&message, 1),
             }

@@ -22,6 +22,12 @@ pub struct DecisionLabels {
     pub outcome: &'static str,
 }
 
+/// A policy, for counters of operator actions on it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
 /// A policy's scope on this instance, and the region it serves.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScopeLabels {
@@ -76,6 +82,8 @@ pub struct Metrics {
     pub tls_handshake_failures: Counter,
     /// Envoy's rate limit service (gRPC).
     pub rls: RlsMetrics,
+    /// Identities an operator reset (`DELETE /v1/state`), by policy.
+    pub state_resets: Family<PolicyLabels, Counter>,
     /// What each policy's scope leaves this instance to enforce.
     pub scope_limit: Family<ScopeLabels, Gauge>,
     /// The identities rejected most, per policy.
@@ -162,6 +170,12 @@ impl Metrics {
             "1 when the store answered its last readiness ping (GET /readyz), 0 when it did not",
             store_up.clone(),
         );
+        let state_resets = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "state_resets",
+            "Identities an operator reset with DELETE /v1/state, by policy",
+            state_resets.clone(),
+        );
         let scope_limit = Family::<ScopeLabels, Gauge>::default();
         registry.register(
             "scope_limit",
@@ -209,6 +223,7 @@ impl Metrics {
             store_errors,
             circuit_state,
             store_up,
+            state_resets,
             scope_limit,
             degraded,
             decisions,

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,71 +14,111 @@ use tollgate_core::SystemClock;
 
 use crate::ServeError;
 use crate::app::App;
-use crate::config::ServeConfig;
+use crate::config::{Overrides, ServeConfig, StoreSettings};
+use crate::listen::ListenAddress;
 use crate::workers::serve_http;
 
 /// How often idle keys are swept from the memory store.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How long gRPC connections may drain after HTTP has: a client that never
+/// acknowledges HTTP/2's GOAWAY would otherwise hold the process forever.
+const GRPC_DRAIN: Duration = Duration::from_secs(5);
 
-pub async fn run(
-    config_path: PathBuf,
-    listen: Option<SocketAddr>,
-    grpc_listen: Option<SocketAddr>,
-    region: Option<String>,
-) -> Result<(), ServeError> {
-    let config = ServeConfig::load_in_region(&config_path, region.as_deref())?;
+/// What `tollgate serve` was told on its command line (or environment).
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub config: PathBuf,
+    /// Over `server.listen`.
+    pub listen: Option<ListenAddress>,
+    /// Over `server.grpc_listen`.
+    pub grpc_listen: Option<ListenAddress>,
+    /// `--region` and `--store` over the file, at start and on reload.
+    pub overrides: Overrides,
+}
+
+pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
+    let ServeOptions {
+        config: config_path,
+        listen,
+        grpc_listen,
+        overrides,
+    } = options;
+    let config = ServeConfig::load_overridden(&config_path, &overrides)?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
-    let addr = listen.unwrap_or(config.server.listen);
+    let addr = listen.unwrap_or_else(|| config.server.listen.clone());
     let scheme = if config.tls.is_some() {
         "https"
     } else {
         "http"
     };
-    let grpc_addr = grpc_listen.or(config.server.grpc_listen);
+    let grpc_addr = grpc_listen.or_else(|| config.server.grpc_listen.clone());
+    let stores = describe_stores(&config);
+    let shared_stores = describe_shared_stores(&config);
+    let region = config.deployment.region.clone();
     let clock: Arc<dyn tollgate_core::Clock> = Arc::new(SystemClock);
     let app = Arc::new(
         App::open(config, config_path, Arc::clone(&clock))
             .await
             .map_err(ServeError::Store)?
-            .in_region(region),
+            .with_overrides(overrides),
     );
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Listen {
-            what: "",
-            addr,
-            source,
-        })?;
+    let bind = |addr: ListenAddress, what: &'static str| async move {
+        TcpListener::bind(addr.as_str())
+            .await
+            .map_err(|source| ServeError::Listen {
+                what,
+                addr: addr.to_string(),
+                source,
+            })
+    };
+    let listener = bind(addr, "").await?;
     let local = listener.local_addr().map_err(ServeError::BoundAddress)?;
     let grpc_listener = match grpc_addr {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Listen {
-                    what: " for gRPC",
-                    addr,
-                    source,
-                })?,
-        ),
+        Some(addr) => Some(bind(addr, " for gRPC").await?),
         None => None,
     };
+    let grpc_local = grpc_listener.as_ref().and_then(|l| l.local_addr().ok());
+    // Signals are caught before anyone is told we listen: a SIGHUP or
+    // SIGTERM sent right after the first line must not kill the process.
+    let watch = |kind: SignalKind, name: &'static str| {
+        signal(kind).map_err(|source| ServeError::Signal {
+            signal: name,
+            source,
+        })
+    };
+    let mut hangups = watch(SignalKind::hangup(), "SIGHUP")?;
+    let terms = watch(SignalKind::terminate(), "SIGTERM")?;
+    let interrupts = watch(SignalKind::interrupt(), "SIGINT")?;
     // The first line on stdout says where we listen (tests and scripts read
     // it); the second, when served, where gRPC listens.
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on {scheme}://{local}");
-        if let Some(grpc) = grpc_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+        if let Some(grpc) = grpc_local {
             let _ = writeln!(out, "grpc listening on {grpc}");
         }
         let _ = out.flush();
     }
-    tracing::info!(%local, policies = app.live.load().policies.len(), "tollgate serving");
-    let mut hangups = signal(SignalKind::hangup()).map_err(|source| ServeError::Signal {
-        signal: "SIGHUP",
-        source,
-    })?;
+    tracing::info!(
+        http = %format_args!("{scheme}://{local}"),
+        grpc = %grpc_local.map_or_else(|| "off".to_owned(), |g| format!("{scheme}://{g}")),
+        stores = %stores,
+        region = %region.as_deref().unwrap_or("none"),
+        policies = app.live.load().policies.len(),
+        "tollgate serving"
+    );
+    if !shared_stores.is_empty() {
+        // A standalone or Sentinel Redis connects lazily, so a store that
+        // is down at start does not stop the server: say so at once.
+        let pinger = Arc::clone(&app);
+        tokio::spawn(async move {
+            if let Err(error) = pinger.limiter.store_answers().await {
+                tracing::warn!(%error, "store {shared_stores} unreachable at start; policies answer per their failure mode");
+            }
+        });
+    }
     let reloader = Arc::clone(&app);
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
@@ -88,7 +127,7 @@ pub async fn run(
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        shutdown_signal(terms, interrupts).await;
         let _ = stop_tx.send(true);
     });
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -103,10 +142,39 @@ pub async fn run(
     });
     serve_app(app, listener, stopped(stop_rx)).await?;
     if let Some(grpc) = grpc {
-        grpc.await.map_err(ServeError::GrpcTask)??;
+        match tokio::time::timeout(GRPC_DRAIN, grpc).await {
+            Ok(joined) => joined.map_err(ServeError::GrpcTask)??,
+            Err(_) => tracing::warn!(
+                "gRPC connections still open {} s after HTTP drained; closing them",
+                GRPC_DRAIN.as_secs()
+            ),
+        }
     }
     tracing::info!("tollgate stopped");
     Ok(())
+}
+
+/// Every store by role and kind, for the start line (never a password).
+fn describe_stores(config: &ServeConfig) -> String {
+    config
+        .stores
+        .list
+        .iter()
+        .map(|(role, settings)| format!("{role}: {}", settings.describe()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The stores that can be down (not memory), as [`describe_stores`].
+fn describe_shared_stores(config: &ServeConfig) -> String {
+    config
+        .stores
+        .list
+        .iter()
+        .filter(|(_, settings)| !matches!(settings, StoreSettings::Memory { .. }))
+        .map(|(role, settings)| format!("{role} ({})", settings.describe()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets
@@ -123,10 +191,12 @@ pub async fn serve_app(
         let watcher = Arc::clone(&app);
         upkeep.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(watch_ms));
-            let mut last = file_stamp(&watcher);
+            // None: the first look reloads (a no-op for the file loaded
+            // at start), so an edit made before the watcher started is seen.
+            let mut last = None;
             loop {
                 tick.tick().await;
-                let stamp = file_stamp(&watcher);
+                let stamp = Some(file_stamp(&watcher));
                 if stamp != last {
                     last = stamp;
                     let _ = watcher.reload();
@@ -158,18 +228,13 @@ fn file_stamp(app: &App) -> Option<blake3::Hash> {
     Some(hasher.finalize())
 }
 
-async fn shutdown_signal() {
-    let term = async {
-        match signal(SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+async fn shutdown_signal(
+    mut terms: tokio::signal::unix::Signal,
+    mut interrupts: tokio::signal::unix::Signal,
+) {
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
+        _ = terms.recv() => {}
+        _ = interrupts.recv() => {}
     }
     tracing::info!("shutting down: finishing in-flight requests");
 }

@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use hyper::http::{HeaderMap, HeaderValue, header};
 
 /// A token shorter than this is refused at load: it could be guessed.
 pub const MIN_TOKEN_BYTES: usize = 16;

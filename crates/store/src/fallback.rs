@@ -143,6 +143,11 @@ impl<S: Store> Guarded<S> {
         self.local.key_count()
     }
 
+    /// Forgets the local fallback's state of `policy` for `identity`.
+    pub fn forget_local(&self, policy: &Policy, identity: &tollgate_core::Identity) -> bool {
+        self.local.forget(policy, identity)
+    }
+
     /// Expires idle local-fallback keys.
     pub fn sweep(&self) {
         self.local.sweep();

@@ -19,7 +19,7 @@ mod redis;
 
 pub use self::redis::{
     BatchConfig, MAX_GIVEN_MS, MAX_TAG, RedisConfig, RedisStore, SentinelConfig, gcra_scale_tag,
-    key_slot, lua_source, state_key,
+    key_slot, lua_source, redact_url, state_key,
 };
 pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::{Check, Store};

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
-use tollgate_core::{Algorithm, Clock, Decision, Intent, State};
+use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State};
 
 use crate::check::{self, same_key};
 use crate::{Check, Store, StoreError};
@@ -188,6 +188,25 @@ impl MemoryStore {
                 }
                 decision
             }
+        }
+    }
+
+    /// Forgets `policy`'s state for `identity` (an operator's reset): the
+    /// identity starts afresh. Returns whether there was a state.
+    pub fn forget(&self, policy: &Policy, identity: &Identity) -> bool {
+        let check = Check {
+            policy,
+            identity,
+            cost: 0,
+        };
+        let hash = self.hash(&check);
+        let mut table = self.shard(hash).0.lock();
+        match table.find_entry(hash, |s| s.is(hash, &check)) {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
         }
     }
 

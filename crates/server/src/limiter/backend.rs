@@ -122,6 +122,23 @@ impl Backend {
         }
     }
 
+    /// Forgets `policy`'s state for `identity` (and, behind a breaker, the
+    /// local fallback's): whether the store held one.
+    pub(super) async fn forget(
+        &self,
+        policy: &tollgate_core::Policy,
+        identity: &tollgate_core::Identity,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Backend::Memory(store) => Ok(store.forget(policy, identity)),
+            Backend::Redis(guarded) => {
+                let local = guarded.forget_local(policy, identity);
+                Ok(guarded.shared().forget(policy, identity).await? || local)
+            }
+            Backend::RedisAtClock(store) => store.forget(policy, identity).await,
+        }
+    }
+
     /// A bounded round trip: whether the store answers now.
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
         match self {

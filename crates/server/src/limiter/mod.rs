@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use tollgate_core::{Clock, Decision, Identity, Policy};
 use tollgate_store::{DecidedBy, GuardedCheck, GuardedDecisions, OnStoreFailure, StoreError};
 
+use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::live::LivePolicy;
 use crate::metrics::{DegradedLabels, ErrorLabels, Metrics, PolicyCounters};
 use crate::stopwatch::Stopwatch;
@@ -75,8 +76,9 @@ impl<'a> Check<'a> {
 /// and why a shared store did not, if one did not.
 pub type Decided = GuardedDecisions;
 
-/// How often a degraded decision may be logged (the rest are counted).
-const DEGRADED_LOG_EVERY_MS: u64 = 10_000;
+/// How often a degraded decision may be logged at warn (the rest are
+/// counted): the one interval of the limiter's rate-limited lines.
+const DEGRADED_LOG_EVERY_MS: u64 = LOG_INTERVAL_MS;
 
 /// Lets one log line through per interval of the limiter's clock; the rest
 /// are only counted.
@@ -106,6 +108,8 @@ pub struct Limiter {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     degraded_log: LogLimiter,
+    /// Rejections and degraded decisions at debug, per policy, rate-limited.
+    decision_log: DecisionLog,
 }
 
 impl Limiter {
@@ -117,6 +121,7 @@ impl Limiter {
             metrics,
             clock,
             degraded_log: LogLimiter::default(),
+            decision_log: DecisionLog::default(),
         }
     }
 
@@ -160,6 +165,15 @@ impl Limiter {
         };
         self.observe_store(&decided);
         for (check, decision) in checks.iter().zip(&decided.decisions) {
+            if decided.by.is_degraded() {
+                self.decision_log.degraded(
+                    check.policy.name(),
+                    check.identity,
+                    decided.by.name(),
+                    decision.allowed,
+                    self.clock.now_ms(),
+                );
+            }
             let Some(counters) = check.counters else {
                 continue;
             };
@@ -167,9 +181,12 @@ impl Limiter {
                 counters.allowed.inc();
             } else {
                 counters.rejected.inc();
+                let now_ms = self.clock.now_ms();
                 self.metrics
                     .hot
-                    .record(check.policy.name(), check.identity, self.clock.now_ms());
+                    .record(check.policy.name(), check.identity, now_ms);
+                self.decision_log
+                    .rejected(check.policy.name(), check.identity, now_ms);
             }
         }
         decided
@@ -257,6 +274,20 @@ impl Limiter {
                     DEGRADED_LOG_EVERY_MS / 1000
                 );
             }
+        }
+    }
+
+    /// Forgets `policy`'s state for `identity` on `store` — an operator's
+    /// reset: the identity starts afresh. Whether there was a state.
+    pub async fn forget(
+        &self,
+        store: usize,
+        policy: &Policy,
+        identity: &Identity,
+    ) -> Result<bool, StoreError> {
+        match self.backends.get(store) {
+            Some(backend) => backend.forget(policy, identity).await,
+            None => Err(StoreError::Config(format!("no store {store}"))),
         }
     }
 

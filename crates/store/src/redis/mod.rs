@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tollgate_core::{Decision, Identity, Policy};
 
-pub use config::{BatchConfig, RedisConfig, SentinelConfig};
+pub use config::{BatchConfig, RedisConfig, SentinelConfig, redact_url};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
 pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
@@ -271,6 +271,26 @@ impl RedisStore {
             .await?;
         check::mark_never_fits(&check::never_fit_in_batch(checks), &mut decisions);
         Ok(decisions)
+    }
+
+    /// Deletes `policy`'s state for `identity` (an operator's reset): the
+    /// identity starts afresh, full or empty as a new one does. Returns
+    /// whether there was a state. Also forgets this instance's cached
+    /// rejections of the key (other instances' caches still answer until
+    /// their rejections expire: they can only reject more, never admit).
+    pub async fn forget(&self, policy: &Policy, identity: &Identity) -> Result<bool, StoreError> {
+        let key = self.key(policy, identity);
+        let deleted = self
+            .timed(async {
+                self.shared
+                    .connection
+                    .query(::redis::cmd("DEL").arg(&key))
+                    .await
+                    .map_err(connection::from_redis)
+            })
+            .await?;
+        self.shared.rejected.forget(&key);
+        Ok(matches!(deleted, ::redis::Value::Int(n) if n > 0))
     }
 
     /// Round trip to Redis: for readiness probes.

@@ -141,6 +141,17 @@ impl RejectedCache {
         }
     }
 
+    /// Forgets every rejection of `key`, whatever its cost (an operator reset
+    /// the identity). Rare: a scan of every shard.
+    pub fn forget(&self, key: &[u8]) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let before = shard.len();
+            shard.retain(|entry, _| *entry.key != *key);
+            self.held.fetch_sub(before - shard.len(), Ordering::Relaxed);
+        }
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.held.load(Ordering::Relaxed)
