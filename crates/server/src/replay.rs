@@ -303,7 +303,7 @@ async fn decide(
             identity: &identity,
             cost: event.cost,
             // Unguarded: a replay stops at a store error (below).
-            on_failure: OnStoreFailure::FailClosed,
+            on_failure: Some(OnStoreFailure::FailClosed),
             local: None,
             counters: None,
             store: 0,

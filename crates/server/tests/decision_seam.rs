@@ -35,7 +35,7 @@ async fn http_and_rls_decisions_land_in_the_same_metric_series() {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("shop.yaml"),
-        "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 2}\n    tollgate: {on_store_failure: fail_open}\n",
+        "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 2}\n    tollgate: {on_store_failure: fail_open}\n  - key: plain\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
     )
     .expect("write rules");
     let config_path = dir.path().join("tollgate.yaml");
@@ -75,12 +75,12 @@ async fn http_and_rls_decisions_land_in_the_same_metric_series() {
         let body: serde_json::Value = r.json().await.expect("json");
         body["allowed"].as_bool().expect("allowed")
     };
-    let ask = || {
+    let ask_key = |key: &'static str| {
         let request = RateLimitRequest {
             domain: "shop".into(),
             descriptors: vec![RateLimitDescriptor {
                 entries: vec![Entry {
-                    key: "tenant".into(),
+                    key: key.into(),
                     value: "acme".into(),
                 }],
                 ..RateLimitDescriptor::default()
@@ -89,10 +89,12 @@ async fn http_and_rls_decisions_land_in_the_same_metric_series() {
         };
         let mut rls = rls.clone();
         async move {
-            let answer = rls.should_rate_limit(request).await.expect("answered");
-            answer.into_inner().overall_code == Code::Ok as i32
+            rls.should_rate_limit(request)
+                .await
+                .map(|answer| answer.into_inner().overall_code == Code::Ok as i32)
         }
     };
+    let ask = || async { ask_key("tenant").await.expect("answered") };
     let metrics = || async {
         client
             .get(format!("{base}/metrics"))
@@ -134,6 +136,8 @@ async fn http_and_rls_decisions_land_in_the_same_metric_series() {
         assert_eq!(value(&text, series), Some(expected), "{series}\n{text}");
     }
 
+    // A rule without a failure mode, decided once while the store lives.
+    assert!(ask_key("plain").await.expect("answered"));
     // The store gone: each protocol's decision is degraded the same way.
     redis.kill().expect("kill redis");
     assert!(check().await, "api fails open");
@@ -147,10 +151,32 @@ async fn http_and_rls_decisions_land_in_the_same_metric_series() {
         Some(2.0),
         "{text}"
     );
-    let errors: f64 = text
-        .lines()
-        .filter(|l| l.starts_with("tollgate_store_errors_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert_eq!(errors, 2.0, "{text}");
+    let errors = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("tollgate_store_errors_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(errors(&text), 2.0, "{text}");
+    // Without a failure mode the answer is an error, as envoyproxy/ratelimit
+    // gives: the store's fault is counted, but no decision and no degraded
+    // one, since nobody was told one.
+    let status = ask_key("plain")
+        .await
+        .expect_err("an error, not a decision");
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    let text = metrics().await;
+    assert_eq!(errors(&text), 3.0, "{text}");
+    for (series, expected) in [
+        (
+            r#"tollgate_degraded_decisions_total{path="fail_open",outcome="allowed"}"#,
+            2.0,
+        ),
+        (
+            r#"tollgate_decisions_total{policy="shop.plain",outcome="allowed"}"#,
+            1.0,
+        ),
+    ] {
+        assert_eq!(value(&text, series), Some(expected), "{series}\n{text}");
+    }
 }

@@ -31,8 +31,11 @@ pub struct Check<'a> {
     pub policy: &'a Policy,
     pub identity: &'a Identity,
     pub cost: u64,
-    /// What the policy does when the shared store cannot decide.
-    pub on_failure: OnStoreFailure,
+    /// What the policy does when the shared store cannot decide; `None`:
+    /// nothing — its protocol answers an error instead (an envoyproxy/
+    /// ratelimit rule without a `tollgate` failure mode), so such a call is
+    /// neither a decision nor a degraded one in the metrics.
+    pub on_failure: Option<OnStoreFailure>,
     /// For `local`: the policy scaled to its share.
     pub local: Option<&'a Policy>,
     /// Where the outcome is counted (`tollgate_decisions_total{policy}`,
@@ -52,7 +55,7 @@ impl<'a> Check<'a> {
             policy: &live.serve.policy,
             identity,
             cost,
-            on_failure: live.serve.on_store_failure,
+            on_failure: Some(live.serve.on_store_failure),
             local: live.local.as_ref(),
             counters: Some(&live.counters),
             store: live.serve.store,
@@ -66,7 +69,7 @@ impl<'a> Check<'a> {
                 identity: self.identity,
                 cost: self.cost,
             },
-            on_failure: self.on_failure,
+            on_failure: self.on_failure.unwrap_or_default(),
             local_policy: self.local,
         }
     }
@@ -163,6 +166,21 @@ impl Limiter {
                 backend.decide_all(&guarded, clock).await
             }
         };
+        // Decided without the store, but a check with no failure mode makes
+        // its protocol answer an error (fail_closed answers regardless):
+        // record the store's fault, not decisions nobody will see.
+        let unanswered = decided.by.is_degraded()
+            && decided.by != DecidedBy::FailClosed
+            && checks.iter().any(|c| c.on_failure.is_none());
+        if unanswered {
+            self.observe_store(&Decided {
+                decisions: Vec::new(),
+                by: DecidedBy::Shared,
+                error: decided.error.clone(),
+                store_ms: decided.store_ms,
+            });
+            return decided;
+        }
         self.observe_store(&decided);
         for (check, decision) in checks.iter().zip(&decided.decisions) {
             if decided.by.is_degraded() {

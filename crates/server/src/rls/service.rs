@@ -244,7 +244,7 @@ impl Batch {
             policy: &p.policy,
             identity: &p.identity,
             cost: if self == Batch::Peek { 0 } else { p.cost },
-            on_failure: p.on_failure.unwrap_or_default(),
+            on_failure: p.on_failure,
             local: p.local,
             counters: if self == Batch::Enforced {
                 p.counters
