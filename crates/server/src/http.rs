@@ -757,6 +757,24 @@ fn state_target<'c>(
     Ok((live, identity))
 }
 
+/// The admin token's check, then [`state_target`]: what both `/v1/state`
+/// methods do first.
+fn admitted_state_target<'c>(
+    app: &App,
+    live_config: &'c LiveConfig,
+    headers: &HeaderMap,
+    query: Option<String>,
+) -> Result<(&'c LivePolicy, Identity), Box<Response>> {
+    if !live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Admin, headers)
+    {
+        return Err(Box::new(unauthorized(app, Guarded::Admin, "state")));
+    }
+    state_target(live_config, query.as_deref()).map_err(|problem| Box::new(refuse(app, problem)))
+}
+
 /// `GET /v1/state?policy=P&key=K`: what a peek says — the decision a cost
 /// of 0 gets, which spends nothing (Limitador's `/counters`, one identity
 /// at a time, never a listing of every key).
@@ -766,16 +784,9 @@ async fn peek_state(
     RawQuery(query): RawQuery,
 ) -> Response {
     let live_config = app.live.load();
-    if !live_config
-        .config
-        .tokens
-        .admits_headers(Guarded::Admin, &headers)
-    {
-        return unauthorized(&app, Guarded::Admin, "state");
-    }
-    let (live, identity) = match state_target(&live_config, query.as_deref()) {
+    let (live, identity) = match admitted_state_target(&app, &live_config, &headers, query) {
         Ok(target) => target,
-        Err(problem) => return refuse(&app, problem),
+        Err(refusal) => return *refusal,
     };
     let peek = Check {
         counters: None,
@@ -802,16 +813,9 @@ async fn reset_state(
     RawQuery(query): RawQuery,
 ) -> Response {
     let live_config = app.live.load();
-    if !live_config
-        .config
-        .tokens
-        .admits_headers(Guarded::Admin, &headers)
-    {
-        return unauthorized(&app, Guarded::Admin, "state");
-    }
-    let (live, identity) = match state_target(&live_config, query.as_deref()) {
+    let (live, identity) = match admitted_state_target(&app, &live_config, &headers, query) {
         Ok(target) => target,
-        Err(problem) => return refuse(&app, problem),
+        Err(refusal) => return *refusal,
     };
     let policy = live.serve.policy.name();
     match app
