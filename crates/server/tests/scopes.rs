@@ -397,3 +397,52 @@ async fn a_region_cut_off_from_the_global_store_keeps_every_bound() {
     }
     assert_eq!(rejoined, (false, "shared".into()));
 }
+
+/// The global Redis killed and restarted without persistence: while it is
+/// down the global policy fails as declared (closed); once back it has
+/// forgotten what was spent, so it admits one more limit — exactly what
+/// `explain` states ("one restarted empty forgets what was spent, up to one
+/// more limit") — and no more; the regional policy never noticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_store_restarted_empty_admits_at_most_one_more_limit() {
+    use std::time::Duration;
+    let ra = RedisServer::start().expect("region a's redis");
+    let mut rg = RedisServer::start().expect("the global redis");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("a.yaml");
+    std::fs::write(&path, region_config(&ra.url(), &rg.url())).expect("write");
+    let a = TollgateProcess::spawn(&path, &[("TOLLGATE_REGION", "a")]);
+    let client = reqwest::Client::new();
+    let mut admitted = 0;
+    for _ in 0..12 {
+        admitted += usize::from(decided(&client, &a.base, "g").await.0);
+    }
+    assert_eq!(admitted, 10);
+    rg.kill().expect("kill the global redis");
+    assert_eq!(
+        decided(&client, &a.base, "g").await,
+        (false, "fail_closed".into())
+    );
+    rg.restart().expect("restart it empty");
+    // Wait until it decides on the store again (its circuit closes).
+    let mut first = decided(&client, &a.base, "g").await;
+    for _ in 0..100 {
+        if first.1 == "shared" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        first = decided(&client, &a.base, "g").await;
+    }
+    assert_eq!(first, (true, "shared".into()), "the spent state is gone");
+    let mut again = 1;
+    for _ in 0..12 {
+        again += usize::from(decided(&client, &a.base, "g").await.0);
+    }
+    assert_eq!(admitted + again, 20, "one more limit, and no more");
+    // The regional policy was decided on its own store throughout.
+    let mut regional = 0;
+    for _ in 0..12 {
+        regional += usize::from(decided(&client, &a.base, "r").await.0);
+    }
+    assert_eq!(regional, 10);
+}
