@@ -103,12 +103,6 @@ impl App {
         })
     }
 
-    /// This instance's region as `--region` gave it (reloads keep it).
-    pub fn in_region(mut self, region: Option<String>) -> Self {
-        self.overrides.region = region;
-        self
-    }
-
     /// What `tollgate serve` was told over the file (reloads keep it).
     pub fn with_overrides(mut self, overrides: Overrides) -> Self {
         self.overrides = overrides;

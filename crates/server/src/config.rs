@@ -477,12 +477,11 @@ impl ServeConfig {
     /// [`Self::load`] for an instance told its region (`--region`), which
     /// wins over `TOLLGATE_REGION` and the file's `region:`.
     pub fn load_in_region(path: &Path, region: Option<&str>) -> Result<Self, ConfigLoadError> {
-        Self::load_with_env(path, |name| {
-            match region.filter(|_| name == crate::scope::REGION_ENV) {
-                Some(region) => Some(region.to_owned()),
-                None => std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
-            }
-        })
+        let overrides = Overrides {
+            region: region.map(str::to_owned),
+            store: None,
+        };
+        Self::load_overridden(path, &overrides)
     }
 
     /// [`Self::load`] as `tollgate serve` was told: `--region` and

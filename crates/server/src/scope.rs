@@ -412,8 +412,8 @@ pub fn parse_scope(
                 "split: this instance's region {region:?} has no weight"
             )));
         }
+        let w: Vec<u64> = weights.iter().map(|(_, w)| *w).collect();
         for (index, (name, _)) in weights.iter().enumerate() {
-            let w: Vec<u64> = weights.iter().map(|(_, w)| *w).collect();
             if split_policy(policy, &w, index).is_none() {
                 return Err(field(format!(
                     "split: region {name:?}'s share of the limit {} is 0: it could admit nothing (lower its count of regions or raise the limit)",
