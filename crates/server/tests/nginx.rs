@@ -118,14 +118,18 @@ fn nginx_binary() -> PathBuf {
         })
 }
 
-/// examples/nginx.conf with free ports in place of its three addresses.
-fn render_example(listen: u16, tollgate: &str, upstream: SocketAddr) -> String {
+/// examples/nginx.conf with free ports in place of its three addresses, and
+/// one location more: [`READY_PATH`], outside the limiter, answering `marker`.
+fn render_example(listen: u16, tollgate: &str, upstream: SocketAddr, marker: &str) -> String {
     let mut text =
         std::fs::read_to_string(example("nginx.conf")).expect("read examples/nginx.conf");
     for (directive, replacement) in [
         (
             "listen 127.0.0.1:8000;",
-            format!("listen 127.0.0.1:{listen};"),
+            format!(
+                "listen 127.0.0.1:{listen};\n        \
+                 location = {READY_PATH} {{ auth_request off; return 200 \"{marker}\"; }}"
+            ),
         ),
         ("server 127.0.0.1:8080;", format!("server {tollgate};")),
         ("server 127.0.0.1:3000;", format!("server {upstream};")),
@@ -148,7 +152,21 @@ struct Nginx {
 }
 
 impl Nginx {
+    /// Starts nginx on a free port. Another process may take that port
+    /// between `free_port` and nginx's bind (nginx then exits with "Address
+    /// already in use"), so a taken port is retried on a fresh one; any other
+    /// failure to start is the test's failure.
     fn start(tollgate_base: &str, upstream: SocketAddr) -> Self {
+        for _ in 0..5 {
+            match Self::start_on(free_port(), tollgate_base, upstream) {
+                Ok(nginx) => return nginx,
+                Err(PortTaken) => continue,
+            }
+        }
+        panic!("nginx found every one of 5 free ports taken before it could bind");
+    }
+
+    fn start_on(port: u16, tollgate_base: &str, upstream: SocketAddr) -> Result<Self, PortTaken> {
         let binary = nginx_binary();
         let dir = tempfile::tempdir().expect("nginx prefix");
         // Workers run as an unprivileged user when the test runs as root;
@@ -158,12 +176,13 @@ impl Nginx {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .expect("chmod the nginx prefix");
-        let port = free_port();
         let tollgate = tollgate_base
             .strip_prefix("http://")
             .expect("tollgate's base is http://host:port");
         let conf = dir.path().join("nginx.conf");
-        std::fs::write(&conf, render_example(port, tollgate, upstream)).expect("write nginx.conf");
+        let marker = path_marker(dir.path());
+        std::fs::write(&conf, render_example(port, tollgate, upstream, &marker))
+            .expect("write nginx.conf");
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).expect("stderr log");
         let child = Command::new(&binary)
             .arg("-p")
@@ -176,25 +195,32 @@ impl Nginx {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
         let mut nginx = Self { child, port, dir };
-        nginx.wait_until_listening();
-        nginx
+        nginx.wait_until_serving(&marker)?;
+        Ok(nginx)
     }
 
-    /// Polls until nginx accepts connections (readiness, not a timing check).
+    /// Polls until this nginx answers its readiness location with its own
+    /// marker (readiness, not a timing check). A bare TCP connect is not
+    /// enough: when another process holds the port, the connect succeeds
+    /// while this nginx is failing to bind.
     #[allow(clippy::disallowed_methods)] // a deadline on a real process's start
-    fn wait_until_listening(&mut self) {
+    fn wait_until_serving(&mut self, marker: &str) -> Result<(), PortTaken> {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("nginx exited with {status}:\n{}", self.logs());
+                let logs = self.logs();
+                if logs.contains("Address already in use") {
+                    return Err(PortTaken);
+                }
+                panic!("nginx exited with {status}:\n{logs}");
             }
-            if TcpStream::connect(addr).is_ok() {
-                return;
+            if readiness_answer(addr).is_some_and(|body| body == marker) {
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
-                "nginx did not listen on {addr}:\n{}",
+                "nginx did not serve on {addr}:\n{}",
                 self.logs()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -224,6 +250,30 @@ impl Drop for Nginx {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// nginx could not bind its port: another process holds it.
+struct PortTaken;
+
+/// The readiness location's path, which only examples/nginx.conf as the
+/// tests render it serves.
+const READY_PATH: &str = "/.tollgate-test-ready";
+
+/// What this nginx alone answers at [`READY_PATH`]: its prefix directory.
+fn path_marker(prefix: &Path) -> String {
+    prefix.display().to_string()
+}
+
+/// The body of `GET READY_PATH` on `addr`, if something answered it.
+fn readiness_answer(addr: SocketAddr) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {READY_PATH} HTTP/1.0\r\nHost: ready\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
 // ---------- the stack and its clients ----------

@@ -42,6 +42,10 @@ pub enum HarnessError {
     },
     #[error("{0}")]
     NotReady(String),
+    /// Another process bound the port between [`free_port`] and the server's
+    /// own bind; starting again on a fresh port is the cure.
+    #[error("port {0} was taken before the server could bind it")]
+    PortTaken(u16),
     #[error("{command} failed: {output}")]
     Command { command: String, output: String },
 }
@@ -95,18 +99,23 @@ impl RedisServer {
     /// A server with extra `redis-server` arguments (e.g. `["--cluster-enabled", "yes"]`).
     pub fn start_with(extra: &[&str]) -> Result<Self, HarnessError> {
         require_redis()?;
-        let dir = tempfile::Builder::new()
-            .prefix("tollgate-redis-")
-            .tempdir()
-            .map_err(io("creating a temporary directory"))?;
-        let mut server = Self {
-            port: free_port()?,
-            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
-            dir,
-            child: None,
-        };
-        server.spawn()?;
-        Ok(server)
+        let mut attempts = 0;
+        loop {
+            let dir = tempfile::Builder::new()
+                .prefix("tollgate-redis-")
+                .tempdir()
+                .map_err(io("creating a temporary directory"))?;
+            let mut server = Self {
+                port: free_port()?,
+                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+                dir,
+                child: None,
+            };
+            match server.spawn() {
+                Err(HarnessError::PortTaken(_)) if attempts < 5 => attempts += 1,
+                spawned => return spawned.map(|()| server),
+            }
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -192,12 +201,13 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        let before = log_len(&log);
         let child = command.spawn().map_err(|source| HarnessError::Missing {
             program: "redis-server",
             source,
         })?;
-        self.child = Some(child);
-        wait_for_pong(self.port, &log)
+        let child = self.child.insert(child);
+        wait_until_ready(child, self.port, &log, before)
     }
 }
 
@@ -219,12 +229,21 @@ pub struct RedisSentinel {
 impl RedisSentinel {
     /// A sentinel (quorum 1) that monitors `master` at `127.0.0.1:master_port`.
     pub fn start(master: &str, master_port: u16) -> Result<Self, HarnessError> {
+        let mut attempts = 0;
+        loop {
+            match Self::start_on(free_port()?, master, master_port) {
+                Err(HarnessError::PortTaken(_)) if attempts < 5 => attempts += 1,
+                started => return started,
+            }
+        }
+    }
+
+    fn start_on(port: u16, master: &str, master_port: u16) -> Result<Self, HarnessError> {
         require_redis()?;
         let dir = tempfile::Builder::new()
             .prefix("tollgate-sentinel-")
             .tempdir()
             .map_err(io("creating a temporary directory"))?;
-        let port = free_port()?;
         let conf = dir.path().join("sentinel.conf");
         let log = dir.path().join("sentinel.log");
         std::fs::write(
@@ -249,12 +268,14 @@ impl RedisSentinel {
                 program: "redis-server",
                 source,
             })?;
-        let sentinel = Self {
+        let mut sentinel = Self {
             port,
             dir,
             child: Some(child),
         };
-        wait_for_pong(port, &log)?;
+        if let Some(child) = sentinel.child.as_mut() {
+            wait_until_ready(child, port, &log, 0)?;
+        }
         Ok(sentinel)
     }
 
@@ -384,20 +405,48 @@ pub fn cli(port: u16, args: &[&str]) -> Result<String, HarnessError> {
     clippy::disallowed_methods,
     reason = "a real process starts in wall time; the deadline must be wall time too"
 )]
-fn wait_for_pong(port: u16, log: &Path) -> Result<(), HarnessError> {
+/// Waits until the server `child` just started says in its own log that it
+/// listens, and answers PING. Its log, not the port, tells whether it is
+/// ours: another process may hold the port, and would answer PING all the
+/// same. Only what this start appended after `before` bytes counts (a
+/// restart reuses the log).
+fn wait_until_ready(
+    child: &mut Child,
+    port: u16,
+    log: &Path,
+    before: usize,
+) -> Result<(), HarnessError> {
     let deadline = Instant::now() + READY_WITHIN;
     loop {
-        if ping(port) {
+        let text = std::fs::read(log)
+            .map(|text| {
+                String::from_utf8_lossy(text.get(before..).unwrap_or_default()).into_owned()
+            })
+            .unwrap_or_default();
+        if let Ok(Some(status)) = child.try_wait() {
+            if text.contains("Address already in use") {
+                return Err(HarnessError::PortTaken(port));
+            }
+            return Err(HarnessError::NotReady(format!(
+                "redis-server on port {port} exited with {status}; its log:\n{text}"
+            )));
+        }
+        // Redis writes this once it has bound its port, sentinels too.
+        if text.contains("Running mode=") && ping(port) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            let tail = std::fs::read_to_string(log).unwrap_or_default();
             return Err(HarnessError::NotReady(format!(
-                "redis-server on port {port} did not answer PING; its log:\n{tail}"
+                "redis-server on port {port} did not answer PING; its log:\n{text}"
             )));
         }
         sleep(Duration::from_millis(20));
     }
+}
+
+/// How much a log holds so far (nothing when it does not exist yet).
+fn log_len(log: &Path) -> usize {
+    std::fs::metadata(log).map_or(0, |meta| usize::try_from(meta.len()).unwrap_or(usize::MAX))
 }
 
 fn ping(port: u16) -> bool {
@@ -434,5 +483,23 @@ mod tests {
         assert!(!ping(server.port()));
         server.restart().expect("restart");
         assert_eq!(server.cli(&["get", "k"]).expect("get").trim(), "");
+    }
+
+    #[test]
+    fn a_port_another_process_holds_is_reported_taken_not_ready() {
+        // Something that accepts connections (and would answer a PING with
+        // silence or garbage) holds the port before redis-server binds it.
+        let thief = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let port = thief.local_addr().expect("addr").port();
+        let mut server = RedisServer {
+            port,
+            extra: Vec::new(),
+            dir: tempfile::tempdir().expect("dir"),
+            child: None,
+        };
+        match server.spawn() {
+            Err(HarnessError::PortTaken(taken)) => assert_eq!(taken, port),
+            other => panic!("expected PortTaken({port}), got {other:?}"),
+        }
     }
 }
