@@ -18,6 +18,7 @@ mod batch;
 mod config;
 mod connection;
 mod key;
+mod lease;
 mod rejected;
 mod scales;
 mod script;
@@ -34,6 +35,7 @@ use tollgate_core::{Decision, Identity, Policy};
 
 pub use config::{BatchConfig, RedisConfig, SentinelConfig, redact_url};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
+pub use lease::{LeaseAsk, LeaseGrant, LeaseLimit, MAX_INSTANCES_A_REGION, ledger_key};
 pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
 

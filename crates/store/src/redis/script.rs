@@ -52,6 +52,8 @@ pub mod source {
     pub const DECIDE_ALL: &str = every_algorithm!("decide_all.lua");
     /// Gives a gcra scale its tag in the policy's registry.
     pub const REGISTER_SCALE: &str = include_str!("../../lua/register_scale.lua");
+    /// A leased policy's ledger: asks for a region's share.
+    pub const LEASE: &str = include_str!("../../lua/lease.lua");
 }
 
 /// A script with its SHA1, called by EVALSHA.
@@ -78,6 +80,7 @@ pub struct Scripts {
     pub batch: Lua,
     pub decide_all: Lua,
     pub register_scale: Lua,
+    pub lease: Lua,
 }
 
 impl Scripts {
@@ -99,6 +102,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     batch: Lua::new(source::BATCH),
     decide_all: Lua::new(source::DECIDE_ALL),
     register_scale: Lua::new(source::REGISTER_SCALE),
+    lease: Lua::new(source::LEASE),
 });
 
 /// One key's share of a script call: its key and the six fields after it.

@@ -1,0 +1,189 @@
+//! A leased policy's ledger (crates/store/lua/lease.lua) on a real
+//! redis-server, on Redis's own clock: each safety rule, the rebalancing
+//! rule, and the invariant every answer keeps under random asks.
+
+mod redis_support;
+
+use std::time::Duration;
+
+use redis_support::{Rng, Topology};
+use tollgate_store::{LeaseAsk, LeaseGrant, LeaseLimit, RedisStore, ledger_key};
+
+const SPARE: u64 = 80;
+
+fn ask<'a>(region: &'a str, instance: &'a str, demand: u64, term_ms: u64) -> LeaseAsk<'a> {
+    LeaseAsk {
+        policy: "api",
+        region,
+        instance,
+        demand,
+        spare: SPARE,
+        term_ms,
+        rest_ms: term_ms / 2,
+    }
+}
+
+async fn lease(store: &RedisStore, ask: LeaseAsk<'_>) -> (u64, LeaseLimit) {
+    let LeaseGrant { units, limit, .. } = store.lease(&ask).await.expect("the ledger answers");
+    (units, limit)
+}
+
+/// Past a new ledger's wait (a term and a rest), on Redis's clock.
+async fn past_the_wait(term_ms: u64) {
+    tokio::time::sleep(Duration::from_millis(term_ms + term_ms / 2 + 50)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ledger_grants_nothing_for_a_term_and_a_rest_then_shares_by_demand() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    const TERM: u64 = 2_000;
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 30, TERM)).await,
+        (0, LeaseLimit::NewLedger)
+    );
+    assert_eq!(
+        lease(&store, ask("us", "u1", 10, TERM)).await,
+        (0, LeaseLimit::NewLedger)
+    );
+    past_the_wait(TERM).await;
+    // Demand said within the last term: eu 30, us 10 (their new reports).
+    assert_eq!(
+        lease(&store, ask("us", "u1", 10, TERM)).await,
+        // Its first report aged out: 10 of 10 + eu's 30 is stale too, so
+        // us alone has demand and the whole spare is its target.
+        (SPARE, LeaseLimit::Target)
+    );
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 30, TERM)).await,
+        // 80 × 30 / 40 = 60, but us holds 80 for its term: nothing is free.
+        (0, LeaseLimit::HeldByOthers)
+    );
+    // us renews by demand: 80 × 10 / 40 = 20; the 80 it held stays its own
+    // until its old grant ends and rests, so eu still gets nothing.
+    assert_eq!(
+        lease(&store, ask("us", "u1", 10, TERM)).await,
+        (20, LeaseLimit::Target)
+    );
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 30, TERM)).await,
+        (0, LeaseLimit::HeldByOthers)
+    );
+    // Both renew every quarter of a term, as instances do. Once us's old
+    // grant has ended and rested (a term and a rest after it was granted),
+    // eu gets its target.
+    for _ in 0..7 {
+        tokio::time::sleep(Duration::from_millis(TERM / 4)).await;
+        lease(&store, ask("us", "u1", 10, TERM)).await;
+        lease(&store, ask("eu", "e1", 30, TERM)).await;
+    }
+    assert_eq!(
+        lease(&store, ask("us", "u1", 10, TERM)).await,
+        (20, LeaseLimit::Target)
+    );
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 30, TERM)).await,
+        (60, LeaseLimit::Target)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_takes_its_own_units_back_at_once_but_anothers_only_after_they_rest() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    const TERM: u64 = 2_000;
+    lease(&store, ask("eu", "e1", 10, TERM)).await;
+    past_the_wait(TERM).await;
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 10, TERM)).await,
+        (SPARE, LeaseLimit::Target)
+    );
+    // eu's demand falls to nothing: it keeps nothing, its 80 rests.
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 0, TERM)).await,
+        (0, LeaseLimit::Target)
+    );
+    // us wants it all, but it is eu's until it has rested.
+    assert_eq!(
+        lease(&store, ask("us", "u1", 50, TERM)).await,
+        (0, LeaseLimit::HeldByOthers)
+    );
+    // eu wants it back: its own units come back at once (eu 10, us 50 of
+    // demand: 80 × 10 / 60 = 13).
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 10, TERM)).await,
+        (13, LeaseLimit::Target)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_lost_grants_nothing_for_a_term_and_a_rest_and_expires_on_its_own() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    const TERM: u64 = 1_000;
+    lease(&store, ask("eu", "e1", 10, TERM)).await;
+    past_the_wait(TERM).await;
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 10, TERM)).await,
+        (SPARE, LeaseLimit::Target)
+    );
+    let Topology::Standalone(server) = &topology else {
+        unreachable!("standalone")
+    };
+    let key = ledger_key("tollgate", "api");
+    let pttl: i64 = server
+        .cli(&["pttl", &key])
+        .expect("pttl")
+        .trim()
+        .parse()
+        .expect("int");
+    // Four terms and rests: it outlives every grant and hold it records.
+    assert!(pttl > 0 && pttl <= 6_000, "ledger PTTL {pttl}");
+    server.cli(&["del", &key]).expect("del");
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 10, TERM)).await,
+        (0, LeaseLimit::NewLedger)
+    );
+}
+
+/// What each region's instances were granted, as the instances see it: a
+/// grant is spendable from when it was asked for until a term later, and
+/// rests a rest more. At every moment the regions' spendable-or-resting
+/// units (the most of each region's grants) sum to at most the spare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sequence_of_asks_leases_more_than_the_spare() {
+    use tokio::time::Instant;
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    const TERM: u64 = 300;
+    let rest = TERM / 2;
+    let instances = [("eu", "e1"), ("eu", "e2"), ("us", "u1"), ("ap", "a1")];
+    let mut rng = Rng::new(0x1ea5e);
+    // (region, asked at, units)
+    let mut grants: Vec<(&str, Instant, u64)> = Vec::new();
+    let mut granted_total = 0;
+    for _ in 0..300 {
+        let (region, instance) = *rng.pick(&instances);
+        let demand = rng.below(40);
+        let sent = Instant::now();
+        let (units, _) = lease(&store, ask(region, instance, demand, TERM)).await;
+        granted_total += units;
+        grants.push((region, sent, units));
+        let now = Instant::now();
+        grants.retain(|(_, at, _)| now < *at + Duration::from_millis(TERM + rest));
+        let held: u64 = ["eu", "us", "ap"]
+            .iter()
+            .map(|r| {
+                grants
+                    .iter()
+                    .filter(|(g, _, _)| g == r)
+                    .map(|(_, _, u)| *u)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .sum();
+        assert!(held <= SPARE, "regions hold {held} > {SPARE}: {grants:?}");
+        tokio::time::sleep(Duration::from_millis(rng.below(15))).await;
+    }
+    assert!(granted_total > 0, "the ledger must have granted something");
+}
