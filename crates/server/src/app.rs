@@ -92,7 +92,7 @@ impl App {
         for (_, settings) in &config.stores.list {
             backends.push(Backend::open(settings, Arc::clone(&clock)).await?);
         }
-        let live = LiveConfig::new(config, &metrics);
+        let live = LiveConfig::new(config, &metrics, None);
         Ok(Self {
             live: ArcSwap::from_pointee(live),
             limiter: Limiter::new(backends, Arc::clone(&metrics), clock),
@@ -101,6 +101,38 @@ impl App {
             overrides: Overrides::default(),
             last_refused: Mutex::new(None),
         })
+    }
+
+    /// Renews every leased policy's lease on its period, for as long as it
+    /// runs (a reload's new leases are picked up at the next turn). Each
+    /// renewal is its own task: one slow ledger call delays no other.
+    pub async fn keep_leases(self: Arc<Self>) {
+        /// How often the keeper looks for renewals that are due when none
+        /// is (a reload may add one).
+        const IDLE_LOOK_MS: u64 = 1_000;
+        /// The keeper never spins faster than this.
+        const LEAST_SLEEP_MS: u64 = 5;
+        let mut renewals = tokio::task::JoinSet::new();
+        loop {
+            while renewals.try_join_next().is_some() {}
+            let live = self.live.load_full();
+            let now_ms = self.limiter.clock().now_ms();
+            let mut next_ms = now_ms.saturating_add(IDLE_LOOK_MS);
+            if let Some(ledger) = live.ledger {
+                for lease in live.leases() {
+                    if lease.due(now_ms) {
+                        // Scheduled before the call, so the next turn skips it.
+                        let app = Arc::clone(&self);
+                        let lease = Arc::clone(lease);
+                        lease.schedule(now_ms);
+                        renewals.spawn(async move { app.limiter.renew(&lease, ledger).await });
+                    }
+                    next_ms = next_ms.min(lease.next_due_ms());
+                }
+            }
+            let sleep_ms = next_ms.saturating_sub(now_ms).max(LEAST_SLEEP_MS);
+            tokio::time::sleep(std::time::Duration::from_millis(sleep_ms)).await;
+        }
     }
 
     /// What `tollgate serve` was told over the file (reloads keep it).
@@ -180,8 +212,8 @@ impl App {
         config.server.max_header_bytes = running.max_header_bytes;
         config.server.tls = running.tls.clone();
         config.tls = current.config.tls.clone();
-        self.live
-            .store(Arc::new(LiveConfig::new(config, &self.metrics)));
+        let next = LiveConfig::new(config, &self.metrics, Some(&current));
+        self.live.store(Arc::new(next));
         Ok(Applied::Reloaded { needs_restart })
     }
 

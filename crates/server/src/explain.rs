@@ -79,6 +79,9 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
         if let Some(split) = &e.split_text {
             let _ = writeln!(out, "  split: {split}");
         }
+        if let Some(lease) = &e.lease_text {
+            let _ = writeln!(out, "  lease: {lease}");
+        }
         let _ = writeln!(out, "  on store failure: {}", e.failure_text);
         let _ = writeln!(out, "  state: {}", e.state_text);
     }
@@ -208,6 +211,7 @@ struct Explained {
     scope_text: String,
     bound_text: String,
     split_text: Option<String>,
+    lease_text: Option<String>,
     failure_text: String,
     state_text: String,
     json: Value,
@@ -244,6 +248,8 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
     let regions = deployment.regions.len() as u64;
     let mut split_text = None;
     let mut json_split = Value::Null;
+    let mut lease_text = None;
+    let mut json_lease = Value::Null;
     let (scope_text, bound_text, at_most): (String, String, Option<u64>) = match &serve.scope {
         Scope::Instance => {
             let n = deployment.instances();
@@ -305,6 +311,59 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
                 Some(limit),
             )
         }
+        Scope::Leased(leased) => {
+            let floors: Vec<String> = leased
+                .floors
+                .iter()
+                .map(|(r, f)| format!("{r} {f}"))
+                .collect();
+            let this = deployment.region.as_deref().unwrap_or("?");
+            let converge = leased.term_ms + leased.rest_ms + leased.renew_ms;
+            let global = config
+                .stores
+                .index("global")
+                .map(|i| &config.stores.list[i].1);
+            let ledger = match global {
+                Some(StoreSettings::Redis(g)) => format!(
+                    "{}, key {}",
+                    topology(g),
+                    tollgate_store::ledger_key(&g.prefix, declared.name())
+                ),
+                _ => "the global store".to_owned(),
+            };
+            lease_text = Some(format!(
+                "floors ({}% of {limit}, by region weight; never leased away): {}; spare {} leased by demand from the ledger in the global store ({ledger}), for a term of {}, renewed every {}; units one region lets go rest {} (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within term + rest + renew = {}. This instance ({this}) spends its floor {} plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least {} of the {limit} unused).",
+                leased.floor_percent,
+                floors.join(", "),
+                leased.spare,
+                format_duration_ms(leased.term_ms),
+                format_duration_ms(leased.renew_ms),
+                format_duration_ms(leased.rest_ms),
+                format_duration_ms(converge),
+                leased.floor_of(this),
+                leased.spare,
+            ));
+            json_lease = json!({
+                "floors": leased.floors.iter().map(|(r, f)| (r.clone(), json!(f))).collect::<serde_json::Map<_, _>>(),
+                "floor_percent": leased.floor_percent,
+                "spare": leased.spare,
+                "term_ms": leased.term_ms,
+                "renew_ms": leased.renew_ms,
+                "rest_ms": leased.rest_ms,
+                "converges_within_ms": converge,
+                "this_region": deployment.region,
+                "floor_here": leased.floor_of(this),
+            });
+            (
+                format!(
+                    "leased: each region spends its floor and a share leased from a ledger in the global store, deciding on its regional store ({role})."
+                ),
+                format!(
+                    "at most the limit, {one}: floors and live leases never sum above it, and units moving between regions rest first."
+                ),
+                Some(limit),
+            )
+        }
         Scope::Global => {
             let topology = redis.map_or("memory", topology);
             let text = match topology {
@@ -362,12 +421,14 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
             "text": bound_text,
         },
         "split": json_split,
+        "lease": json_lease,
         "state": state_text,
     });
     Explained {
         scope_text,
         bound_text,
         split_text,
+        lease_text,
         failure_text,
         state_text,
         json,

@@ -12,8 +12,10 @@ use tollgate_store::{OnStoreFailure, local_policy};
 
 use crate::config::{ServeConfig, ServePolicy};
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
+use crate::limiter::Lease;
 use crate::metrics::{Metrics, PolicyCounters, RlsCounters, ScopeLabels};
 use crate::ratelimit_fields::policy_item;
+use crate::scope::Scope;
 
 /// A policy ready to serve: config, counters and its precomputed
 /// `RateLimit-Policy` item.
@@ -23,6 +25,8 @@ pub struct LivePolicy {
     pub policy_item: String,
     /// The policy scaled to its local share, for `on_store_failure: local`.
     pub local: Option<Policy>,
+    /// Under `leased`: the share this instance holds.
+    pub lease: Option<Arc<Lease>>,
 }
 
 /// One loaded config, live.
@@ -32,10 +36,29 @@ pub struct LiveConfig {
     by_name: HashMap<String, usize, foldhash::fast::RandomState>,
     /// envoyproxy/ratelimit descriptor rules, for the gRPC service.
     pub envoy: LiveRules,
+    /// Where leased policies' ledgers are: the global store.
+    pub ledger: Option<usize>,
 }
 
 impl LiveConfig {
-    pub fn new(config: ServeConfig, metrics: &Metrics) -> Self {
+    /// `previous`: the config this one replaces, whose leases carry over
+    /// where a policy's limit, terms and region are unchanged (a reload
+    /// does not drop a region to its floor).
+    pub fn new(config: ServeConfig, metrics: &Metrics, previous: Option<&LiveConfig>) -> Self {
+        let region = config.deployment.region.clone().unwrap_or_default();
+        let lease =
+            |serve: &ServePolicy| {
+                let Scope::Leased(terms) = &serve.scope else {
+                    return None;
+                };
+                let kept = previous
+                    .and_then(|p| p.policy(serve.declared.name()))
+                    .and_then(|p| p.lease.as_ref())
+                    .filter(|l| l.serves(&serve.declared, terms, &region));
+                Some(kept.cloned().unwrap_or_else(|| {
+                    Arc::new(Lease::new(&serve.declared, terms, &region, metrics))
+                }))
+            };
         let policies: Vec<LivePolicy> = config
             .policies
             .iter()
@@ -43,6 +66,7 @@ impl LiveConfig {
                 counters: metrics.policy_counters(serve.policy.name()),
                 local: local_share(&serve.policy, serve.on_store_failure),
                 policy_item: policy_item(&serve.policy),
+                lease: lease(serve),
                 serve: serve.clone(),
             })
             .collect();
@@ -51,7 +75,6 @@ impl LiveConfig {
             .enumerate()
             .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
             .collect();
-        let region = config.deployment.region.clone().unwrap_or_default();
         for serve in &config.policies {
             metrics
                 .scope_limit
@@ -63,12 +86,19 @@ impl LiveConfig {
                 .set(i64::try_from(serve.policy.limits().limit()).unwrap_or(i64::MAX));
         }
         let envoy = LiveRules::new(Arc::clone(&config.envoy), metrics);
+        let ledger = config.stores.index("global");
         Self {
             config,
             policies,
             by_name,
             envoy,
+            ledger,
         }
+    }
+
+    /// The leases of this config's leased policies.
+    pub fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
+        self.policies.iter().filter_map(|p| p.lease.as_ref())
     }
 
     pub fn policy(&self, name: &str) -> Option<&LivePolicy> {

@@ -36,6 +36,21 @@ pub struct ScopeLabels {
     pub region: String,
 }
 
+/// A leased policy in this instance's region.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    pub policy: String,
+    pub region: String,
+}
+
+/// A renewal's outcome for a leased policy.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseOutcomeLabels {
+    pub policy: String,
+    pub region: String,
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DegradedLabels {
     pub path: &'static str,
@@ -88,6 +103,42 @@ pub struct Metrics {
     pub scope_limit: Family<ScopeLabels, Gauge>,
     /// The identities rejected most, per policy.
     pub hot: Arc<HotIdentities>,
+    lease: LeaseFamilies,
+}
+
+/// The families of `leased` policies' series.
+struct LeaseFamilies {
+    share: Family<LeaseLabels, Gauge>,
+    demand: Family<LeaseLabels, Gauge>,
+    outcomes: Family<LeaseOutcomeLabels, Counter>,
+    floor_seconds: Family<LeaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+}
+
+/// One leased policy's series on this instance.
+#[derive(Clone)]
+pub struct LeaseCounters {
+    /// Units of the limit this instance may spend now: floor plus grant.
+    pub share: Gauge,
+    /// Units asked for in the last renewal period.
+    pub demand: Gauge,
+    /// Renewal periods ended on the floor, in seconds.
+    pub floor_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    outcomes: Family<LeaseOutcomeLabels, Counter>,
+    labels: LeaseLabels,
+}
+
+impl LeaseCounters {
+    /// The counter of one renewal outcome (granted, renewed, floor,
+    /// new_ledger, held_by_others, refused, expired).
+    pub fn outcome(&self, outcome: &'static str) -> Counter {
+        self.outcomes
+            .get_or_create(&LeaseOutcomeLabels {
+                policy: self.labels.policy.clone(),
+                region: self.labels.region.clone(),
+                outcome,
+            })
+            .clone()
+    }
 }
 
 /// The counters one policy increments.
@@ -206,6 +257,32 @@ impl Metrics {
             "HTTP connections dropped because their TLS handshake failed or took longer than server.request_timeout_ms",
             tls_handshake_failures.clone(),
         );
+        let lease = LeaseFamilies {
+            share: Family::default(),
+            demand: Family::default(),
+            outcomes: Family::default(),
+            floor_seconds: Family::default(),
+        };
+        registry.register(
+            "lease_share",
+            "Units of a leased policy's limit this instance may spend now (its region's floor plus its grant)",
+            lease.share.clone(),
+        );
+        registry.register(
+            "lease_demand",
+            "Units of a leased policy this instance was asked for in its last renewal period (what it reports to the ledger)",
+            lease.demand.clone(),
+        );
+        registry.register(
+            "lease_renewals",
+            "Lease renewals by outcome: granted, renewed, floor (granted nothing), new_ledger, held_by_others (less than demand earned), refused (the ledger could not be asked), expired (a grant ran out unrenewed)",
+            lease.outcomes.clone(),
+        );
+        registry.register(
+            "lease_floor_seconds",
+            "Time a leased policy spent on its region's floor alone, counted per renewal period",
+            lease.floor_seconds.clone(),
+        );
         let rls = RlsMetrics::register(&mut registry);
         let hot = Arc::new(HotIdentities::default());
         registry.register_collector(Box::new(HotCollector {
@@ -214,6 +291,7 @@ impl Metrics {
         }));
         Self {
             hot,
+            lease,
             refused_connections,
             unauthorized,
             tls_handshake_failures,
@@ -233,6 +311,21 @@ impl Metrics {
             reloads,
             reload_failures,
             bad_requests,
+        }
+    }
+
+    /// A leased policy's series in `region`.
+    pub fn lease_counters(&self, policy: &str, region: &str) -> LeaseCounters {
+        let labels = LeaseLabels {
+            policy: policy.to_owned(),
+            region: region.to_owned(),
+        };
+        LeaseCounters {
+            share: self.lease.share.get_or_create(&labels).clone(),
+            demand: self.lease.demand.get_or_create(&labels).clone(),
+            floor_seconds: self.lease.floor_seconds.get_or_create(&labels).clone(),
+            outcomes: self.lease.outcomes.clone(),
+            labels,
         }
     }
 

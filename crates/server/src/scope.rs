@@ -10,7 +10,10 @@
 //! a Redis store `global` (policies `global`).
 
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, Policy, describe, split_policy};
+use tollgate_core::{
+    ConfigError, Limits, Policy, describe, format_duration_ms, parse_duration_ms, split_policy,
+    split_shares,
+};
 
 use crate::config::{StoreSettings, parse_store_value};
 
@@ -38,9 +41,66 @@ pub enum Scope {
         /// region's.
         weights: Vec<(String, u64)>,
     },
+    /// Each region a share leased from a ledger in the global store,
+    /// decided on its regional store: at most the limit together.
+    Leased(Leased),
     /// Every decision on the global store: exact on a standalone Redis or
     /// a Cluster.
     Global,
+}
+
+/// A `leased` policy's terms (docs/scopes.md, Leased): every region owns a
+/// floor; the rest, the spare, is leased by demand from the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leased {
+    /// How long a grant may be spent, from when the region asked for it.
+    pub term_ms: u64,
+    /// How often each instance renews (and reports its demand).
+    pub renew_ms: u64,
+    /// How long units a region lets go rest before another region may
+    /// lease them: the policy's time to forget a use ([`rest_ms`]).
+    pub rest_ms: u64,
+    /// The floors' sum as a percentage of the limit.
+    pub floor_percent: u64,
+    /// Each region's floor in the policy's units, in `regions:` order.
+    pub floors: Vec<(String, u64)>,
+    /// The limit minus every floor: what the ledger leases.
+    pub spare: u64,
+}
+
+impl Leased {
+    /// This instance's region's floor.
+    pub fn floor_of(&self, region: &str) -> u64 {
+        self.floors
+            .iter()
+            .find(|(r, _)| r == region)
+            .map_or(0, |(_, f)| *f)
+    }
+}
+
+/// Defaults of `scope: leased`.
+pub const LEASE_TERM_MS: u64 = 10_000;
+/// The floors' default share of the limit: half stays put, half moves.
+pub const LEASE_FLOOR_PERCENT: u64 = 50;
+/// The shortest term: renewals are round trips to another region.
+const MIN_TERM_MS: u64 = 200;
+/// The longest term (a day).
+const MAX_TERM_MS: u64 = 86_400_000;
+
+/// The time `policy` takes to forget a use: a bucket's refill from empty
+/// to full, a fixed window or a log's window, two windows for a sliding
+/// window (its estimate weighs the previous one). Units one region let go
+/// rest this long before another may spend them, so no interval of the
+/// policy's own bound sees them spent twice.
+pub fn rest_ms(policy: &Policy) -> u64 {
+    match policy.limits() {
+        Limits::TokenBucket(r) | Limits::Gcra(r) => {
+            let ms = u128::from(r.capacity()) * u128::from(r.per_ms());
+            u64::try_from(ms.div_ceil(u128::from(r.tokens().max(1)))).unwrap_or(u64::MAX / 4)
+        }
+        Limits::FixedWindow(w) | Limits::SlidingLog(w) => w.window_ms(),
+        Limits::SlidingWindow(w) => w.window_ms().saturating_mul(2),
+    }
 }
 
 impl Scope {
@@ -50,6 +110,7 @@ impl Scope {
             Scope::Instance => "instance",
             Scope::Region => "region",
             Scope::Split { .. } => "split",
+            Scope::Leased(_) => "leased",
             Scope::Global => "global",
         }
     }
@@ -58,7 +119,7 @@ impl Scope {
     pub fn store_role(&self) -> &'static str {
         match self {
             Scope::Instance => "local",
-            Scope::Region | Scope::Split { .. } => "regional",
+            Scope::Region | Scope::Split { .. } | Scope::Leased(_) => "regional",
             Scope::Global => "global",
         }
     }
@@ -331,7 +392,7 @@ pub fn parse_scope(
             },
             _ => {
                 return Err(field(format!(
-                    "missing: this config names several stores ({}), so say which scope (instance, region, split, global)",
+                    "missing: this config names several stores ({}), so say which scope (instance, region, split, leased, global)",
                     stores
                         .list
                         .iter()
@@ -352,18 +413,27 @@ pub fn parse_scope(
                     .map(|r| (r.name.clone(), r.weight))
                     .collect(),
             },
-            "leased" => {
-                return Err(field(
-                    "leased is not built yet (see docs/config.md, Scopes): use region, split or global"
-                        .into(),
-                ));
-            }
+            "leased" => Scope::Leased(parse_leased(policy, None, deployment).map_err(field)?),
             other => {
                 return Err(field(format!(
-                    "unknown scope {other:?} (expected: instance, region, split, global)"
+                    "unknown scope {other:?} (expected: instance, region, split, leased, global)"
                 )));
             }
         },
+        Some(Value::Object(m)) if m.len() == 1 && m.contains_key("leased") => {
+            let terms = match m.get("leased") {
+                Some(Value::Object(terms)) => Some(terms),
+                Some(Value::Null) => None,
+                Some(other) => {
+                    return Err(field(format!(
+                        "leased: must be {{term, renew, floor}}, got {}",
+                        describe(other)
+                    )));
+                }
+                None => None,
+            };
+            Scope::Leased(parse_leased(policy, terms, deployment).map_err(field)?)
+        }
         Some(Value::Object(m)) if m.len() == 1 && m.contains_key("split") => {
             let Some(Value::Object(weights)) = m.get("split") else {
                 return Err(field("split: must map regions to weights".into()));
@@ -382,7 +452,7 @@ pub fn parse_scope(
         }
         Some(other) => {
             return Err(field(format!(
-                "must be instance, region, split, {{split: {{REGION: WEIGHT}}}} or global, got {}",
+                "must be instance, region, split, {{split: {{REGION: WEIGHT}}}}, leased, {{leased: {{term, renew, floor}}}} or global, got {}",
                 describe(other)
             )));
         }
@@ -394,6 +464,13 @@ pub fn parse_scope(
             scope.store_role(),
             scope.store_role()
         )));
+    }
+    if let Scope::Leased(_) = &scope
+        && stores.index("global").is_none()
+    {
+        return Err(field(
+            "leased needs a global store (stores.global): its ledger lives there".into(),
+        ));
     }
     if let Scope::Split { weights } = &scope {
         if weights.is_empty() {
@@ -423,6 +500,113 @@ pub fn parse_scope(
         }
     }
     Ok(scope)
+}
+
+/// `leased`'s terms: `term` (default 10 s), `renew` (default a quarter of
+/// the term, below half of it), `floor` (the floors' sum, a percentage of
+/// the limit split by region weight; default 50%).
+fn parse_leased(
+    policy: &Policy,
+    terms: Option<&Map<String, Value>>,
+    deployment: &Deployment,
+) -> Result<Leased, String> {
+    let empty = Map::new();
+    let terms = terms.unwrap_or(&empty);
+    if let Some(key) = terms
+        .keys()
+        .find(|k| !["term", "renew", "floor"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "leased.{key}: unknown field (expected: term, renew, floor)"
+        ));
+    }
+    let duration = |key: &str| -> Result<Option<u64>, String> {
+        match terms.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => parse_duration_ms(text)
+                .map(Some)
+                .map_err(|e| format!("leased.{key}: {e}")),
+            Some(other) => Err(format!(
+                "leased.{key}: must be a duration such as \"10s\", got {}",
+                describe(other)
+            )),
+        }
+    };
+    let term_ms = duration("term")?.unwrap_or(LEASE_TERM_MS);
+    if !(MIN_TERM_MS..=MAX_TERM_MS).contains(&term_ms) {
+        return Err(format!(
+            "leased.term: {} is outside {}..={}",
+            format_duration_ms(term_ms),
+            format_duration_ms(MIN_TERM_MS),
+            format_duration_ms(MAX_TERM_MS)
+        ));
+    }
+    let renew_ms = duration("renew")?.unwrap_or(term_ms / 4);
+    if renew_ms == 0 || renew_ms.saturating_mul(2) > term_ms {
+        return Err(format!(
+            "leased.renew: {} must be above 0 and at most half the term ({}), so a lease is renewed before it runs out even when one renewal is lost",
+            format_duration_ms(renew_ms),
+            format_duration_ms(term_ms)
+        ));
+    }
+    let floor_percent = match terms.get("floor") {
+        None | Some(Value::Null) => LEASE_FLOOR_PERCENT,
+        Some(Value::String(text)) => text
+            .strip_suffix('%')
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .filter(|&n| n <= 100)
+            .ok_or_else(|| format!("leased.floor: must be a percentage 0%..100%, got {text:?}"))?,
+        Some(other) => {
+            return Err(format!(
+                "leased.floor: must be a percentage such as \"50%\", got {}",
+                describe(other)
+            ));
+        }
+    };
+    if deployment.regions.is_empty() {
+        return Err(
+            "leased needs the regions listed (regions:), for their floors and weights".into(),
+        );
+    }
+    if deployment.region.is_none() {
+        return Err(format!(
+            "leased needs this instance's region (region:, --region or {REGION_ENV})"
+        ));
+    }
+    let limit = policy.limits().limit();
+    let floor_total =
+        u64::try_from(u128::from(limit) * u128::from(floor_percent) / 100).unwrap_or(limit);
+    let weights: Vec<u64> = deployment.regions.iter().map(|r| r.weight).collect();
+    let floors: Vec<(String, u64)> = deployment
+        .regions
+        .iter()
+        .zip(split_shares(floor_total, &weights))
+        .map(|(r, f)| (r.name.clone(), f))
+        .collect();
+    if let Some((r, _)) = floors.iter().find(|(_, f)| *f == 0) {
+        return Err(format!(
+            "leased: region {r:?}'s floor is 0 of the limit {limit} ({floor_percent}% split by weight): a region cut off from the ledger could admit nothing; raise floor or the limit"
+        ));
+    }
+    // Every share a region can hold (1..limit units) must scale exactly;
+    // the extremes carry the largest factors.
+    if limit >= 2
+        && (split_policy(policy, &[1, limit - 1], 0).is_none()
+            || split_policy(policy, &[limit - 1, 1], 0).is_none())
+    {
+        return Err(format!(
+            "leased: the limit {limit} cannot be split into shares exactly (its rate's numbers are too large); lower them"
+        ));
+    }
+    let spare = limit - floors.iter().map(|(_, f)| f).sum::<u64>();
+    Ok(Leased {
+        term_ms,
+        renew_ms,
+        rest_ms: rest_ms(policy),
+        floor_percent,
+        floors,
+        spare,
+    })
 }
 
 /// What this instance enforces of `policy` under `scope`: the policy

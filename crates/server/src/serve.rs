@@ -212,6 +212,7 @@ pub async fn serve_app(
             sweeper.limiter.sweep();
         }
     });
+    upkeep.spawn(Arc::clone(&app).keep_leases());
     let served = serve_http(app, listener, shutdown).await;
     upkeep.abort_all();
     served

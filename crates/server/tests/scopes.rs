@@ -194,11 +194,12 @@ fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
     };
     let two_stores =
         "stores:\n  local: memory\n  global: {redis: {url: \"redis://127.0.0.1:1\"}}\n";
+    let two_regional = "stores:\n  regional: {redis: {url: \"redis://127.0.0.1:1\"}}\n  global: {redis: {url: \"redis://127.0.0.1:2\"}}\n";
     for (i, (yaml, env, message)) in [
         (
             format!("{two_stores}policies:\n  - {{name: p, algorithm: fixed_window, limit: 2, window: 1s}}\n"),
             None,
-            "policy \"p\": scope: missing: this config names several stores (local, global), so say which scope (instance, region, split, global)",
+            "policy \"p\": scope: missing: this config names several stores (local, global), so say which scope (instance, region, split, leased, global)",
         ),
         (
             format!("{two_stores}policies:\n{}", policy("region")),
@@ -207,8 +208,38 @@ fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
         ),
         (
             format!("{two_stores}policies:\n{}", policy("leased")),
-            None,
-            "policy \"p\": scope: leased is not built yet (see docs/config.md, Scopes): use region, split or global",
+            Some("a"),
+            "policy \"p\": scope: leased needs the regions listed (regions:), for their floors and weights",
+        ),
+        (
+            format!("regions: {{a: {{}}}}\nstores:\n  regional: {{redis: {{url: \"redis://127.0.0.1:1\"}}}}\npolicies:\n{}", policy("leased")),
+            Some("a"),
+            "policy \"p\": scope: leased needs a global store (stores.global): its ledger lives there",
+        ),
+        (
+            format!("regions: {{a: {{}}, b: {{}}, c: {{}}}}\n{two_regional}policies:\n{}", policy("leased")),
+            Some("a"),
+            "policy \"p\": scope: leased: region \"b\"'s floor is 0 of the limit 2 (50% split by weight): a region cut off from the ledger could admit nothing; raise floor or the limit",
+        ),
+        (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {term: 1s, renew: 600ms}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.renew: 600ms must be above 0 and at most half the term (1s), so a lease is renewed before it runs out even when one renewal is lost",
+        ),
+        (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {term: 50ms}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.term: 50ms is outside 200ms..=1d",
+        ),
+        (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {floor: 120%}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.floor: must be a percentage 0%..100%, got \"120%\"",
+        ),
+        (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {terms: 1s}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.terms: unknown field (expected: term, renew, floor)",
         ),
         (
             "regions: {a: {}, b: {}, c: {}}\nstores:\n  regional: {redis: {url: \"redis://127.0.0.1:1\"}}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s, scope: split}\n".to_owned(),
@@ -278,6 +309,8 @@ fn the_shipped_regions_example_is_explained_with_numbers() {
         "  split: shares of 100: ap 34, eu 33, us 33 (largest remainder, ties to the first region by name; they sum to 100; a bucket's refill splits exactly by weight); this instance (us) enforces a burst of 33 then 5 per 3s. With all traffic in one region at most its share is admitted: at least 66 of the 100 strands in the quiet regions.",
         "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h. With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in the quiet regions.",
         "  bound: at most 5 × the limit: 250 per 1s, across the 5 instances `regions:` lists.",
+        "  bound: at most the limit, a burst of 600 then 10 per 1s: floors and live leases never sum above it, and units moving between regions rest first.",
+        "  lease: floors (50% of 600, by region weight; never leased away): ap 100, eu 100, us 100; spare 300 leased by demand from the ledger in the global store (standalone, key tollgate:search:lease), for a term of 10s, renewed every 2500ms; units one region lets go rest 1m (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within term + rest + renew = 72500ms. This instance (us) spends its floor 100 plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least 300 of the 600 unused).",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tollgate_core::Clock;
 use tollgate_store::{
-    BreakerConfig, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, MemoryStore,
-    MemoryStoreConfig, RedisStore, StoreError,
+    BreakerConfig, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
+    MemoryStore, MemoryStoreConfig, RedisStore, StoreError,
 };
 
 use crate::config::StoreSettings;
@@ -136,6 +136,17 @@ impl Backend {
                 Ok(guarded.shared().forget(policy, identity).await? || local)
             }
             Backend::RedisAtClock(store) => store.forget(policy, identity).await,
+        }
+    }
+
+    /// Asks a leased policy's ledger (only a Redis store keeps one).
+    pub(super) async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<LeaseGrant, StoreError> {
+        match self {
+            Backend::Redis(guarded) => guarded.shared().lease(ask).await,
+            Backend::RedisAtClock(store) => store.lease(ask).await,
+            Backend::Memory(_) => Err(StoreError::Config(
+                "a lease ledger lives in a Redis store, not a memory one".into(),
+            )),
         }
     }
 

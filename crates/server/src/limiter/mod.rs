@@ -12,6 +12,7 @@
 //! beside `http` and `rls` that calls [`Limiter::decide`].
 
 mod backend;
+mod lease;
 
 use std::sync::{Arc, Mutex};
 
@@ -24,6 +25,7 @@ use crate::metrics::{DegradedLabels, ErrorLabels, Metrics, PolicyCounters};
 use crate::stopwatch::Stopwatch;
 
 pub use backend::Backend;
+pub use lease::{Lease, instance_id, share_of};
 
 /// One check as an adapter hands it to the limiter.
 #[derive(Clone, Copy)]
@@ -45,6 +47,9 @@ pub struct Check<'a> {
     /// The store it is decided on: an index into the limiter's stores, in
     /// the config's order (crate::scope::Stores).
     pub store: usize,
+    /// Under `leased`: the share this instance holds, which the check is
+    /// decided under instead of `policy`, and where its demand is counted.
+    pub lease: Option<&'a Lease>,
 }
 
 impl<'a> Check<'a> {
@@ -59,13 +64,25 @@ impl<'a> Check<'a> {
             local: live.local.as_ref(),
             counters: Some(&live.counters),
             store: live.serve.store,
+            lease: live.lease.as_deref(),
         }
     }
 
-    fn guarded(&self) -> GuardedCheck<'a> {
+    /// The share to decide under, for a leased policy (its demand counted).
+    fn share(&self, now_ms: u64) -> Option<Arc<Policy>> {
+        let lease = self.lease?;
+        lease.record_demand(self.cost);
+        Some(lease.share(now_ms))
+    }
+
+    /// The store's check: under `share` when leased.
+    fn guarded<'s>(&self, share: Option<&'s Policy>) -> GuardedCheck<'s>
+    where
+        'a: 's,
+    {
         GuardedCheck {
             check: tollgate_store::Check {
-                policy: self.policy,
+                policy: share.unwrap_or(self.policy),
                 identity: self.identity,
                 cost: self.cost,
             },
@@ -159,10 +176,22 @@ impl Limiter {
             };
         };
         let clock = self.clock.as_ref();
+        let now_ms = clock.now_ms();
         let decided = match checks {
-            [one] => backend.decide_all(&[one.guarded()], clock).await,
+            [one] => {
+                let share = one.share(now_ms);
+                backend
+                    .decide_all(&[one.guarded(share.as_deref())], clock)
+                    .await
+            }
             _ => {
-                let guarded: Vec<GuardedCheck<'_>> = checks.iter().map(Check::guarded).collect();
+                let shares: Vec<Option<Arc<Policy>>> =
+                    checks.iter().map(|c| c.share(now_ms)).collect();
+                let guarded: Vec<GuardedCheck<'_>> = checks
+                    .iter()
+                    .zip(&shares)
+                    .map(|(c, share)| c.guarded(share.as_deref()))
+                    .collect();
                 backend.decide_all(&guarded, clock).await
             }
         };
@@ -307,6 +336,21 @@ impl Limiter {
             Some(backend) => backend.forget(policy, identity).await,
             None => Err(StoreError::Config(format!("no store {store}"))),
         }
+    }
+
+    /// Renews `lease` with its ledger on store `ledger` (the global one):
+    /// one bounded script call; the grant is spent from now for a term.
+    pub async fn renew(&self, lease: &Lease, ledger: usize) {
+        let sent_ms = self.clock.now_ms();
+        let ask = lease.begin(sent_ms);
+        let answer = match self.backends.get(ledger) {
+            Some(backend) => backend.lease(&ask).await,
+            None => Err(StoreError::Config(format!("no store {ledger}"))),
+        };
+        if let Err(e) = &answer {
+            tracing::debug!(policy = ask.policy, error = %e, "a lease renewal failed");
+        }
+        lease.settle(sent_ms, self.clock.now_ms(), &answer);
     }
 
     /// The clock decisions are dated by.

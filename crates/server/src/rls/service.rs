@@ -246,6 +246,7 @@ impl Batch {
             cost: if self == Batch::Peek { 0 } else { p.cost },
             on_failure: p.on_failure,
             local: p.local,
+            lease: None,
             counters: if self == Batch::Enforced {
                 p.counters
             } else {
