@@ -5,8 +5,9 @@
 # Redis sits behind a delay proxy (crates/server/examples/delay_proxy.rs,
 # testkit's DelayProxy) holding each chunk 30–80 ms each way, as another
 # region would. Utilisation with traffic in one region is exact and is
-# checked by crates/server/tests/scopes.rs; this measures what each scope
-# costs a decision.
+# checked by crates/server/tests/scopes.rs (leased: bench/leases.sh and
+# crates/server/tests/leases.rs); this measures what each scope costs a
+# decision.
 #
 #   bash bench/scopes.sh            # defaults: wrk -t2 -c64 -d10s
 set -euo pipefail
@@ -51,13 +52,14 @@ policies:
   - {name: instance, algorithm: gcra, capacity: 1000, refill: {tokens: 1000, per: 1s}, scope: instance}
   - {name: region, algorithm: gcra, capacity: 1000, refill: {tokens: 1000, per: 1s}, scope: region}
   - {name: split, algorithm: gcra, capacity: 1000, refill: {tokens: 1000, per: 1s}, scope: split}
+  - {name: leased, algorithm: gcra, capacity: 1000, refill: {tokens: 1000, per: 1s}, scope: {leased: {term: 2s, floor: 50%}}}
   - {name: global, algorithm: gcra, capacity: 1000, refill: {tokens: 1000, per: 1s}, scope: global}
 YAML
 base=$(start ./target/release/tollgate serve --config "$work/scopes.yaml" --listen 127.0.0.1:0)
 
 echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION, 100,000 keys; global Redis ${MIN_MS}-${MAX_MS} ms away each way, $IN_FLIGHT batches in flight a lane"
 printf '%-10s %12s %10s %10s  %s\n' scope req/s p50 p99 errors
-for scope in instance region split global; do
+for scope in instance region split leased global; do
   out=$(POLICY=$scope KEYS=100000 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s bench/check.lua "$base")
   printf '%-10s %12s %10s %10s  %s\n' "$scope" \
     "$(awk '/Requests\/sec/ {print $2}' <<<"$out")" \

@@ -109,6 +109,7 @@ pub struct Metrics {
 /// The families of `leased` policies' series.
 struct LeaseFamilies {
     share: Family<LeaseLabels, Gauge>,
+    unleased: Family<LeaseLabels, Gauge>,
     demand: Family<LeaseLabels, Gauge>,
     outcomes: Family<LeaseOutcomeLabels, Counter>,
     floor_seconds: Family<LeaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
@@ -121,6 +122,8 @@ pub struct LeaseCounters {
     pub share: Gauge,
     /// Units asked for in the last renewal period.
     pub demand: Gauge,
+    /// The spare nobody held at the last grant (stranded capacity).
+    pub unleased: Gauge,
     /// Renewal periods ended on the floor, in seconds.
     pub floor_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     outcomes: Family<LeaseOutcomeLabels, Counter>,
@@ -259,6 +262,7 @@ impl Metrics {
         );
         let lease = LeaseFamilies {
             share: Family::default(),
+            unleased: Family::default(),
             demand: Family::default(),
             outcomes: Family::default(),
             floor_seconds: Family::default(),
@@ -267,6 +271,11 @@ impl Metrics {
             "lease_share",
             "Units of a leased policy's limit this instance may spend now (its region's floor plus its grant)",
             lease.share.clone(),
+        );
+        registry.register(
+            "lease_unleased",
+            "Units of a leased policy's spare that no region held at this instance's last grant: capacity stranded until demand claims it (or resting between regions)",
+            lease.unleased.clone(),
         );
         registry.register(
             "lease_demand",
@@ -323,6 +332,7 @@ impl Metrics {
         LeaseCounters {
             share: self.lease.share.get_or_create(&labels).clone(),
             demand: self.lease.demand.get_or_create(&labels).clone(),
+            unleased: self.lease.unleased.get_or_create(&labels).clone(),
             floor_seconds: self.lease.floor_seconds.get_or_create(&labels).clone(),
             outcomes: self.lease.outcomes.clone(),
             labels,

@@ -275,6 +275,22 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
         a.contains(&(FLOOR + SPARE)),
         "restarted a never got the spare back: {a:?}"
     );
+    // What each of a's processes holds, as /metrics says.
+    let base = bases.lock().expect("bases")[0].1.clone();
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let line = format!(
+        r#"tollgate_lease_share{{policy="api",region="a"}} {}"#,
+        FLOOR + SPARE
+    );
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "missing {line}:\n{metrics}"
+    );
     // Shifted to b within a second: a lets go, its units rest, b gets them.
     let in_b = phase(&["b"], 5, &busy).await;
     let b = admitted(&tally, in_b.clone(), "b");
@@ -313,9 +329,10 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
         ("c cut off", &cut),
         ("global restarted", &restarted),
     ] {
-        eprintln!("{name}:");
+        // One line a window, for bench/leases.sh: phase, window, a b c.
         for w in range.clone() {
-            eprintln!("  window {w}: {:?}", tally.get(&w));
+            let of = |r: &str| tally.get(&w).and_then(|m| m.get(r)).copied().unwrap_or(0);
+            eprintln!("window\t{name}\t{w}\t{}\t{}\t{}", of("a"), of("b"), of("c"));
         }
     }
     for (window, regions) in tally.iter() {

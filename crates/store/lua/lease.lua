@@ -34,9 +34,10 @@
 -- ARGV     region, instance, demand (units in the last period), spare,
 --          term_ms, rest_ms, max instances a region (demand beyond them is
 --          not recorded)
--- Returns  {grant, target, why, now}: why 0 granted in full, 1 less than
---          the target because others hold the rest, 2 a new ledger waiting
---          out a term and a rest.
+-- Returns  {grant, target, why, now, unleased}: why 0 granted in full, 1
+--          less than the target because others hold the rest, 2 a new
+--          ledger waiting out a term and a rest; unleased: the spare nobody
+--          holds after this grant (what demand left stranded).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -200,4 +201,8 @@ redis.call('HSET', key, 'g:' .. region, grant, 'e:' .. region, string.format('%d
 -- Outlives every grant and hold it records; a ledger that expires anyway
 -- is a new ledger, which grants nothing for a term and a rest (rule 3).
 redis.call('PEXPIRE', key, 4 * (term + rest))
-return { grant, target, why, now }
+local unleased = spare - others - grant
+if unleased < 0 then
+  unleased = 0
+end
+return { grant, target, why, now, unleased }

@@ -109,10 +109,15 @@ async fn a_region_takes_its_own_units_back_at_once_but_anothers_only_after_they_
         (0, LeaseLimit::HeldByOthers)
     );
     // eu wants it back: its own units come back at once (eu 10, us 50 of
-    // demand: 80 × 10 / 60 = 13).
+    // demand: 80 × 10 / 60 = 13); nobody holds the other 67 — us's target
+    // is waiting for eu's resting units, and the ledger says so.
+    let grant = store
+        .lease(&ask("eu", "e1", 10, TERM))
+        .await
+        .expect("the ledger answers");
     assert_eq!(
-        lease(&store, ask("eu", "e1", 10, TERM)).await,
-        (13, LeaseLimit::Target)
+        (grant.units, grant.target, grant.limit, grant.unleased),
+        (13, 13, LeaseLimit::Target, 67)
     );
 }
 

@@ -181,6 +181,7 @@ impl Lease {
                     (_, true) => "renewed",
                 };
                 self.counters.outcome(outcome).inc();
+                self.counters.unleased.set(gauge(grant.unleased));
                 if grant.units < grant.target {
                     self.counters.outcome("held_by_others").inc();
                 }

@@ -60,6 +60,9 @@ pub struct LeaseGrant {
     pub limit: LeaseLimit,
     /// The ledger's clock when it granted (Redis TIME, ms).
     pub granted_at_ms: u64,
+    /// The spare nobody holds after this grant: capacity no region's
+    /// demand claimed (or that rests), stranded until one asks for it.
+    pub unleased: u64,
 }
 
 /// The ledger's key for `policy`: one key, so one slot in a Cluster.
@@ -112,7 +115,7 @@ fn grant(reply: &Value) -> Result<LeaseGrant, StoreError> {
         })
         .collect::<Option<_>>()
         .ok_or_else(bad)?;
-    let [units, target, why, granted_at_ms] = numbers[..] else {
+    let [units, target, why, granted_at_ms, unleased] = numbers[..] else {
         return Err(bad());
     };
     let limit = match why {
@@ -126,5 +129,6 @@ fn grant(reply: &Value) -> Result<LeaseGrant, StoreError> {
         target,
         limit,
         granted_at_ms,
+        unleased,
     })
 }

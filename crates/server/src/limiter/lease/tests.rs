@@ -39,6 +39,7 @@ fn granted(units: u64, target: u64) -> Result<LeaseGrant, StoreError> {
             LeaseLimit::Target
         },
         granted_at_ms: 123_456,
+        unleased: 50 - units,
     })
 }
 
