@@ -49,7 +49,7 @@ pub enum Scope {
     Global,
 }
 
-/// A `leased` policy's terms (docs/scopes.md, Leased): every region owns a
+/// A `leased` policy's terms (docs/config.md, Leased shares): every region owns a
 /// floor; the rest, the spare, is leased by demand from the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leased {

@@ -1,4 +1,4 @@
-//! The `leased` scope across three regions (docs/scopes.md, Leased): each a
+//! The `leased` scope across three regions (docs/config.md, Leased shares): each a
 //! redis-server of its own and two `tollgate serve` processes, one global
 //! redis-server holding the ledger behind a delay proxy per region (30–80 ms
 //! each way, jittered). A bounded load driver moves traffic between regions

@@ -1,4 +1,4 @@
--- tollgate: the ledger of a `leased` policy (docs/scopes.md, Leased). Redis
+-- tollgate: the ledger of a `leased` policy (docs/config.md, Leased shares). Redis
 -- is the coordinator: this script, on Redis's clock (TIME), is the whole
 -- state machine; regions only ask it, each on its renewal period.
 --

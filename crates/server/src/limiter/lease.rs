@@ -1,5 +1,5 @@
 //! A `leased` policy on this instance: the share it may spend now, and the
-//! demand it reports when it renews (docs/scopes.md, Leased).
+//! demand it reports when it renews (docs/config.md, Leased shares).
 //!
 //! The ledger (crates/store/lua/lease.lua, in the global Redis) decides
 //! grants on Redis's clock; this side only keeps the durations: a grant is

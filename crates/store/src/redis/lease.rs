@@ -1,5 +1,5 @@
 //! Asking a leased policy's ledger for a region's share (crates/store/lua/
-//! lease.lua holds the rules; docs/scopes.md states them for users).
+//! lease.lua holds the rules; docs/config.md (Leased shares) states them for users).
 //!
 //! The ledger is one hash a policy in the global Redis, changed only by the
 //! script on Redis's clock, so Redis is the coordinator and Sentinel or a
