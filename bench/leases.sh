@@ -3,7 +3,7 @@
 # runs crates/server/tests/leases.rs (three regions, each a redis-server and
 # two `tollgate serve` processes, the global redis-server 30–80 ms away each
 # way behind delay proxies, a bounded load driver moving traffic between
-# regions, then the faults) in release mode, and summarises the admissions
+# regions, then the faults) and summarises the admissions
 # it tallied per 1 s window. The policy: 60 a 1 s window, floors 10 a
 # region, spare 30, term 1 s, renew 250 ms, rest 1 s (explain's numbers).
 #
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --release -q -p tollgate --test leases -- --nocapture >"$log" 2>&1 || {
+cargo test -q -p tollgate --test leases -- --nocapture >"$log" 2>&1 || {
   tail -40 "$log" >&2
   exit 1
 }

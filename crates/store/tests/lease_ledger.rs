@@ -192,3 +192,29 @@ async fn no_sequence_of_asks_leases_more_than_the_spare() {
     }
     assert!(granted_total > 0, "the ledger must have granted something");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_in_a_cluster_is_one_key_and_keeps_the_same_rules() {
+    let topology = Topology::cluster();
+    let store = topology.store().await;
+    const TERM: u64 = 1_000;
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 10, TERM)).await,
+        (0, LeaseLimit::NewLedger)
+    );
+    past_the_wait(TERM).await;
+    assert_eq!(
+        lease(&store, ask("us", "u1", 30, TERM)).await,
+        (SPARE, LeaseLimit::Target)
+    );
+    assert_eq!(
+        lease(&store, ask("eu", "e1", 10, TERM)).await,
+        (0, LeaseLimit::HeldByOthers)
+    );
+    let ledgers: Vec<String> = topology
+        .keys_with_pttl()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(ledgers, [ledger_key("tollgate", "api")]);
+}

@@ -182,7 +182,7 @@ impl Lease {
                 };
                 self.counters.outcome(outcome).inc();
                 self.counters.unleased.set(gauge(grant.unleased));
-                if grant.units < grant.target {
+                if grant.limit == LeaseLimit::HeldByOthers {
                     self.counters.outcome("held_by_others").inc();
                 }
                 let policy = if units == held_before.units {
