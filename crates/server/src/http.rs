@@ -68,6 +68,7 @@ pub fn operations_router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/policies", get(policies))
         .route("/v1/state", get(peek_state).delete(reset_state))
+        .route("/v1/hot", get(hot))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -864,6 +865,54 @@ async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         "stores": crate::explain::stores_json(&live_config.config.stores),
         "policies": list,
         "envoy_rules": crate::explain::envoy_rules_json(&live_config.config.envoy),
+    });
+    json_response(body.to_string())
+}
+
+/// The identities behind each policy's most decisions and rejections in
+/// the last whole window (admin token): who is hot, even under its limit.
+/// Secret identity parts show only as their keyed hash, as everywhere.
+async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let live_config = app.live.load();
+    if !live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Admin, &headers)
+    {
+        return unauthorized(&app, Guarded::Admin, "hot");
+    }
+    let window_s = crate::hot::HOT_WINDOW_MS as f64 / 1000.0;
+    let list = |entries: &[(String, u64)], what: &str| -> Vec<serde_json::Value> {
+        entries
+            .iter()
+            .map(|(identity, n)| {
+                serde_json::json!({
+                    "identity": identity,
+                    what: n,
+                    "per_second": (*n as f64 / window_s * 1000.0).round() / 1000.0,
+                })
+            })
+            .collect()
+    };
+    let now_ms = app.limiter.clock().now_ms();
+    let policies: Vec<serde_json::Value> = app
+        .metrics
+        .hot
+        .report(now_ms)
+        .iter()
+        .map(|(policy, report)| {
+            serde_json::json!({
+                "policy": policy,
+                "by_decisions": list(&report.decisions, "decisions"),
+                "by_rejections": list(&report.rejections, "rejections"),
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "window_ms": crate::hot::HOT_WINDOW_MS,
+        "window_start_ms": (now_ms - now_ms % crate::hot::HOT_WINDOW_MS).saturating_sub(crate::hot::HOT_WINDOW_MS),
+        "top": crate::hot::HOT_IDENTITIES,
+        "policies": policies,
     });
     json_response(body.to_string())
 }

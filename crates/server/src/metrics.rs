@@ -9,7 +9,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 use tollgate_core::{Clock, SystemClock};
 
-use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities};
+use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, PolicyHot};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -78,6 +78,10 @@ pub struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     pub decision_seconds: Histogram,
     pub store_keys: Gauge,
+    /// Decisions answered from the rejected-until cache, without Redis.
+    pub rejected_cache_answers: Gauge,
+    /// Script calls made for single decisions (batched).
+    pub store_script_calls: Gauge,
     pub store_evictions: Gauge,
     pub reloads: Counter,
     pub reload_failures: Counter,
@@ -101,9 +105,10 @@ pub struct Metrics {
     pub state_resets: Family<PolicyLabels, Counter>,
     /// What each policy's scope leaves this instance to enforce.
     pub scope_limit: Family<ScopeLabels, Gauge>,
-    /// The identities rejected most, per policy.
+    /// The identities behind the most decisions and rejections, per policy.
     pub hot: Arc<HotIdentities>,
     lease: LeaseFamilies,
+    clock: Arc<dyn Clock>,
 }
 
 /// The families of `leased` policies' series.
@@ -149,6 +154,8 @@ impl LeaseCounters {
 pub struct PolicyCounters {
     pub allowed: Counter,
     pub rejected: Counter,
+    /// Its hot identities' summaries.
+    pub hot: Arc<PolicyHot>,
 }
 
 impl Metrics {
@@ -168,6 +175,18 @@ impl Metrics {
             "decision_duration_seconds",
             "Time to decide one request (all its policies), store call included",
             decision_seconds.clone(),
+        );
+        let rejected_cache_answers = Gauge::default();
+        registry.register(
+            "rejected_cache_answers",
+            "Decisions answered since start from the rejected-until cache without a store call (exact: the key is rejected until then); beside tollgate_store_script_calls, how much the cache shields the store from an abusive client",
+            rejected_cache_answers.clone(),
+        );
+        let store_script_calls = Gauge::default();
+        registry.register(
+            "store_script_calls",
+            "Script calls made since start for single decisions (each may carry a batch of them)",
+            store_script_calls.clone(),
         );
         let store_keys = Gauge::default();
         registry.register(
@@ -251,7 +270,7 @@ impl Metrics {
         let unauthorized = Family::<EndpointLabels, Counter>::default();
         registry.register(
             "unauthorized_requests",
-            "Requests refused for a missing or wrong bearer token, by endpoint (check, rls, policies, metrics)",
+            "Requests refused for a missing or wrong bearer token, by endpoint (check, rls, policies, hot, state, metrics)",
             unauthorized.clone(),
         );
         let tls_handshake_failures = Counter::default();
@@ -296,10 +315,11 @@ impl Metrics {
         let hot = Arc::new(HotIdentities::default());
         registry.register_collector(Box::new(HotCollector {
             hot: Arc::clone(&hot),
-            clock,
+            clock: Arc::clone(&clock),
         }));
         Self {
             hot,
+            clock,
             lease,
             refused_connections,
             unauthorized,
@@ -316,6 +336,8 @@ impl Metrics {
             decisions,
             decision_seconds,
             store_keys,
+            rejected_cache_answers,
+            store_script_calls,
             store_evictions,
             reloads,
             reload_failures,
@@ -351,6 +373,7 @@ impl Metrics {
         PolicyCounters {
             allowed: get("allowed"),
             rejected: get("rejected"),
+            hot: self.hot.policy(policy, self.clock.now_ms()),
         }
     }
 
@@ -388,19 +411,35 @@ impl std::fmt::Debug for HotCollector {
 
 impl Collector for HotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let help = format!(
-            "Rejections in the last whole {} s window of the {} identities each policy rejected most (upper bounds: the Space-Saving algorithm never under-counts)",
-            HOT_WINDOW_MS / 1000,
-            HOT_IDENTITIES
-        );
-        let mut metric =
-            encoder.encode_descriptor("hot_identity_rejections", &help, None, MetricType::Gauge)?;
-        // By policy, then most rejected first.
-        for (policy, identity, rejections) in self.hot.report(self.clock.now_ms()) {
-            let labels = HotLabels { policy, identity };
-            metric
-                .encode_family(&labels)?
-                .encode_gauge(&i64::try_from(rejections).unwrap_or(i64::MAX))?;
+        let report = self.hot.report(self.clock.now_ms());
+        for (name, what) in [
+            ("hot_identity_decisions", "Decisions"),
+            ("hot_identity_rejections", "Rejections"),
+        ] {
+            let help = format!(
+                "{what} in the last whole {} s window of the {} identities behind each policy's most {} (upper bounds: the Space-Saving algorithm never under-counts)",
+                HOT_WINDOW_MS / 1000,
+                HOT_IDENTITIES,
+                what.to_lowercase()
+            );
+            let mut metric = encoder.encode_descriptor(name, &help, None, MetricType::Gauge)?;
+            // By policy, then most first.
+            for (policy, hot) in &report {
+                let list = if name == "hot_identity_decisions" {
+                    &hot.decisions
+                } else {
+                    &hot.rejections
+                };
+                for (identity, n) in list {
+                    let labels = HotLabels {
+                        policy: policy.clone(),
+                        identity: identity.clone(),
+                    };
+                    metric
+                        .encode_family(&labels)?
+                        .encode_gauge(&i64::try_from(*n).unwrap_or(i64::MAX))?;
+                }
+            }
         }
         Ok(())
     }

@@ -170,6 +170,44 @@ async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
         ]
     );
     assert!(text.contains("# TYPE tollgate_hot_identity_rejections gauge"));
+    // By traffic too: every identity decided, admitted or not.
+    let decided: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tollgate_hot_identity_decisions{"))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            r#"tollgate_hot_identity_decisions{policy="api",identity="mallory"} 4"#,
+            r#"tollgate_hot_identity_decisions{policy="api",identity="x-tenant=acme"} 3"#,
+            r#"tollgate_hot_identity_decisions{policy="api",identity="route=/x,tenant=t1"} 2"#,
+            r#"tollgate_hot_identity_decisions{policy="api",identity="quiet"} 1"#,
+        ]
+    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&server.text("/v1/hot").await).expect("JSON");
+    assert_eq!(
+        listed,
+        serde_json::json!({
+            "window_ms": 60_000,
+            "window_start_ms": 60_000,
+            "top": 10,
+            "policies": [{
+                "policy": "api",
+                "by_decisions": [
+                    {"identity": "mallory", "decisions": 4, "per_second": 0.067},
+                    {"identity": "x-tenant=acme", "decisions": 3, "per_second": 0.05},
+                    {"identity": "route=/x,tenant=t1", "decisions": 2, "per_second": 0.033},
+                    {"identity": "quiet", "decisions": 1, "per_second": 0.017},
+                ],
+                "by_rejections": [
+                    {"identity": "mallory", "rejections": 3, "per_second": 0.05},
+                    {"identity": "x-tenant=acme", "rejections": 2, "per_second": 0.033},
+                    {"identity": "route=/x,tenant=t1", "rejections": 1, "per_second": 0.017},
+                ],
+            }],
+        })
+    );
     server.clock.set(180_000);
     assert_eq!(
         hot(&server.text("/metrics").await),

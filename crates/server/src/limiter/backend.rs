@@ -111,6 +111,19 @@ impl Backend {
         }
     }
 
+    /// (decisions answered from the rejected-until cache, script calls made
+    /// for single decisions), since start: how much the cache shields the
+    /// store.
+    pub(super) fn shield(&self) -> (u64, u64) {
+        match self {
+            Backend::Redis(guarded) => (
+                guarded.shared().answered_locally(),
+                guarded.shared().batched_calls(),
+            ),
+            Backend::RedisAtClock(_) | Backend::Memory(_) => (0, 0),
+        }
+    }
+
     /// (keys held here, keys evicted since start, circuit state).
     pub(super) fn gauges(&self) -> (u64, u64, i64) {
         match self {

@@ -224,14 +224,13 @@ impl Limiter {
             let Some(counters) = check.counters else {
                 continue;
             };
+            counters
+                .hot
+                .record(check.identity, decision.allowed, now_ms);
             if decision.allowed {
                 counters.allowed.inc();
             } else {
                 counters.rejected.inc();
-                let now_ms = self.clock.now_ms();
-                self.metrics
-                    .hot
-                    .record(check.policy.name(), check.identity, now_ms);
                 self.decision_log
                     .rejected(check.policy.name(), check.identity, now_ms);
             }
@@ -379,6 +378,14 @@ impl Limiter {
         self.metrics.store_keys.set(gauge(keys));
         self.metrics.store_evictions.set(gauge(evictions));
         self.metrics.circuit_state.set(circuit);
+        let (mut local, mut calls) = (0u64, 0u64);
+        for backend in &self.backends {
+            let (l, c) = backend.shield();
+            local += l;
+            calls += c;
+        }
+        self.metrics.rejected_cache_answers.set(gauge(local));
+        self.metrics.store_script_calls.set(gauge(calls));
     }
 
     /// Whether every store answers right now (a bounded ping each),
