@@ -8,6 +8,7 @@ use thiserror::Error;
 
 const TAG_VALUE: u8 = 0;
 const TAG_COMPOSITE: u8 = 1;
+const TAG_SHARD: u8 = 2;
 
 /// Why a composite identity cannot be encoded without ambiguity.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -58,6 +59,17 @@ impl Identity {
         Ok(Self { encoded })
     }
 
+    /// Shard `index` of this identity (a policy with `shards: N` splits each
+    /// identity's limit over N keys): its own key, on its own hash tag, and
+    /// never equal to any other identity or another shard of this one.
+    pub fn shard(&self, index: u16) -> Self {
+        let mut encoded = Vec::with_capacity(3 + self.encoded.len());
+        encoded.push(TAG_SHARD);
+        encoded.extend_from_slice(&index.to_be_bytes());
+        encoded.extend_from_slice(&self.encoded);
+        Self { encoded }
+    }
+
     /// The injective encoding, for stores to build keys from.
     pub fn as_bytes(&self) -> &[u8] {
         &self.encoded
@@ -77,6 +89,14 @@ impl fmt::Display for Identity {
         let Some((&tag, mut rest)) = self.encoded.split_first() else {
             return Ok(());
         };
+        if tag == TAG_SHARD
+            && let Some((index, inner)) = rest.split_first_chunk::<2>()
+        {
+            let inner = Identity {
+                encoded: inner.to_vec(),
+            };
+            return write!(f, "{inner} [shard {}]", u16::from_be_bytes(*index));
+        }
         if tag == TAG_VALUE {
             return f.write_str(&String::from_utf8_lossy(rest));
         }
@@ -200,6 +220,32 @@ mod tests {
             composite.to_string(),
             format!("k={long},route=/orders,tenant=acme")
         );
+    }
+
+    #[test]
+    fn shards_are_distinct_from_each_other_and_from_every_identity() {
+        let acme = Identity::value("acme");
+        let shards: Vec<Identity> = (0..4).map(|i| acme.shard(i)).collect();
+        for (i, a) in shards.iter().enumerate() {
+            assert_ne!(*a, acme);
+            for b in &shards[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // A value spelling a shard's bytes is still a value.
+        let mut spelled = vec![TAG_SHARD, 0, 0];
+        spelled.extend_from_slice(acme.as_bytes());
+        assert_ne!(
+            Identity::value(&String::from_utf8_lossy(&spelled)),
+            shards[0]
+        );
+        assert_ne!(
+            Identity::value("acm").shard(0),
+            Identity::value("acme").shard(0)
+        );
+        assert_eq!(shards[3].to_string(), "acme [shard 3]");
+        let composite = Identity::composite([("tenant", "t1")]).expect("valid");
+        assert_eq!(composite.shard(12).to_string(), "tenant=t1 [shard 12]");
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::tokens::EndpointTokens;
 /// Fields a policy may carry beyond the core's.
 const SERVE_FIELDS: &[&str] = &[
     "scope",
+    "shards",
     "match",
     "identity",
     "cost",
@@ -397,7 +398,12 @@ pub struct ServePolicy {
     pub cost: CostRule,
     /// What the policy does when the shared store cannot decide.
     pub on_store_failure: OnStoreFailure,
+    /// Sub-buckets each identity's limit is split over (1: not sharded).
+    pub shards: u16,
 }
+
+/// The most shards a policy may split an identity over.
+pub const MAX_SHARDS: u64 = 256;
 
 /// One part of an identity, taken from the request being limited.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1004,6 +1010,7 @@ fn parse_serve_fields(
     let on_store_failure = parse_failure_mode(fields)
         .map_err(|fault| field_error(&policy, fault.field, fault.reason))?
         .unwrap_or(OnStoreFailure::FailOpen);
+    let shards = parse_shards(&policy, fields.get("shards"), &scope, &cost)?;
     Ok(ServePolicy {
         policy: enforced(&policy, &scope, deployment),
         declared: policy,
@@ -1013,7 +1020,70 @@ fn parse_serve_fields(
         identity,
         cost,
         on_store_failure,
+        shards,
     })
+}
+
+/// `shards: N`: each identity's limit split over N sub-buckets on distinct
+/// hash tags, each an integer share (they sum to the limit), so a Cluster
+/// spreads one hot identity over its masters.
+fn parse_shards(
+    policy: &Policy,
+    value: Option<&Value>,
+    scope: &Scope,
+    cost: &CostRule,
+) -> Result<u16, ConfigError> {
+    let n = match value {
+        None | Some(Value::Null) => return Ok(1),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=MAX_SHARDS).contains(n))
+            .ok_or_else(|| {
+                field_error(
+                    policy,
+                    "shards",
+                    format!(
+                        "must be a whole number 1..={MAX_SHARDS}, got {}",
+                        describe(v)
+                    ),
+                )
+            })?,
+    };
+    if n == 1 {
+        return Ok(1);
+    }
+    if matches!(scope, Scope::Leased(_)) {
+        return Err(field_error(
+            policy,
+            "shards",
+            "cannot be combined with scope leased (a leased share is already split by region)",
+        ));
+    }
+    let limit = policy.limits().limit();
+    let weights = vec![1; n as usize];
+    let smallest = (0..n as usize)
+        .map(|i| tollgate_core::split_policy(policy, &weights, i).map(|p| p.limits().limit()))
+        .collect::<Option<Vec<u64>>>()
+        .and_then(|shares| shares.into_iter().min())
+        .ok_or_else(|| {
+            field_error(
+                policy,
+                "shards",
+                format!("{n} shards of the limit {limit} leave a shard nothing: at most {limit}"),
+            )
+        })?;
+    if let CostRule::Constant(c) = cost
+        && *c > smallest
+    {
+        return Err(field_error(
+            policy,
+            "shards",
+            format!(
+                "a shard's share is {smallest}, below the cost {c}: a request must fit one shard"
+            ),
+        ));
+    }
+    u16::try_from(n).map_err(|_| field_error(policy, "shards", "too many"))
 }
 
 fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, ConfigError> {

@@ -82,6 +82,9 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
         if let Some(lease) = &e.lease_text {
             let _ = writeln!(out, "  lease: {lease}");
         }
+        if let Some(shards) = &e.shards_text {
+            let _ = writeln!(out, "  shards: {shards}");
+        }
         let _ = writeln!(out, "  on store failure: {}", e.failure_text);
         let _ = writeln!(out, "  state: {}", e.state_text);
     }
@@ -212,6 +215,7 @@ struct Explained {
     bound_text: String,
     split_text: Option<String>,
     lease_text: Option<String>,
+    shards_text: Option<String>,
     failure_text: String,
     state_text: String,
     json: Value,
@@ -384,6 +388,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
             )
         }
     };
+    let (shards_text, json_shards) = shards(serve);
     let (mode, while_degraded) = degraded(serve, settings);
     let failure_text = match redis {
         None => format!("{while_degraded}."),
@@ -422,6 +427,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         },
         "split": json_split,
         "lease": json_lease,
+        "shards": json_shards,
         "state": state_text,
     });
     Explained {
@@ -429,10 +435,40 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         bound_text,
         split_text,
         lease_text,
+        shards_text,
         failure_text,
         state_text,
         json,
     }
+}
+
+/// A sharded policy's shares, its bound and its error, in words and JSON.
+fn shards(serve: &ServePolicy) -> (Option<String>, Value) {
+    let n = u64::from(serve.shards);
+    if n < 2 {
+        return (None, Value::Null);
+    }
+    let limit = serve.policy.limits().limit();
+    let shares = split_shares(limit, &vec![1; usize::from(serve.shards)]);
+    let largest = shares.iter().copied().max().unwrap_or(0);
+    let early = (n - 2) * largest;
+    let text = format!(
+        "{n} sub-buckets per identity on distinct hash tags (a Cluster spreads them), shares {} summing to the limit {limit} (refill split exactly); a request tries one shard (round robin on each instance) and, rejected, one more: never admitted beyond the limit, and rejected early while at most {early} units (the other {} shards' shares) remain elsewhere; a request's cost must fit one shard ({} at least).",
+        shares
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join("/"),
+        n - 2,
+        shares.iter().copied().min().unwrap_or(0),
+    );
+    let json = json!({
+        "count": n,
+        "shares": shares,
+        "admitted_at_most": limit,
+        "rejected_while_left_elsewhere_at_most": early,
+    });
+    (Some(text), json)
 }
 
 fn topology(redis: &RedisConfig) -> &'static str {

@@ -69,6 +69,9 @@ fn label(identity: &Identity) -> String {
     text
 }
 
+/// (identity label, count) pairs.
+type Counts = Vec<(String, u64)>;
+
 /// One stripe's window being counted and the last whole one.
 #[derive(Debug)]
 struct Stripe {
@@ -77,7 +80,7 @@ struct Stripe {
     decisions: Summary,
     rejections: Summary,
     /// The last whole window: (decisions, rejections) by identity label.
-    reported: (Vec<(String, u64)>, Vec<(String, u64)>),
+    reported: (Counts, Counts),
 }
 
 impl Stripe {
@@ -145,19 +148,24 @@ impl PolicyHot {
     }
 
     /// The last whole window's top identities by decisions and by
-    /// rejections (highest first, ties by label).
+    /// rejections (highest first, ties by label), and the window so far.
     fn report(&self, now_ms: u64) -> HotReport {
         let (mut decisions, mut rejections) = (Vec::new(), Vec::new());
+        let (mut current_decisions, mut current_rejections) = (Vec::new(), Vec::new());
         for stripe in &self.stripes {
             if let Ok(mut stripe) = stripe.lock() {
                 stripe.roll(now_ms);
                 decisions.extend(stripe.reported.0.iter().cloned());
                 rejections.extend(stripe.reported.1.iter().cloned());
+                current_decisions.extend(stripe.decisions.labelled());
+                current_rejections.extend(stripe.rejections.labelled());
             }
         }
         HotReport {
             decisions: top(decisions),
             rejections: top(rejections),
+            current_decisions: top(current_decisions),
+            current_rejections: top(current_rejections),
         }
     }
 
@@ -184,6 +192,9 @@ pub struct HotReport {
     pub decisions: Vec<(String, u64)>,
     /// (identity, rejections), most first.
     pub rejections: Vec<(String, u64)>,
+    /// The same for the window being counted, so far.
+    pub current_decisions: Vec<(String, u64)>,
+    pub current_rejections: Vec<(String, u64)>,
 }
 
 /// Every policy's summaries, in windows of [`HOT_WINDOW_MS`].
@@ -226,7 +237,7 @@ impl HotIdentities {
         names
             .into_iter()
             .map(|name| (name.clone(), policies[name].report(now_ms)))
-            .filter(|(_, r)| !r.decisions.is_empty())
+            .filter(|(_, r)| !r.decisions.is_empty() || !r.current_decisions.is_empty())
             .collect()
     }
 }
@@ -252,7 +263,16 @@ mod tests {
         hot.record("login", &id("mallory"), true, 60_600);
         hot.record("login", &id("alice"), true, 61_000);
         hot.record("login", &id("alice"), false, 61_000);
-        assert_eq!(hot.report(119_999), vec![], "the window is not whole yet");
+        let so_far = hot.report(119_999);
+        assert!(
+            so_far[0].1.decisions.is_empty(),
+            "the window is not whole yet"
+        );
+        assert_eq!(
+            names(&so_far[0].1.current_decisions),
+            [("mallory", 4), ("alice", 2)],
+            "but it is counted so far"
+        );
         let report = hot.report(120_000);
         assert_eq!(report.len(), 1);
         assert_eq!(report[0].0, "login");

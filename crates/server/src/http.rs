@@ -821,7 +821,12 @@ async fn reset_state(
     let policy = live.serve.policy.name();
     match app
         .limiter
-        .forget(live.serve.store, &live.serve.policy, &identity)
+        .forget(
+            live.serve.store,
+            &live.serve.policy,
+            &live.shards,
+            &identity,
+        )
         .await
     {
         Ok(existed) => {
@@ -881,20 +886,25 @@ async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     {
         return unauthorized(&app, Guarded::Admin, "hot");
     }
-    let window_s = crate::hot::HOT_WINDOW_MS as f64 / 1000.0;
-    let list = |entries: &[(String, u64)], what: &str| -> Vec<serde_json::Value> {
+    let now_ms = app.limiter.clock().now_ms();
+    let window_ms = crate::hot::HOT_WINDOW_MS;
+    let started_ms = now_ms - now_ms % window_ms;
+    // Rates over the window's length, or what of the current one passed
+    // (at least a second, so a fresh window does not inflate them).
+    let list = |entries: &[(String, u64)], what: &str, over_ms: u64| -> Vec<serde_json::Value> {
+        let seconds = over_ms.max(1_000) as f64 / 1000.0;
         entries
             .iter()
             .map(|(identity, n)| {
                 serde_json::json!({
                     "identity": identity,
                     what: n,
-                    "per_second": (*n as f64 / window_s * 1000.0).round() / 1000.0,
+                    "per_second": (*n as f64 / seconds * 1000.0).round() / 1000.0,
                 })
             })
             .collect()
     };
-    let now_ms = app.limiter.clock().now_ms();
+    let elapsed_ms = now_ms - started_ms;
     let policies: Vec<serde_json::Value> = app
         .metrics
         .hot
@@ -903,14 +913,19 @@ async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         .map(|(policy, report)| {
             serde_json::json!({
                 "policy": policy,
-                "by_decisions": list(&report.decisions, "decisions"),
-                "by_rejections": list(&report.rejections, "rejections"),
+                "by_decisions": list(&report.decisions, "decisions", window_ms),
+                "by_rejections": list(&report.rejections, "rejections", window_ms),
+                "now": {
+                    "by_decisions": list(&report.current_decisions, "decisions", elapsed_ms),
+                    "by_rejections": list(&report.current_rejections, "rejections", elapsed_ms),
+                },
             })
         })
         .collect();
     let body = serde_json::json!({
-        "window_ms": crate::hot::HOT_WINDOW_MS,
-        "window_start_ms": (now_ms - now_ms % crate::hot::HOT_WINDOW_MS).saturating_sub(crate::hot::HOT_WINDOW_MS),
+        "window_ms": window_ms,
+        "window_start_ms": started_ms.saturating_sub(window_ms),
+        "now_start_ms": started_ms,
         "top": crate::hot::HOT_IDENTITIES,
         "policies": policies,
     });

@@ -27,6 +27,10 @@ pub struct LivePolicy {
     pub local: Option<Policy>,
     /// Under `leased`: the share this instance holds.
     pub lease: Option<Arc<Lease>>,
+    /// Under `shards: N`: each shard's policy (empty when not sharded).
+    pub shards: Vec<Policy>,
+    /// Which shard the next request of this instance tries first.
+    pub shard_cursor: std::sync::atomic::AtomicU64,
 }
 
 /// One loaded config, live.
@@ -67,6 +71,8 @@ impl LiveConfig {
                 local: local_share(&serve.policy, serve.on_store_failure),
                 policy_item: policy_item(&serve.policy),
                 lease: lease(serve),
+                shards: shard_policies(&serve.policy, serve.shards),
+                shard_cursor: std::sync::atomic::AtomicU64::new(0),
                 serve: serve.clone(),
             })
             .collect();
@@ -104,6 +110,19 @@ impl LiveConfig {
     pub fn policy(&self, name: &str) -> Option<&LivePolicy> {
         self.by_name.get(name).map(|&i| &self.policies[i])
     }
+}
+
+/// Each shard's policy: an integer share of the limit (they sum to it),
+/// the refill split exactly; none when not sharded.
+fn shard_policies(policy: &Policy, shards: u16) -> Vec<Policy> {
+    if shards <= 1 {
+        return Vec::new();
+    }
+    let weights = vec![1; usize::from(shards)];
+    (0..usize::from(shards))
+        // Load refused a count that leaves a shard nothing.
+        .filter_map(|i| tollgate_core::split_policy(policy, &weights, i))
+        .collect()
 }
 
 /// The policy scaled to its local share, when it fails over to one.

@@ -430,6 +430,8 @@ impl Collector for HotCollector {
                 } else {
                     &hot.rejections
                 };
+                // Only the last whole window: a series per scrape would
+                // otherwise rise and reset within each window.
                 for (identity, n) in list {
                     let labels = HotLabels {
                         policy: policy.clone(),

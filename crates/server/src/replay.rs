@@ -308,6 +308,8 @@ async fn decide(
             counters: None,
             store: 0,
             lease: None,
+            shards: &[],
+            shard_cursor: None,
         }])
         .await;
     if let Some(e) = decided.error {

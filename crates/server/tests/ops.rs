@@ -191,6 +191,7 @@ async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
         serde_json::json!({
             "window_ms": 60_000,
             "window_start_ms": 60_000,
+            "now_start_ms": 120_000,
             "top": 10,
             "policies": [{
                 "policy": "api",
@@ -205,6 +206,7 @@ async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
                     {"identity": "x-tenant=acme", "rejections": 2, "per_second": 0.033},
                     {"identity": "route=/x,tenant=t1", "rejections": 1, "per_second": 0.017},
                 ],
+                "now": {"by_decisions": [], "by_rejections": []},
             }],
         })
     );

@@ -14,6 +14,7 @@
 mod backend;
 mod lease;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tollgate_core::{Clock, Decision, Identity, Policy};
@@ -50,6 +51,10 @@ pub struct Check<'a> {
     /// Under `leased`: the share this instance holds, which the check is
     /// decided under instead of `policy`, and where its demand is counted.
     pub lease: Option<&'a Lease>,
+    /// Under `shards: N`: each shard's policy (empty: not sharded), and the
+    /// instance's round-robin cursor over them.
+    pub shards: &'a [Policy],
+    pub shard_cursor: Option<&'a AtomicU64>,
 }
 
 impl<'a> Check<'a> {
@@ -65,7 +70,19 @@ impl<'a> Check<'a> {
             counters: Some(&live.counters),
             store: live.serve.store,
             lease: live.lease.as_deref(),
+            shards: &live.shards,
+            shard_cursor: Some(&live.shard_cursor),
         }
+    }
+
+    /// The shard this check tries first, round robin on this instance.
+    fn pick(&self) -> Option<usize> {
+        let n = self.shards.len();
+        if n < 2 {
+            return None;
+        }
+        let turn = self.shard_cursor?.fetch_add(1, Ordering::Relaxed);
+        usize::try_from(turn % n as u64).ok()
     }
 
     /// The share to decide under, for a leased policy (its demand counted).
@@ -75,15 +92,20 @@ impl<'a> Check<'a> {
         Some(lease.share(now_ms))
     }
 
-    /// The store's check: under `share` when leased.
-    fn guarded<'s>(&self, share: Option<&'s Policy>) -> GuardedCheck<'s>
+    /// The store's check: under `share` when leased, on `shard` (its
+    /// policy and identity) when sharded.
+    fn guarded<'s>(
+        &self,
+        share: Option<&'s Policy>,
+        shard: Option<(&'s Policy, &'s Identity)>,
+    ) -> GuardedCheck<'s>
     where
         'a: 's,
     {
         GuardedCheck {
             check: tollgate_store::Check {
-                policy: share.unwrap_or(self.policy),
-                identity: self.identity,
+                policy: shard.map(|(p, _)| p).or(share).unwrap_or(self.policy),
+                identity: shard.map_or(self.identity, |(_, id)| id),
                 cost: self.cost,
             },
             on_failure: self.on_failure.unwrap_or_default(),
@@ -175,26 +197,28 @@ impl Limiter {
                 store_ms: None,
             };
         };
-        let clock = self.clock.as_ref();
-        let now_ms = clock.now_ms();
-        let decided = match checks {
-            [one] => {
-                let share = one.share(now_ms);
-                backend
-                    .decide_all(&[one.guarded(share.as_deref())], clock)
-                    .await
+        let now_ms = self.clock.now_ms();
+        let picks: Vec<Option<usize>> = checks.iter().map(Check::pick).collect();
+        let mut decided = self.call(backend, checks, &picks, 0, now_ms).await;
+        // A sharded request rejected by its shard tries the next one once
+        // (docs/config.md, Shards): one more store call, only on rejection.
+        if let ([one], [Some(_)]) = (checks, picks.as_slice())
+            && one.cost > 0
+            && !decided.by.is_degraded()
+            && decided.decisions.first().is_some_and(|d| !d.allowed)
+        {
+            let spilled = self.call(backend, checks, &picks, 1, now_ms).await;
+            if spilled.decisions.len() == 1 {
+                let store_ms = match (decided.store_ms, spilled.store_ms) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+                decided = Decided {
+                    store_ms,
+                    ..spilled
+                };
             }
-            _ => {
-                let shares: Vec<Option<Arc<Policy>>> =
-                    checks.iter().map(|c| c.share(now_ms)).collect();
-                let guarded: Vec<GuardedCheck<'_>> = checks
-                    .iter()
-                    .zip(&shares)
-                    .map(|(c, share)| c.guarded(share.as_deref()))
-                    .collect();
-                backend.decide_all(&guarded, clock).await
-            }
-        };
+        }
         // Decided without the store, but a check with no failure mode makes
         // its protocol answer an error (fail_closed answers regardless):
         // record the store's fault, not decisions nobody will see.
@@ -290,6 +314,51 @@ impl Limiter {
         }
     }
 
+    /// One all-or-nothing store call: leased checks under their share,
+    /// sharded ones on their pick's shard (`spill` shards further on).
+    async fn call(
+        &self,
+        backend: &Backend,
+        checks: &[Check<'_>],
+        picks: &[Option<usize>],
+        spill: usize,
+        now_ms: u64,
+    ) -> Decided {
+        let clock = self.clock.as_ref();
+        match (checks, picks) {
+            ([one], [pick]) => {
+                let share = one.share(now_ms);
+                let shard = shard_of(one, *pick, spill);
+                let guarded = one.guarded(
+                    share.as_deref(),
+                    shard.as_ref().map(|(policy, id)| (*policy, id)),
+                );
+                backend.decide_all(&[guarded], clock).await
+            }
+            _ => {
+                let shares: Vec<Option<Arc<Policy>>> =
+                    checks.iter().map(|c| c.share(now_ms)).collect();
+                let shards: Vec<_> = checks
+                    .iter()
+                    .zip(picks)
+                    .map(|(c, pick)| shard_of(c, *pick, spill))
+                    .collect();
+                let guarded: Vec<GuardedCheck<'_>> = checks
+                    .iter()
+                    .zip(&shares)
+                    .zip(&shards)
+                    .map(|((c, share), shard)| {
+                        c.guarded(
+                            share.as_deref(),
+                            shard.as_ref().map(|(policy, id)| (*policy, id)),
+                        )
+                    })
+                    .collect();
+                backend.decide_all(&guarded, clock).await
+            }
+        }
+    }
+
     /// A store's latency, its errors, and decisions made without it.
     fn observe_store(&self, decided: &Decided) {
         if let Some(ms) = decided.store_ms {
@@ -324,17 +393,27 @@ impl Limiter {
     }
 
     /// Forgets `policy`'s state for `identity` on `store` — an operator's
-    /// reset: the identity starts afresh. Whether there was a state.
+    /// reset: the identity starts afresh, on every shard when `shards`
+    /// names them. Whether there was a state.
     pub async fn forget(
         &self,
         store: usize,
         policy: &Policy,
+        shards: &[Policy],
         identity: &Identity,
     ) -> Result<bool, StoreError> {
-        match self.backends.get(store) {
-            Some(backend) => backend.forget(policy, identity).await,
-            None => Err(StoreError::Config(format!("no store {store}"))),
+        let Some(backend) = self.backends.get(store) else {
+            return Err(StoreError::Config(format!("no store {store}")));
+        };
+        if shards.is_empty() {
+            return backend.forget(policy, identity).await;
         }
+        let mut existed = false;
+        for (index, shard) in shards.iter().enumerate() {
+            let id = u16::try_from(index).unwrap_or(u16::MAX);
+            existed |= backend.forget(shard, &identity.shard(id)).await?;
+        }
+        Ok(existed)
     }
 
     /// Renews `lease` with its ledger on store `ledger` (the global one):
@@ -398,6 +477,18 @@ impl Limiter {
         self.metrics.store_up.set(i64::from(answered.is_ok()));
         answered
     }
+}
+
+/// The shard `spill` places after `pick`: its policy and identity.
+fn shard_of<'c>(
+    check: &Check<'c>,
+    pick: Option<usize>,
+    spill: usize,
+) -> Option<(&'c Policy, Identity)> {
+    let base = pick?;
+    let index = (base + spill) % check.shards.len();
+    let id = u16::try_from(index).ok()?;
+    Some((check.shards.get(index)?, check.identity.shard(id)))
 }
 
 /// The more degraded of two ways of deciding, for a request decided on

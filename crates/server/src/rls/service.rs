@@ -247,6 +247,8 @@ impl Batch {
             on_failure: p.on_failure,
             local: p.local,
             lease: None,
+            shards: &[],
+            shard_cursor: None,
             counters: if self == Batch::Enforced {
                 p.counters
             } else {

@@ -1,0 +1,278 @@
+//! One tenant hammering one key from many connections through two
+//! `tollgate serve` processes, on one redis-server and on a 3-master Redis
+//! Cluster: never more admitted than the bound `tollgate explain` states,
+//! the hot identity at the top of `GET /v1/hot` on both processes, other
+//! tenants decided as ever, and `shards: N` spreading the key over the
+//! Cluster's masters (docs/config.md, Shards).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+use support::TollgateProcess;
+use tollgate_testkit::{RedisCluster, RedisServer};
+
+/// A bucket of 100 that refills one token an hour: nothing refills while
+/// the test runs, so what is admitted in all is exactly comparable.
+fn config(store: &str, shards: u16) -> String {
+    format!(
+        r#"server: {{watch_interval_ms: 0}}
+store: {store}
+policies:
+  - {{name: api, algorithm: token_bucket, capacity: 100, refill: {{tokens: 1, per: 1h}}, shards: {shards}}}
+  - {{name: others, algorithm: token_bucket, capacity: 5, refill: {{tokens: 1, per: 1h}}}}
+"#
+    )
+}
+
+fn explain_json(path: &Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["explain", "--json", "--config"])
+        .arg(path)
+        .output()
+        .expect("tollgate explain runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `requests` checks of `key` from 16 tasks over `bases`; admissions.
+async fn hammer(bases: &[String], key: &str, requests: u64) -> u64 {
+    let client = reqwest::Client::new();
+    let sent = Arc::new(AtomicU64::new(0));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let (client, sent, admitted) = (client.clone(), Arc::clone(&sent), Arc::clone(&admitted));
+        let base = bases[task % bases.len()].clone();
+        let body = format!(r#"{{"policy":"api","key":"{key}"}}"#);
+        tasks.push(tokio::spawn(async move {
+            while sent.fetch_add(1, Ordering::Relaxed) < requests {
+                let answer: Value = client
+                    .post(format!("{base}/v1/check"))
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .expect("check")
+                    .json()
+                    .await
+                    .expect("JSON");
+                if answer["allowed"] == true {
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    admitted.load(Ordering::Relaxed)
+}
+
+/// The api policy's hot identities by decisions, in the window so far and
+/// the last whole one (the hammering may straddle a minute's boundary), and
+/// their decisions summed over both.
+async fn hot_identities(base: &str) -> (BTreeSet<String>, u64) {
+    let hot: Value = reqwest::get(format!("{base}/v1/hot"))
+        .await
+        .expect("hot")
+        .json()
+        .await
+        .expect("JSON");
+    let api = hot["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .find(|p| p["policy"] == "api")
+        .unwrap_or_else(|| panic!("api is not in /v1/hot: {hot}"));
+    let mut names = BTreeSet::new();
+    let mut decisions = 0;
+    for list in [&api["now"]["by_decisions"], &api["by_decisions"]] {
+        for entry in list.as_array().expect("a list") {
+            names.insert(entry["identity"].as_str().expect("identity").to_owned());
+            decisions += entry["decisions"].as_u64().expect("count");
+        }
+    }
+    (names, decisions)
+}
+
+async fn others_admit_their_own_limit(base: &str, tenant: &str) {
+    let client = reqwest::Client::new();
+    let mut admitted = 0;
+    for _ in 0..7 {
+        let answer: Value = client
+            .post(format!("{base}/v1/check"))
+            .body(format!(r#"{{"policy":"others","key":"{tenant}"}}"#))
+            .send()
+            .await
+            .expect("check")
+            .json()
+            .await
+            .expect("JSON");
+        admitted += u64::from(answer["allowed"] == true);
+    }
+    assert_eq!(admitted, 5, "another tenant gets exactly its own limit");
+}
+
+async fn run(store: &str, shards: u16) -> Vec<TollgateProcess> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, config(store, shards)).expect("write config");
+    let explained = explain_json(&path);
+    let api = &explained["policies"][0]["scope"];
+    assert_eq!(api["bound"]["admitted_at_most"], 100);
+    if shards > 1 {
+        assert_eq!(api["shards"]["count"], shards);
+        assert_eq!(api["shards"]["admitted_at_most"], 100);
+    }
+    let processes: Vec<TollgateProcess> =
+        (0..2).map(|_| TollgateProcess::spawn(&path, &[])).collect();
+    let bases: Vec<String> = processes.iter().map(|p| p.base.clone()).collect();
+    let admitted = hammer(&bases, "tenant-hot", 400).await;
+    assert_eq!(admitted, 100, "exactly the limit, across both processes");
+    for (i, base) in bases.iter().enumerate() {
+        let (identities, decisions) = hot_identities(base).await;
+        assert_eq!(identities, BTreeSet::from(["tenant-hot".to_owned()]));
+        assert!(decisions >= 150, "{base} decided {decisions} of the 400");
+        others_admit_their_own_limit(base, &format!("quiet-{i}")).await;
+    }
+    processes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_on_one_redis_admits_exactly_its_limit_and_is_named_hot() {
+    let redis = RedisServer::start().expect("redis-server");
+    let processes = run(&format!("{{redis: {{url: \"{}\"}}}}", redis.url()), 1).await;
+    // The rejected-until cache answered part of the flood without Redis:
+    // once a process saw the key rejected until its refill, it answered the
+    // rest itself (how many depends on the race of in-flight calls).
+    for process in &processes {
+        let metrics = reqwest::get(format!("{}/metrics", process.base))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        let answered: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("tollgate_rejected_cache_answers "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no tollgate_rejected_cache_answers:\n{metrics}"));
+        assert!(answered > 0, "the cache shielded nothing");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_in_four_shards_spreads_over_a_cluster_and_admits_exactly_its_limit() {
+    let cluster = RedisCluster::start(3).expect("a 3-master cluster");
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let _processes = run(&format!("{{redis: {{cluster: [{}]}}}}", urls.join(", ")), 4).await;
+    // Four keys for the one identity, on distinct slots, over more than one
+    // master.
+    let mut masters = BTreeSet::new();
+    let mut slots = BTreeSet::new();
+    let mut keys = 0;
+    for node in cluster.nodes() {
+        let found = node
+            .cli(&["--scan", "--pattern", "tollgate:api:token_bucket:*"])
+            .expect("scan");
+        for key in found.lines().filter(|k| !k.is_empty()) {
+            keys += 1;
+            masters.insert(node.port());
+            let slot = node.cli(&["cluster", "keyslot", key]).expect("keyslot");
+            slots.insert(slot.trim().to_owned());
+        }
+    }
+    assert_eq!(keys, 4, "one key a shard");
+    assert_eq!(slots.len(), 4, "each shard on its own hash tag");
+    assert!(masters.len() >= 2, "the shards spread: {masters:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_decisions_one_at_a_time_drain_every_shard_before_rejecting() {
+    let redis = RedisServer::start().expect("redis-server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tollgate.yaml");
+    let store = format!("{{redis: {{url: \"{}\"}}}}", redis.url());
+    std::fs::write(&path, config(&store, 4)).expect("write config");
+    let process = TollgateProcess::spawn(&path, &[]);
+    let client = reqwest::Client::new();
+    let mut outcomes = Vec::new();
+    for _ in 0..104 {
+        let answer: Value = client
+            .post(format!("{}/v1/check", process.base))
+            .body(r#"{"policy":"api","key":"tenant-seq"}"#)
+            .send()
+            .await
+            .expect("check")
+            .json()
+            .await
+            .expect("JSON");
+        outcomes.push(answer["allowed"] == true);
+    }
+    // Round robin over four shards of 25: the first 100 admitted, none
+    // rejected early; then every one rejected.
+    assert_eq!(outcomes.iter().take(100).filter(|a| **a).count(), 100);
+    assert_eq!(outcomes.iter().skip(100).filter(|a| **a).count(), 0);
+}
+
+#[test]
+fn shards_are_refused_with_the_reason_when_they_cannot_hold_the_limit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = |extra: &str| {
+        format!(
+            "policies:\n  - {{name: p, algorithm: fixed_window, limit: 10, window: 1s{extra}}}\n"
+        )
+    };
+    for (i, (yaml, message)) in [
+        (
+            policy(", shards: 0"),
+            "policy \"p\": shards: must be a whole number 1..=256, got number 0",
+        ),
+        (
+            policy(", shards: 300"),
+            "policy \"p\": shards: must be a whole number 1..=256, got number 300",
+        ),
+        (
+            policy(", shards: 11"),
+            "policy \"p\": shards: 11 shards of the limit 10 leave a shard nothing: at most 10",
+        ),
+        (
+            policy(", shards: 4, cost: 3"),
+            "policy \"p\": shards: a shard's share is 2, below the cost 3: a request must fit one shard",
+        ),
+        (
+            format!(
+                "regions: {{a: {{}}}}\nregion: a\nstores:\n  regional: {{redis: {{url: \"redis://127.0.0.1:1\"}}}}\n  global: {{redis: {{url: \"redis://127.0.0.1:2\"}}}}\n{}",
+                policy(", shards: 2, scope: leased")
+            ),
+            "policy \"p\": shards: cannot be combined with scope leased (a leased share is already split by region)",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("case-{i}.yaml"));
+        std::fs::write(&path, &yaml).expect("write");
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["validate", "--config"])
+            .arg(&path)
+            .env_remove("TOLLGATE_REGION")
+            .output()
+            .expect("tollgate validate runs");
+        assert_eq!(
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned()),
+            (Some(1), format!("tollgate: {}: {message}\n", path.display())),
+            "case {i}"
+        );
+    }
+}
