@@ -61,6 +61,7 @@ pub struct EndpointLabels {
 pub struct Metrics {
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
+    replayed: Family<PolicyLabels, Counter>,
     pub decision_seconds: Histogram,
     pub store_keys: Gauge,
     pub store_evictions: Gauge,
@@ -95,6 +96,9 @@ pub struct Metrics {
 pub struct PolicyCounters {
     pub allowed: Counter,
     pub rejected: Counter,
+    /// Admissions answered from a request id's record, consuming nothing
+    /// (also counted in `allowed`).
+    pub replayed: Counter,
 }
 
 impl Metrics {
@@ -107,6 +111,12 @@ impl Metrics {
             "decisions",
             "Decisions by policy and outcome (allowed, rejected)",
             decisions.clone(),
+        );
+        let replayed = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "replayed_decisions",
+            "Admissions answered from a request id's record (a retry inside its window), consuming nothing; also counted in tollgate_decisions_total",
+            replayed.clone(),
         );
         // 10 µs to ~5 s.
         let decision_seconds = Histogram::new(exponential_buckets(0.000_01, 2.0, 20));
@@ -227,6 +237,7 @@ impl Metrics {
             scope_limit,
             degraded,
             decisions,
+            replayed,
             decision_seconds,
             store_keys,
             store_evictions,
@@ -248,6 +259,12 @@ impl Metrics {
         PolicyCounters {
             allowed: get("allowed"),
             rejected: get("rejected"),
+            replayed: self
+                .replayed
+                .get_or_create(&PolicyLabels {
+                    policy: policy.to_owned(),
+                })
+                .clone(),
         }
     }
 

@@ -307,6 +307,7 @@ async fn decide(
             local: None,
             counters: None,
             store: 0,
+            retry: None,
         }])
         .await;
     if let Some(e) = decided.error {

@@ -15,7 +15,13 @@
 //! keys are swept when a shard fills and by [`MemoryStore::sweep`]. When a
 //! shard is full of live keys, the key closest to expiry is evicted (its
 //! identity starts fresh), counted in [`MemoryStore::evictions`].
+//!
+//! Request ids (crate::request_id) are kept in each shard beside its
+//! states, keyed like them, under the same lock, with their own expiry;
+//! each id counts as a key toward `max_keys`. A slot of state stays two
+//! cache lines, and a store that never sees an id pays nothing for them.
 
+use std::collections::VecDeque;
 use std::future::{Future, ready};
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -26,6 +32,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State};
 
 use crate::check::{self, same_key};
+use crate::request_id::{self, Replay, RequestId, Retried, Retry};
 use crate::{Check, Store, StoreError};
 
 /// How a memory store is sized.
@@ -83,6 +90,48 @@ impl Slot {
     }
 }
 
+/// The request ids recorded with one key as a call's first check.
+struct Records {
+    hash: u64,
+    policy: Arc<str>,
+    algorithm: Algorithm,
+    identity: Box<[u8]>,
+    /// Oldest first.
+    ids: VecDeque<Recorded>,
+}
+
+struct Recorded {
+    id: RequestId,
+    /// The call's costs ([`request_id::costs`]): a retry must send the same.
+    costs: Box<str>,
+    until_ms: u64,
+}
+
+impl Records {
+    fn is(&self, hash: u64, check: &Check<'_>) -> bool {
+        self.hash == hash
+            && self.algorithm == check.policy.algorithm()
+            && *self.policy == *check.policy.name()
+            && *self.identity == *check.identity.as_bytes()
+    }
+
+    /// The record of `id`, while it lives.
+    fn live(&self, id: &RequestId, now: u64) -> Option<&Recorded> {
+        self.ids.iter().find(|r| r.until_ms > now && r.id == *id)
+    }
+
+    /// Drops expired ids; returns how many.
+    fn drop_expired(&mut self, now: u64) -> usize {
+        let before = self.ids.len();
+        self.ids.retain(|r| r.until_ms > now);
+        before - self.ids.len()
+    }
+
+    fn until_ms(&self) -> u64 {
+        self.ids.iter().map(|r| r.until_ms).max().unwrap_or(0)
+    }
+}
+
 /// Identities up to this many encoded bytes are kept inside the slot.
 const INLINE_IDENTITY: usize = 22;
 
@@ -120,7 +169,32 @@ impl IdentityBytes {
 
 /// A shard aligned to its own cache lines so neighbours do not contend.
 #[repr(align(128))]
-struct Shard(Mutex<HashTable<Slot>>);
+struct Shard(Mutex<Table>);
+
+/// One shard's states, and its request ids (each counts as a key toward
+/// the bound).
+#[derive(Default)]
+struct Table {
+    slots: HashTable<Slot>,
+    records: HashTable<Records>,
+    ids: usize,
+}
+
+impl Table {
+    fn held(&self) -> usize {
+        self.slots.len() + self.ids
+    }
+
+    /// Forgets the ids recorded with `check`'s key.
+    fn forget_ids(&mut self, hash: u64, check: &Check<'_>) {
+        if let Ok(entry) = self.records.find_entry(hash, |r| r.is(hash, check)) {
+            let (records, _) = entry.remove();
+            self.ids -= records.ids.len();
+        }
+    }
+}
+
+type Guards<'a> = Vec<(usize, MutexGuard<'a, Table>)>;
 
 /// The bounded, sharded in-process store; see the module notes for why it
 /// is shaped this way.
@@ -150,7 +224,7 @@ impl MemoryStore {
         let max_per_shard = config.max_keys.div_ceil(shard_count).max(1);
         Self {
             shards: (0..shard_count)
-                .map(|_| Shard(Mutex::new(HashTable::new())))
+                .map(|_| Shard(Mutex::new(Table::default())))
                 .collect(),
             shard_bits: shard_count.trailing_zeros(),
             max_per_shard,
@@ -165,7 +239,8 @@ impl MemoryStore {
         let now = self.clock.now_ms();
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
-        match table.find_entry(hash, |s| s.is(hash, &check)) {
+        let table = &mut *table;
+        match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
                 let slot = entry.get_mut();
                 let decision = check
@@ -184,7 +259,7 @@ impl MemoryStore {
                 let mut state = None;
                 let decision = check.policy.limits().decide(&mut state, now, check.cost);
                 if state.is_some() {
-                    self.insert(&mut table, hash, &check, state, now, &decision);
+                    self.insert(table, hash, &check, state, now, &decision);
                 }
                 decision
             }
@@ -201,7 +276,8 @@ impl MemoryStore {
         };
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
-        match table.find_entry(hash, |s| s.is(hash, &check)) {
+        table.forget_ids(hash, &check);
+        match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(entry) => {
                 entry.remove();
                 true
@@ -219,15 +295,124 @@ impl MemoryStore {
         }
         let now = self.clock.now_ms();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
+        let mut guards = self.lock(&hashes);
+        self.decide_locked(&mut guards, checks, &hashes, now)
+    }
+
+    /// Decides every check all-or-nothing under a request id, now. See
+    /// [`Store::decide_once`]: the id is looked up and recorded with the
+    /// first check's key under the same locks as the decision.
+    pub fn decide_once_now(&self, checks: &[Check<'_>], retry: Retry<'_>) -> Retried {
+        let Some(first) = checks.first() else {
+            return Retried {
+                decisions: Vec::new(),
+                replay: Replay::Fresh,
+            };
+        };
+        let now = self.clock.now_ms();
+        let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
+        let mut guards = self.lock(&hashes);
+        let costs = request_id::costs(checks);
+        let hash = hashes[0];
+        let recorded = table_for(&mut guards, self.shard_index(hash))
+            .records
+            .find(hash, |r| r.is(hash, first))
+            .and_then(|r| r.live(retry.id, now))
+            .map(|r| r.costs.clone());
+        if let Some(recorded) = recorded {
+            if *recorded != *costs {
+                return Retried {
+                    decisions: Vec::new(),
+                    replay: Replay::CostMismatch {
+                        recorded: recorded.into(),
+                    },
+                };
+            }
+            let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, ..*c }).collect();
+            let peeked = self.decide_locked(&mut guards, &peeks, &hashes, now);
+            return Retried {
+                decisions: request_id::replayed(peeked),
+                replay: Replay::Replayed,
+            };
+        }
+        let decisions = self.decide_locked(&mut guards, checks, &hashes, now);
+        if decisions.iter().all(|d| d.allowed) {
+            let table = table_for(&mut guards, self.shard_index(hash));
+            self.record(table, hash, first, retry, costs.into(), now);
+        }
+        Retried {
+            decisions,
+            replay: Replay::Fresh,
+        }
+    }
+
+    /// Records `retry.id` with `check`'s key, dropping its expired ids and,
+    /// past `max_ids`, its oldest; then holds the shard to its bound.
+    fn record(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        check: &Check<'_>,
+        retry: Retry<'_>,
+        costs: Box<str>,
+        now: u64,
+    ) {
+        let recorded = Recorded {
+            id: retry.id.clone(),
+            costs,
+            until_ms: now.saturating_add(retry.window_ms),
+        };
+        let max = usize::try_from(retry.max_ids).unwrap_or(usize::MAX).max(1);
+        match table.records.find_mut(hash, |r| r.is(hash, check)) {
+            Some(records) => {
+                let mut dropped = records.drop_expired(now);
+                while records.ids.len() >= max {
+                    records.ids.pop_front();
+                    dropped += 1;
+                }
+                records.ids.push_back(recorded);
+                table.ids = table.ids + 1 - dropped;
+            }
+            None => {
+                table.records.insert_unique(
+                    hash,
+                    Records {
+                        hash,
+                        policy: Arc::clone(check.policy.name_arc()),
+                        algorithm: check.policy.algorithm(),
+                        identity: check.identity.as_bytes().into(),
+                        ids: VecDeque::from([recorded]),
+                    },
+                    |r| r.hash,
+                );
+                table.ids += 1;
+            }
+        }
+        if table.held() > self.max_per_shard && sweep_table(table, now) == 0 {
+            self.evict_one(table);
+        }
+    }
+
+    /// Locks the shards of `hashes` in ascending order, so no two
+    /// all-or-nothing decisions can deadlock.
+    fn lock(&self, hashes: &[u64]) -> Guards<'_> {
         let mut shard_ids: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        // Ascending order: no two all-or-nothing decisions can deadlock.
-        let mut guards: Vec<(usize, MutexGuard<'_, HashTable<Slot>>)> = shard_ids
+        shard_ids
             .iter()
             .map(|&i| (i, self.shards[i].0.lock()))
-            .collect();
+            .collect()
+    }
 
+    /// The all-or-nothing decision, on shards already locked.
+    fn decide_locked(
+        &self,
+        guards: &mut Guards<'_>,
+        checks: &[Check<'_>],
+        hashes: &[u64],
+        now: u64,
+    ) -> Vec<Decision> {
         // Decide on copies so nothing is written unless every check admits.
         // Each distinct key has one copy: a key named twice sees its own
         // earlier consumption. `copies[k].0` is the first check naming it.
@@ -242,11 +427,12 @@ impl MemoryStore {
                 copies.len() - 1
             }));
         }
-        let load = |guards: &mut [(usize, MutexGuard<'_, HashTable<Slot>>)],
+        let load = |guards: &mut [(usize, MutexGuard<'_, Table>)],
                     copies: &mut [(usize, Option<State>)]| {
             for (first, state) in copies.iter_mut() {
                 let hash = hashes[*first];
                 *state = table_for(guards, self.shard_index(hash))
+                    .slots
                     .find(hash, |s| s.is(hash, &checks[*first]))
                     .and_then(|s| s.state.clone());
             }
@@ -262,13 +448,13 @@ impl MemoryStore {
                 })
                 .collect()
         };
-        load(&mut guards, &mut copies);
+        load(guards, &mut copies);
         let mut decisions = decide(&mut copies, Intent::Consume);
         if !decisions.iter().all(|d| d.allowed) {
             // Start again from the stored states, consuming nothing. A check
             // that failed only after an earlier check of this batch consumed
             // from its key keeps that failure, so the batch still reads rejected.
-            load(&mut guards, &mut copies);
+            load(guards, &mut copies);
             let probed = decide(&mut copies, Intent::Probe);
             for (decision, probe) in decisions.iter_mut().zip(probed) {
                 if decision.allowed {
@@ -281,8 +467,8 @@ impl MemoryStore {
             let last = copy_of.iter().rposition(|&c| c == k).unwrap_or(first);
             let hash = hashes[first];
             let check = &checks[first];
-            let table = table_for(&mut guards, self.shard_index(hash));
-            match (table.find_entry(hash, |s| s.is(hash, check)), state) {
+            let table = table_for(guards, self.shard_index(hash));
+            match (table.slots.find_entry(hash, |s| s.is(hash, check)), state) {
                 (Ok(mut entry), Some(state)) => {
                     let slot = entry.get_mut();
                     slot.expires_at_ms = state.expires_at_ms(now, &decisions[last]);
@@ -314,7 +500,7 @@ impl MemoryStore {
 
     /// Keys held right now (a sum over shards, so approximate under load).
     pub fn key_count(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().len()).sum()
+        self.shards.iter().map(|s| s.0.lock().slots.len()).sum()
     }
 
     /// Live keys evicted because the store was full.
@@ -349,20 +535,20 @@ impl MemoryStore {
 
     fn insert(
         &self,
-        table: &mut HashTable<Slot>,
+        table: &mut Table,
         hash: u64,
         check: &Check<'_>,
         state: Option<State>,
         now: u64,
         decision: &Decision,
     ) {
-        if table.len() >= self.max_per_shard && sweep_table(table, now) == 0 {
+        if table.held() >= self.max_per_shard && sweep_table(table, now) == 0 {
             self.evict_one(table);
         }
         let expires_at_ms = state
             .as_ref()
             .map_or(now, |s| s.expires_at_ms(now, decision));
-        table.insert_unique(
+        table.slots.insert_unique(
             hash,
             Slot {
                 hash,
@@ -376,29 +562,54 @@ impl MemoryStore {
         );
     }
 
-    fn evict_one(&self, table: &mut HashTable<Slot>) {
+    /// Evicts the state nearest expiry among a sample; in a shard holding
+    /// only request ids, the ids of the key whose last one expires first.
+    fn evict_one(&self, table: &mut Table) {
         let victim = table
+            .slots
             .iter()
             .take(EVICTION_SAMPLE)
             .min_by_key(|s| s.expires_at_ms)
             .map(|s| s.hash);
-        if let Some(Ok(entry)) = victim.map(|hash| table.find_entry(hash, |s| s.hash == hash)) {
+        if let Some(Ok(entry)) = victim.map(|hash| table.slots.find_entry(hash, |s| s.hash == hash))
+        {
             entry.remove();
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let victim = table
+            .records
+            .iter()
+            .take(EVICTION_SAMPLE)
+            .min_by_key(|r| r.until_ms())
+            .map(|r| r.hash);
+        if let Some(Ok(entry)) =
+            victim.map(|hash| table.records.find_entry(hash, |r| r.hash == hash))
+        {
+            let (records, _) = entry.remove();
+            table.ids -= records.ids.len();
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-fn sweep_table(table: &mut HashTable<Slot>, now: u64) -> usize {
-    let before = table.len();
-    table.retain(|s| s.expires_at_ms > now);
-    before - table.len()
+/// Removes expired states and expired request ids; returns how many.
+fn sweep_table(table: &mut Table, now: u64) -> usize {
+    let before = table.held();
+    table.slots.retain(|s| s.expires_at_ms > now);
+    let mut dropped = 0;
+    table.records.retain(|r| {
+        dropped += r.drop_expired(now);
+        !r.ids.is_empty()
+    });
+    table.ids -= dropped;
+    before - table.held()
 }
 
 fn table_for<'g, 'a>(
-    guards: &'g mut [(usize, MutexGuard<'a, HashTable<Slot>>)],
+    guards: &'g mut [(usize, MutexGuard<'a, Table>)],
     shard: usize,
-) -> &'g mut HashTable<Slot> {
+) -> &'g mut Table {
     let at = guards.partition_point(|(i, _)| *i < shard);
     &mut guards[at].1
 }
@@ -416,5 +627,13 @@ impl Store for MemoryStore {
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         ready(Ok(self.decide_all_now(checks)))
+    }
+
+    fn decide_once(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        ready(Ok(self.decide_once_now(checks, retry)))
     }
 }

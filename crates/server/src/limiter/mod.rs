@@ -16,7 +16,11 @@ mod backend;
 use std::sync::{Arc, Mutex};
 
 use tollgate_core::{Clock, Decision, Identity, Policy};
-use tollgate_store::{DecidedBy, GuardedCheck, GuardedDecisions, OnStoreFailure, StoreError};
+use tollgate_store::{
+    DecidedBy, GuardedCheck, GuardedDecisions, OnStoreFailure, Replay, RequestId, Retry, StoreError,
+};
+
+use crate::config::RetryRule;
 
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::live::LivePolicy;
@@ -45,6 +49,8 @@ pub struct Check<'a> {
     /// The store it is decided on: an index into the limiter's stores, in
     /// the config's order (crate::scope::Stores).
     pub store: usize,
+    /// How its policy keeps request ids; `None`: it keeps none.
+    pub retry: Option<RetryRule>,
 }
 
 impl<'a> Check<'a> {
@@ -59,6 +65,7 @@ impl<'a> Check<'a> {
             local: live.local.as_ref(),
             counters: Some(&live.counters),
             store: live.serve.store,
+            retry: live.serve.retry,
         }
     }
 
@@ -137,35 +144,64 @@ impl Limiter {
     /// stores may be rejected having consumed some of another policy's
     /// budget — it never admits more than any policy allows.
     pub async fn decide(&self, checks: &[Check<'_>]) -> Decided {
+        self.decide_request(checks, None).await
+    }
+
+    /// [`Limiter::decide`] under a request id (`Idempotency-Key`): on each
+    /// store the id is recorded with the store's first check, under that
+    /// check's policy's `retry_window` (none when the policy's is `off`),
+    /// and a retry inside the window is answered from the record,
+    /// consuming nothing ([`Replay::Replayed`]); under other costs it is
+    /// refused ([`Replay::CostMismatch`], no decisions).
+    pub async fn decide_request(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
         let stopwatch = Stopwatch::start();
         let first = checks.first().map_or(0, |c| c.store);
         let decided = if checks.iter().all(|c| c.store == first) {
-            self.decide_on(first, checks).await
+            self.decide_on(first, checks, id).await
         } else {
-            self.decide_across(checks).await
+            self.decide_across(checks, id).await
         };
         self.metrics.decision_seconds.observe(stopwatch.seconds());
         decided
     }
 
     /// One store's all-or-nothing call, observed and counted.
-    async fn decide_on(&self, store: usize, checks: &[Check<'_>]) -> Decided {
+    async fn decide_on(
+        &self,
+        store: usize,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+    ) -> Decided {
         let Some(backend) = self.backends.get(store) else {
             return Decided {
                 decisions: Vec::new(),
                 by: DecidedBy::Shared,
                 error: Some(StoreError::Config(format!("no store {store}"))),
                 store_ms: None,
+                replay: Replay::Fresh,
             };
         };
         let clock = self.clock.as_ref();
+        let retry = id
+            .zip(checks.first().and_then(|c| c.retry))
+            .map(|(id, rule)| Retry {
+                id,
+                window_ms: rule.window_ms,
+                max_ids: rule.max_ids,
+            });
         let decided = match checks {
-            [one] => backend.decide_all(&[one.guarded()], clock).await,
+            [one] => backend.decide_all(&[one.guarded()], clock, retry).await,
             _ => {
                 let guarded: Vec<GuardedCheck<'_>> = checks.iter().map(Check::guarded).collect();
-                backend.decide_all(&guarded, clock).await
+                backend.decide_all(&guarded, clock, retry).await
             }
         };
+        if matches!(decided.replay, Replay::CostMismatch { .. }) {
+            // The client's fault, answered 422: no decision was made.
+            self.observe_store(&decided);
+            return decided;
+        }
+        let replayed = decided.replay == Replay::Replayed;
         // Decided without the store, but a check with no failure mode makes
         // its protocol answer an error (fail_closed answers regardless):
         // record the store's fault, not decisions nobody will see.
@@ -178,6 +214,7 @@ impl Limiter {
                 by: DecidedBy::Shared,
                 error: decided.error.clone(),
                 store_ms: decided.store_ms,
+                replay: Replay::Fresh,
             });
             return decided;
         }
@@ -197,6 +234,9 @@ impl Limiter {
             };
             if decision.allowed {
                 counters.allowed.inc();
+                if replayed {
+                    counters.replayed.inc();
+                }
             } else {
                 counters.rejected.inc();
                 let now_ms = self.clock.now_ms();
@@ -211,13 +251,17 @@ impl Limiter {
     }
 
     /// Checks on several stores, store by store in order; after a
-    /// rejection the later stores only peek (cost 0, not counted).
-    async fn decide_across(&self, checks: &[Check<'_>]) -> Decided {
+    /// rejection the later stores only peek (cost 0, not counted). Under a
+    /// request id each store keeps its own record, so a request rejected
+    /// by a later store has its retry charged there only; it reads
+    /// replayed when every store replayed it.
+    async fn decide_across(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
         let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
         let mut by = DecidedBy::Shared;
         let mut error = None;
         let mut store_ms: Option<u64> = None;
         let mut rejected = false;
+        let mut replayed = id.is_some();
         for store in 0..self.backends.len() {
             let at: Vec<usize> = (0..checks.len())
                 .filter(|&i| checks[i].store == store)
@@ -236,7 +280,13 @@ impl Limiter {
                     },
                 })
                 .collect();
-            let decided = self.decide_on(store, &group).await;
+            let decided = self
+                .decide_on(store, &group, if rejected { None } else { id })
+                .await;
+            if matches!(decided.replay, Replay::CostMismatch { .. }) {
+                return decided;
+            }
+            replayed &= decided.replay == Replay::Replayed;
             if decided.decisions.len() != at.len() {
                 return Decided {
                     decisions: Vec::new(),
@@ -259,6 +309,11 @@ impl Limiter {
             by,
             error,
             store_ms,
+            replay: if replayed {
+                Replay::Replayed
+            } else {
+                Replay::Fresh
+            },
         }
     }
 

@@ -251,6 +251,8 @@ impl Batch {
             } else {
                 None
             },
+            // Envoy's RLS carries no request id.
+            retry: None,
         }
     }
 }

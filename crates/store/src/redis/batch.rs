@@ -110,12 +110,14 @@ async fn send(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
             At::StoreClock,
             shared.margin_ms,
             None,
+            None,
         ),
     )
     .await
     .unwrap_or(Err(StoreError::Timeout {
         timeout_ms: shared.timeout_ms,
     }))
+    .and_then(super::Answer::integers)
     .and_then(|reply| decisions(&items, &reply));
     let answered = Instant::now();
     match answer {

@@ -38,9 +38,10 @@ pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
 
 use connection::{Connection, Reply};
-use script::{At, Item, Lua, SCRIPTS, decisions};
+use script::{At, Item, Lua, Once, SCRIPTS, decisions};
 
 use crate::check;
+use crate::request_id::{self, Replay, Retried, Retry};
 use crate::{Check, Store, StoreError};
 
 /// Keys decided at a given time (replay, tests) live at least this long,
@@ -108,8 +109,10 @@ impl Shared {
         }
     }
 
-    /// Runs a script over `items`; when it names gcra scales it was not
-    /// told, reads them from the registry and calls again.
+    /// Runs a script over `items` (with a request id's arguments when
+    /// `once` is given); when it names gcra scales it was not told, reads
+    /// them from the registry and calls again.
+    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         connection: &Connection,
@@ -118,19 +121,21 @@ impl Shared {
         at: At,
         margin_ms: u64,
         mode: Option<&str>,
-    ) -> Result<Vec<i64>, StoreError> {
+        once: Option<&Once>,
+    ) -> Result<Answer, StoreError> {
         let mut patched: Option<Vec<Item>> = None;
         for _ in 0..SCALE_ATTEMPTS {
             // Boxed: redis-rs's futures are deep, and callers nest this one.
             let reply = match &patched {
-                None => Box::pin(connection.run(lua, items, at, margin_ms, mode)).await?,
+                None => Box::pin(connection.run(lua, items, at, margin_ms, mode, once)).await?,
                 Some(own) => {
                     let refs: Vec<&Item> = own.iter().collect();
-                    Box::pin(connection.run(lua, &refs, at, margin_ms, mode)).await?
+                    Box::pin(connection.run(lua, &refs, at, margin_ms, mode, once)).await?
                 }
             };
             let missing = match reply {
-                Reply::Decided(integers) => return Ok(integers),
+                Reply::Decided(integers) => return Ok(Answer::Decided(integers)),
+                Reply::CostMismatch(recorded) => return Ok(Answer::CostMismatch(recorded)),
                 Reply::Unresolved(missing) => missing,
             };
             let own = patched.get_or_insert_with(|| items.iter().map(|&i| i.clone()).collect());
@@ -147,6 +152,32 @@ impl Shared {
             "gcra states kept naming scales the registry did not give".into(),
         ))
     }
+}
+
+/// What a script call came to.
+enum Answer {
+    Decided(Vec<i64>),
+    /// A request id recorded with these other costs.
+    CostMismatch(String),
+}
+
+impl Answer {
+    /// The integers of a call without a request id.
+    fn integers(self) -> Result<Vec<i64>, StoreError> {
+        match self {
+            Answer::Decided(integers) => Ok(integers),
+            Answer::CostMismatch(_) => Err(StoreError::Protocol(
+                "a script without a request id named a request id's costs".into(),
+            )),
+        }
+    }
+}
+
+/// One slot's part of a call under a request id.
+enum Part {
+    /// The decisions, and whether the id replayed them.
+    Decided(Vec<Decision>, bool),
+    CostMismatch(String),
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -247,10 +278,12 @@ impl RedisStore {
                     At::Ms(now_ms),
                     self.given_margin(),
                     None,
+                    None,
                 )
                 .await
         })
         .await
+        .and_then(Answer::integers)
         .and_then(|reply| decisions(&[&item], &reply))
         .and_then(|mut d| {
             d.pop()
@@ -273,6 +306,42 @@ impl RedisStore {
         Ok(decisions)
     }
 
+    /// [`Store::decide_once`] at `now_ms` instead of Redis's clock.
+    pub async fn decide_once_at(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+        now_ms: u64,
+    ) -> Result<Retried, StoreError> {
+        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        self.shared.tag_all(&mut items).await;
+        let Some(once) = self.once(checks, &items, retry) else {
+            return Ok(Retried {
+                decisions: Vec::new(),
+                replay: Replay::Fresh,
+            });
+        };
+        let mut retried = self
+            .once_or_nothing(&items, &once, At::Ms(now_ms), self.given_margin())
+            .await?;
+        if retried.replay == Replay::Fresh {
+            check::mark_never_fits(&check::never_fit_in_batch(checks), &mut retried.decisions);
+        }
+        Ok(retried)
+    }
+
+    /// A request id's arguments: recorded with the first check's key.
+    fn once(&self, checks: &[Check<'_>], items: &[Item], retry: Retry<'_>) -> Option<Once> {
+        let first = items.first()?;
+        Some(Once {
+            key: key::record_key(&first.key),
+            id: retry.id.as_str().to_owned(),
+            costs: request_id::costs(checks),
+            window_ms: retry.window_ms,
+            max_ids: retry.max_ids,
+        })
+    }
+
     /// Deletes `policy`'s state for `identity` (an operator's reset): the
     /// identity starts afresh, full or empty as a new one does. Returns
     /// whether there was a state. Also forgets this instance's cached
@@ -290,6 +359,15 @@ impl RedisStore {
             })
             .await?;
         self.shared.rejected.forget(&key);
+        // Its request ids go too: the identity starts afresh.
+        self.timed(async {
+            self.shared
+                .connection
+                .query(::redis::cmd("DEL").arg(key::record_key(&key)))
+                .await
+                .map_err(connection::from_redis)
+        })
+        .await?;
         Ok(matches!(deleted, ::redis::Value::Int(n) if n > 0))
     }
 
@@ -345,6 +423,196 @@ impl RedisStore {
             .unwrap_or(Err(StoreError::Timeout { timeout_ms }))
     }
 
+    /// One slot's share of a call under a request id: with `once` on the
+    /// slot of the id's record, else a plain all-or-nothing call, or peeks
+    /// (cost 0) when `peek`.
+    #[allow(clippy::too_many_arguments)]
+    async fn part(
+        &self,
+        items: &[Item],
+        group: &[usize],
+        at: At,
+        margin_ms: u64,
+        mode: &'static str,
+        once: Option<&Once>,
+        peek: bool,
+    ) -> Result<Part, StoreError> {
+        let peeks: Vec<Item>;
+        let group_items: Vec<&Item> = if peek {
+            peeks = group
+                .iter()
+                .map(|&i| Item {
+                    cost: 0,
+                    ..items[i].clone()
+                })
+                .collect();
+            peeks.iter().collect()
+        } else {
+            group.iter().map(|&i| &items[i]).collect()
+        };
+        let lua = match once {
+            Some(_) => &SCRIPTS.decide_once,
+            None => &SCRIPTS.decide_all,
+        };
+        let answer = self
+            .timed(self.shared.run(
+                &self.shared.connection,
+                lua,
+                &group_items,
+                at,
+                margin_ms,
+                Some(mode),
+                once,
+            ))
+            .await?;
+        let mut integers = match answer {
+            Answer::Decided(integers) => integers,
+            Answer::CostMismatch(recorded) => return Ok(Part::CostMismatch(recorded)),
+        };
+        let replayed = once.is_some() && integers.pop() == Some(1);
+        Ok(Part::Decided(decisions(&group_items, &integers)?, replayed))
+    }
+
+    /// All-or-nothing over `items` under a request id recorded with the
+    /// first item's key. Keys of one slot are one `decide_once.lua` call.
+    /// Across Cluster slots, as [`RedisStore::all_or_nothing`], with the
+    /// record's slot first in each phase: its call is where a retry and its
+    /// first attempt meet, so only one of them consumes anywhere. Should a
+    /// later slot then reject (a race with other traffic), the id is
+    /// forgotten again, so the rejected request's retry is decided afresh.
+    async fn once_or_nothing(
+        &self,
+        items: &[Item],
+        once: &Once,
+        at: At,
+        margin_ms: u64,
+    ) -> Result<Retried, StoreError> {
+        let mut groups: Vec<Vec<usize>> = if self.shared.connection.is_cluster() {
+            let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+            for (i, item) in items.iter().enumerate() {
+                by_slot.entry(key::slot(&item.key)).or_default().push(i);
+            }
+            by_slot.into_values().collect()
+        } else {
+            vec![(0..items.len()).collect()]
+        };
+        // The record's slot (the first item's) first.
+        if let Some(at) = groups.iter().position(|g| g.first() == Some(&0)) {
+            groups.swap(0, at);
+        }
+        let mismatch = |recorded| Retried {
+            decisions: Vec::new(),
+            replay: Replay::CostMismatch { recorded },
+        };
+        let mut out: Vec<Option<Decision>> = vec![None; items.len()];
+        let place = |out: &mut Vec<Option<Decision>>, group: &[usize], found: Vec<Decision>| {
+            for (&i, d) in group.iter().zip(found) {
+                out[i] = Some(d);
+            }
+        };
+        let collect = |out: Vec<Option<Decision>>| -> Result<Vec<Decision>, StoreError> {
+            out.into_iter()
+                .map(|d| d.ok_or_else(|| StoreError::Protocol("a check went undecided".into())))
+                .collect()
+        };
+        let (record_group, others) = match groups.split_first() {
+            Some(split) => split,
+            None => {
+                return Ok(Retried {
+                    decisions: Vec::new(),
+                    replay: Replay::Fresh,
+                });
+            }
+        };
+        let part =
+            |group, mode, once, peek| self.part(items, group, at, margin_ms, mode, once, peek);
+        // A replay: the record's slot answered; the others are peeked.
+        let replay = |mut out: Vec<Option<Decision>>| async move {
+            for group in others {
+                if let Part::Decided(found, _) = part(group, "consume", None, true).await? {
+                    place(&mut out, group, found);
+                }
+            }
+            Ok::<_, StoreError>(Retried {
+                decisions: request_id::replayed(collect(out)?),
+                replay: Replay::Replayed,
+            })
+        };
+        if others.is_empty() {
+            return Ok(
+                match part(record_group, "consume", Some(once), false).await? {
+                    Part::CostMismatch(recorded) => mismatch(recorded),
+                    Part::Decided(found, replayed) => Retried {
+                        decisions: found,
+                        replay: if replayed {
+                            Replay::Replayed
+                        } else {
+                            Replay::Fresh
+                        },
+                    },
+                },
+            );
+        }
+        // Phase one: every slot's verdict, the record's first; nothing written.
+        let (found, replayed) = match part(record_group, "verdict", Some(once), false).await? {
+            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Decided(found, replayed) => (found, replayed),
+        };
+        place(&mut out, record_group, found);
+        if replayed {
+            return replay(out).await;
+        }
+        let mut all = out.iter().flatten().all(|d| d.allowed);
+        for group in others {
+            if let Part::Decided(found, _) = part(group, "verdict", None, false).await? {
+                all &= found.iter().all(|d| d.allowed);
+                place(&mut out, group, found);
+            }
+        }
+        // Phase two, the record's slot first: it consumes and records, or
+        // finds the id recorded meanwhile and replays.
+        let mode = if all { "consume" } else { "probe" };
+        let (found, replayed) = match part(record_group, mode, Some(once), false).await? {
+            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Decided(found, replayed) => (found, replayed),
+        };
+        let admitted = found.iter().all(|d| d.allowed);
+        place(&mut out, record_group, found);
+        if replayed {
+            return replay(out).await;
+        }
+        if !(all && !admitted) {
+            for group in others {
+                let Part::Decided(found, _) = part(group, mode, None, false).await? else {
+                    continue;
+                };
+                let admitted = found.iter().all(|d| d.allowed);
+                place(&mut out, group, found);
+                if all && !admitted {
+                    self.forget_id(once).await?;
+                    break;
+                }
+            }
+        }
+        Ok(Retried {
+            decisions: collect(out)?,
+            replay: Replay::Fresh,
+        })
+    }
+
+    /// Forgets a request id recorded by a call that ended rejected.
+    async fn forget_id(&self, once: &Once) -> Result<(), StoreError> {
+        self.timed(async {
+            self.shared
+                .connection
+                .query(::redis::cmd("HDEL").arg(&once.key[..]).arg(&once.id))
+                .await
+                .map(drop)
+                .map_err(connection::from_redis)
+        })
+        .await
+    }
+
     async fn decide_one(&self, mut item: Item) -> Result<Decision, StoreError> {
         if let Some(decision) = self.shared.rejected.get(&item, Instant::now()) {
             self.shared.answered_locally.fetch_add(1, Ordering::Relaxed);
@@ -396,8 +664,10 @@ impl RedisStore {
                         at,
                         margin_ms,
                         Some(mode),
+                        None,
                     ))
-                    .await?;
+                    .await?
+                    .integers()?;
                 decisions(&group_items, &reply)
             }
         };
@@ -484,6 +754,39 @@ impl Store for RedisStore {
                 .await?;
             check::mark_never_fits(&never, &mut decisions);
             Ok(decisions)
+        }
+    }
+
+    /// Under a request id: never batched with other requests' decisions nor
+    /// answered from the rejected-until cache (a replay admits), always one
+    /// `decide_once.lua` call per slot (see [`RedisStore::once_or_nothing`]).
+    fn decide_once(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        let never = check::never_fit_in_batch(checks);
+        let once = self.once(checks, &items, retry);
+        async move {
+            let Some(once) = once else {
+                return Ok(Retried {
+                    decisions: Vec::new(),
+                    replay: Replay::Fresh,
+                });
+            };
+            self.timed(async {
+                self.shared.tag_all(&mut items).await;
+                Ok(())
+            })
+            .await?;
+            let mut retried = self
+                .once_or_nothing(&items, &once, At::StoreClock, self.shared.margin_ms)
+                .await?;
+            if retried.replay == Replay::Fresh {
+                check::mark_never_fits(&never, &mut retried.decisions);
+            }
+            Ok(retried)
         }
     }
 }

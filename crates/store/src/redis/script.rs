@@ -2,8 +2,9 @@
 //!
 //! Every script is `common.lua`, one or all algorithms, then a main part:
 //! `decide.lua` (each key on its own: one key, or a batch of independent
-//! decisions) or `decide_all.lua` (all-or-nothing). They share one argument
-//! layout, described at the top of `common.lua`.
+//! decisions), `decide_all.lua` (all-or-nothing) or `decide_once.lua`
+//! (all-or-nothing under a request id). They share one argument layout,
+//! described at the top of `common.lua`.
 
 use std::sync::{Arc, LazyLock};
 
@@ -22,14 +23,14 @@ macro_rules! lua {
 }
 
 macro_rules! every_algorithm {
-    ($main:literal) => {
+    ($($main:literal),*) => {
         lua!(
             "token_bucket.lua",
             "gcra.lua",
             "fixed_window.lua",
             "sliding_window.lua",
             "sliding_log.lua",
-            $main
+            $($main),*
         )
     };
 }
@@ -49,7 +50,9 @@ pub mod source {
     /// Independent decisions of any algorithms.
     pub const BATCH: &str = every_algorithm!("decide.lua");
     /// All-or-nothing across keys.
-    pub const DECIDE_ALL: &str = every_algorithm!("decide_all.lua");
+    pub const DECIDE_ALL: &str = every_algorithm!("all_or_nothing.lua", "decide_all.lua");
+    /// All-or-nothing across keys under a request id.
+    pub const DECIDE_ONCE: &str = every_algorithm!("all_or_nothing.lua", "decide_once.lua");
     /// Gives a gcra scale its tag in the policy's registry.
     pub const REGISTER_SCALE: &str = include_str!("../../lua/register_scale.lua");
 }
@@ -77,6 +80,7 @@ pub struct Scripts {
     by_algorithm: [Lua; 5],
     pub batch: Lua,
     pub decide_all: Lua,
+    pub decide_once: Lua,
     pub register_scale: Lua,
 }
 
@@ -98,6 +102,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ],
     batch: Lua::new(source::BATCH),
     decide_all: Lua::new(source::DECIDE_ALL),
+    decide_once: Lua::new(source::DECIDE_ONCE),
     register_scale: Lua::new(source::REGISTER_SCALE),
 });
 
@@ -140,6 +145,18 @@ impl Item {
     }
 }
 
+/// A request id's share of a `decide_once.lua` call (see there).
+#[derive(Debug, Clone)]
+pub struct Once {
+    /// The id record: the first item's key with `:ids` (same slot).
+    pub key: Vec<u8>,
+    pub id: String,
+    /// The call's costs, `3` or `1,2,1`.
+    pub costs: String,
+    pub window_ms: u64,
+    pub max_ids: u32,
+}
+
 /// When a script decides: on the store's clock, or at a given time.
 #[derive(Debug, Clone, Copy)]
 pub enum At {
@@ -166,7 +183,8 @@ pub fn invocation(lua: &Lua, by: By) -> Cmd {
     }
 }
 
-/// `EVALSHA sha nkeys keys... now margin [mode] fields...` (or `EVAL body ...`).
+/// `EVALSHA sha nkeys keys... now margin [mode] fields... [once...]` (or
+/// `EVAL body ...`).
 pub fn command(
     lua: &Lua,
     by: By,
@@ -174,11 +192,15 @@ pub fn command(
     at: At,
     margin_ms: u64,
     mode: Option<&str>,
+    once: Option<&Once>,
 ) -> Result<Cmd, StoreError> {
     let mut cmd = invocation(lua, by);
-    cmd.arg(items.len());
+    cmd.arg(items.len() + usize::from(once.is_some()));
     for item in items {
         cmd.arg(&item.key[..]);
+    }
+    if let Some(once) = once {
+        cmd.arg(&once.key[..]);
     }
     match at {
         At::StoreClock => cmd.arg(""),
@@ -206,6 +228,12 @@ pub fn command(
             (Some(tag), false) => cmd.arg(format!("{tag}{}", item.older)),
             (None, false) => cmd.arg(&item.older),
         };
+    }
+    if let Some(once) = once {
+        cmd.arg(&once.id)
+            .arg(&once.costs)
+            .arg(once.window_ms)
+            .arg(once.max_ids);
     }
     Ok(cmd)
 }
