@@ -321,9 +321,10 @@ impl RedisStore {
                 replay: Replay::Fresh,
             });
         };
-        let mut retried = self
-            .once_or_nothing(&items, &once, At::Ms(now_ms), self.given_margin())
-            .await?;
+        // Boxed: the two phases' futures are deep (redis-rs's within).
+        let mut retried =
+            Box::pin(self.once_or_nothing(&items, &once, At::Ms(now_ms), self.given_margin()))
+                .await?;
         if retried.replay == Replay::Fresh {
             check::mark_never_fits(&check::never_fit_in_batch(checks), &mut retried.decisions);
         }
@@ -581,7 +582,9 @@ impl RedisStore {
         if replayed {
             return replay(out).await;
         }
-        if !(all && !admitted) {
+        // A consuming record slot that rejected (a race) stops here, as
+        // in all_or_nothing; later slots keep their verdicts.
+        if !all || admitted {
             for group in others {
                 let Part::Decided(found, _) = part(group, mode, None, false).await? else {
                     continue;
@@ -780,9 +783,14 @@ impl Store for RedisStore {
                 Ok(())
             })
             .await?;
-            let mut retried = self
-                .once_or_nothing(&items, &once, At::StoreClock, self.shared.margin_ms)
-                .await?;
+            // Boxed: the two phases' futures are deep (redis-rs's within).
+            let mut retried = Box::pin(self.once_or_nothing(
+                &items,
+                &once,
+                At::StoreClock,
+                self.shared.margin_ms,
+            ))
+            .await?;
             if retried.replay == Replay::Fresh {
                 check::mark_never_fits(&never, &mut retried.decisions);
             }
