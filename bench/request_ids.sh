@@ -64,6 +64,18 @@ sample() { # sample PATTERN: keys, mean MEMORY USAGE, mean HLEN (records)
     if (i > 0) printf "%d keys sampled: %.1f bytes a key, %.2f ids a record, %.1f bytes an id\n", n, b / n, i / n, b / i
     else printf "%d keys sampled: %.1f bytes a key\n", n, b / n }'
 }
-echo "Redis state keys (gcra):   $(sample 'tollgate:bench:gcra:{*}')"
-echo "Redis id records (:ids):   $(sample 'tollgate:bench:gcra:*:ids')"
+echo "Redis id records (:ids) the runs left: $(sample 'tollgate:bench:gcra:*:ids')"
 echo "Redis keys: $(redis-cli -p "$port" dbsize), used_memory: $(redis-cli -p "$port" info memory | awk -F: '/^used_memory:/ {print $2}' | tr -d '\r') bytes"
+# One identity spending its whole budget (its state then lives about a
+# second), without and with an id (a UUID, 36 bytes), then 64 ids (a full
+# record at the default retry_ids): MEMORY USAGE of each key at once.
+usage() { redis-cli -p "$port" memory usage "$1" samples 0; }
+check() { curl -s -o /dev/null "$redis/v1/check" -d "$1"; }
+check '{"policy":"bench","key":"probe-a","cost":1000}'
+echo "one identity, no id:   state $(usage 'tollgate:bench:gcra:{probe-a}') bytes"
+check '{"policy":"bench","key":"probe-b","cost":1000,"request_id":"6f1c2b9e-5d7a-4e3b-9a41-0c8d2e7f3a15"}'
+echo "one identity, one id:  state $(usage 'tollgate:bench:gcra:{probe-b}') bytes, record $(usage 'tollgate:bench:gcra:{probe-b}:ids') bytes"
+for i in $(seq 64); do
+  check "{\"policy\":\"bench\",\"key\":\"probe-c\",\"cost\":0,\"request_id\":\"6f1c2b9e-5d7a-4e3b-9a41-0c8d2e7f$(printf %04d "$i")\"}"
+done
+echo "one identity, 64 ids:  record $(usage 'tollgate:bench:gcra:{probe-c}:ids') bytes ($(redis-cli -p "$port" hlen 'tollgate:bench:gcra:{probe-c}:ids') ids)"
