@@ -365,8 +365,69 @@ async fn the_id_record_shares_the_state_slot_and_expires_with_its_window() {
     );
     let replay = store.decide_once(&spend, short).await.expect("decides");
     assert_eq!(replay.replay, Replay::Replayed);
+    // Batched single checks refuse another cost as the all-or-nothing path does.
+    let other = store
+        .decide_once(&[check(&policy, &who, 2)], short)
+        .await
+        .expect("decides");
+    assert_eq!(
+        seen(&other),
+        (
+            vec![],
+            Replay::CostMismatch {
+                recorded: "1".into()
+            }
+        )
+    );
     // Past the window the same id is a new request.
     tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     let after = store.decide_once(&spend, short).await.expect("decides");
     assert_eq!(seen(&after), (vec![(true, 8)], Replay::Fresh));
+}
+
+/// Single checks under ids on the store's clock take the batched path
+/// (decide_each_once.lua): the same contract.
+#[tokio::test]
+async fn batched_single_checks_keep_the_contract() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    let policy = bucket("batched", 2);
+    let who = Identity::value("tenant-a");
+    let (first, second) = (id("attempt-1"), id("attempt-2"));
+    let spend = [check(&policy, &who, 1)];
+    let once = |id| {
+        let store = store.clone();
+        async move { store.decide_once(&spend, retry(id)).await.expect("decides") }
+    };
+    store.decide(spend[0]).await.expect("decides");
+    assert_eq!(seen(&once(&first).await), (vec![(true, 0)], Replay::Fresh));
+    assert_eq!(
+        seen(&once(&first).await),
+        (vec![(true, 0)], Replay::Replayed)
+    );
+    assert_eq!(
+        seen(&once(&second).await),
+        (vec![(false, 0)], Replay::Fresh)
+    );
+
+    let counted = window("batched-bound", 100);
+    let spend = [check(&counted, &who, 1)];
+    let ids: Vec<RequestId> = (0..3).map(|i| id(&format!("id-{i}"))).collect();
+    let two = |id| Retry {
+        max_ids: 2,
+        ..retry(id)
+    };
+    for key in &ids {
+        store.decide_once(&spend, two(key)).await.expect("decides");
+    }
+    let oldest = store
+        .decide_once(&spend, two(&ids[0]))
+        .await
+        .expect("decides");
+    assert_eq!(seen(&oldest), (vec![(true, 96)], Replay::Fresh));
+    let newest = store
+        .decide_once(&spend, two(&ids[2]))
+        .await
+        .expect("decides");
+    assert_eq!(seen(&newest), (vec![(true, 96)], Replay::Replayed));
 }

@@ -147,10 +147,10 @@ impl Connection {
         at: At,
         margin_ms: u64,
         mode: Option<&str>,
-        once: Option<&Once>,
+        onces: &[&Once],
     ) -> Result<Reply, StoreError> {
         let reply = self
-            .evaluate(|by| command(lua, by, items, at, margin_ms, mode, once))
+            .evaluate(|by| command(lua, by, items, at, margin_ms, mode, onces))
             .await?;
         match reply {
             Ok(value) => integers(value).map(Reply::Decided),

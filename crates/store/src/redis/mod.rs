@@ -121,16 +121,16 @@ impl Shared {
         at: At,
         margin_ms: u64,
         mode: Option<&str>,
-        once: Option<&Once>,
+        onces: &[&Once],
     ) -> Result<Answer, StoreError> {
         let mut patched: Option<Vec<Item>> = None;
         for _ in 0..SCALE_ATTEMPTS {
             // Boxed: redis-rs's futures are deep, and callers nest this one.
             let reply = match &patched {
-                None => Box::pin(connection.run(lua, items, at, margin_ms, mode, once)).await?,
+                None => Box::pin(connection.run(lua, items, at, margin_ms, mode, onces)).await?,
                 Some(own) => {
                     let refs: Vec<&Item> = own.iter().collect();
-                    Box::pin(connection.run(lua, &refs, at, margin_ms, mode, once)).await?
+                    Box::pin(connection.run(lua, &refs, at, margin_ms, mode, onces)).await?
                 }
             };
             let missing = match reply {
@@ -278,7 +278,7 @@ impl RedisStore {
                     At::Ms(now_ms),
                     self.given_margin(),
                     None,
-                    None,
+                    &[],
                 )
                 .await
         })
@@ -463,7 +463,7 @@ impl RedisStore {
                 at,
                 margin_ms,
                 Some(mode),
-                once,
+                once.as_slice(),
             ))
             .await?;
         let mut integers = match answer {
@@ -626,12 +626,47 @@ impl RedisStore {
             self.shared.tag(&mut item).await;
             self.queue()
                 .await
-                .send(batch::Job { item, reply })
+                .send(batch::Job {
+                    item,
+                    once: None,
+                    reply,
+                })
                 .await
                 .map_err(|_| StoreError::Unavailable("the batching task has stopped".into()))?;
             answer
                 .await
                 .map_err(|_| StoreError::Unavailable("a batch was dropped".into()))?
+                .map(|(decision, _)| decision)
+        })
+        .await
+    }
+
+    /// One check under a request id, batched with other single checks
+    /// under ids (crate::redis::batch); never answered from the
+    /// rejected-until cache, since a replay admits.
+    async fn decide_one_once(&self, mut item: Item, once: Once) -> Result<Retried, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.timed(async {
+            self.shared.tag(&mut item).await;
+            self.queue()
+                .await
+                .send(batch::Job {
+                    item,
+                    once: Some(once),
+                    reply,
+                })
+                .await
+                .map_err(|_| StoreError::Unavailable("the batching task has stopped".into()))?;
+            let (decision, replay) = answer
+                .await
+                .map_err(|_| StoreError::Unavailable("a batch was dropped".into()))??;
+            Ok(Retried {
+                decisions: match replay {
+                    Replay::CostMismatch { .. } => Vec::new(),
+                    _ => vec![decision],
+                },
+                replay,
+            })
         })
         .await
     }
@@ -667,7 +702,7 @@ impl RedisStore {
                         at,
                         margin_ms,
                         Some(mode),
-                        None,
+                        &[],
                     ))
                     .await?
                     .integers()?;
@@ -760,9 +795,10 @@ impl Store for RedisStore {
         }
     }
 
-    /// Under a request id: never batched with other requests' decisions nor
-    /// answered from the rejected-until cache (a replay admits), always one
-    /// `decide_once.lua` call per slot (see [`RedisStore::once_or_nothing`]).
+    /// Under a request id: never answered from the rejected-until cache (a
+    /// replay admits). One check is batched with other single checks under
+    /// ids (`decide_each_once.lua`); several are one `decide_once.lua` call
+    /// per slot (see [`RedisStore::once_or_nothing`]).
     fn decide_once(
         &self,
         checks: &[Check<'_>],
@@ -778,6 +814,11 @@ impl Store for RedisStore {
                     replay: Replay::Fresh,
                 });
             };
+            if items.len() == 1
+                && let Some(item) = items.pop()
+            {
+                return Box::pin(self.decide_one_once(item, once)).await;
+            }
             self.timed(async {
                 self.shared.tag_all(&mut items).await;
                 Ok(())

@@ -52,7 +52,10 @@ pub mod source {
     /// All-or-nothing across keys.
     pub const DECIDE_ALL: &str = every_algorithm!("all_or_nothing.lua", "decide_all.lua");
     /// All-or-nothing across keys under a request id.
-    pub const DECIDE_ONCE: &str = every_algorithm!("all_or_nothing.lua", "decide_once.lua");
+    pub const DECIDE_ONCE: &str =
+        every_algorithm!("all_or_nothing.lua", "record.lua", "decide_once.lua");
+    /// Independent decisions of any algorithms, each under its request id.
+    pub const DECIDE_EACH_ONCE: &str = every_algorithm!("record.lua", "decide_each_once.lua");
     /// Gives a gcra scale its tag in the policy's registry.
     pub const REGISTER_SCALE: &str = include_str!("../../lua/register_scale.lua");
 }
@@ -81,6 +84,7 @@ pub struct Scripts {
     pub batch: Lua,
     pub decide_all: Lua,
     pub decide_once: Lua,
+    pub decide_each_once: Lua,
     pub register_scale: Lua,
 }
 
@@ -103,6 +107,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     batch: Lua::new(source::BATCH),
     decide_all: Lua::new(source::DECIDE_ALL),
     decide_once: Lua::new(source::DECIDE_ONCE),
+    decide_each_once: Lua::new(source::DECIDE_EACH_ONCE),
     register_scale: Lua::new(source::REGISTER_SCALE),
 });
 
@@ -183,8 +188,10 @@ pub fn invocation(lua: &Lua, by: By) -> Cmd {
     }
 }
 
-/// `EVALSHA sha nkeys keys... now margin [mode] fields... [once...]` (or
-/// `EVAL body ...`).
+/// `EVALSHA sha nkeys keys... [records...] now margin [mode] fields...
+/// [ids...]` (or `EVAL body ...`): a request id's record key and arguments
+/// for each of `onces` (none, one for the call, or one per item).
+#[allow(clippy::too_many_arguments)]
 pub fn command(
     lua: &Lua,
     by: By,
@@ -192,14 +199,14 @@ pub fn command(
     at: At,
     margin_ms: u64,
     mode: Option<&str>,
-    once: Option<&Once>,
+    onces: &[&Once],
 ) -> Result<Cmd, StoreError> {
     let mut cmd = invocation(lua, by);
-    cmd.arg(items.len() + usize::from(once.is_some()));
+    cmd.arg(items.len() + onces.len());
     for item in items {
         cmd.arg(&item.key[..]);
     }
-    if let Some(once) = once {
+    for once in onces {
         cmd.arg(&once.key[..]);
     }
     match at {
@@ -229,7 +236,7 @@ pub fn command(
             (None, false) => cmd.arg(&item.older),
         };
     }
-    if let Some(once) = once {
+    for once in onces {
         cmd.arg(&once.id)
             .arg(&once.costs)
             .arg(once.window_ms)
@@ -250,23 +257,32 @@ pub fn decisions(items: &[&Item], reply: &[i64]) -> Result<Vec<Decision>, StoreE
     items
         .iter()
         .zip(reply.chunks_exact(4))
-        .map(|(item, d)| {
-            Ok(Decision {
-                allowed: match d[0] {
-                    1 => true,
-                    0 => false,
-                    x => return Err(StoreError::Protocol(format!("allowed = {x}"))),
-                },
-                limit: item.limit,
-                remaining: d[1],
-                retry_after_ms: match d[2] {
-                    -1 => None,
-                    x => Some(non_negative(x, "retry_after_ms")?),
-                },
-                reset_after_ms: non_negative(d[3], "reset_after_ms")?,
-            })
-        })
+        .map(|(item, d)| decision(item, d))
         .collect()
+}
+
+/// One item's four integers (allowed, remaining, retry, reset).
+pub fn decision(item: &Item, d: &[i64]) -> Result<Decision, StoreError> {
+    let [allowed, remaining, retry, reset] = d else {
+        return Err(StoreError::Protocol(format!(
+            "a script answered {} integers for a key",
+            d.len()
+        )));
+    };
+    Ok(Decision {
+        allowed: match allowed {
+            1 => true,
+            0 => false,
+            x => return Err(StoreError::Protocol(format!("allowed = {x}"))),
+        },
+        limit: item.limit,
+        remaining: *remaining,
+        retry_after_ms: match retry {
+            -1 => None,
+            x => Some(non_negative(*x, "retry_after_ms")?),
+        },
+        reset_after_ms: non_negative(*reset, "reset_after_ms")?,
+    })
 }
 
 fn non_negative(x: i64, what: &str) -> Result<u64, StoreError> {
