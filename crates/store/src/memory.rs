@@ -20,6 +20,9 @@
 //! states, keyed like them, under the same lock, with their own expiry;
 //! each id counts as a key toward `max_keys`. A slot of state stays two
 //! cache lines, and a store that never sees an id pays nothing for them.
+//! A full shard forgets an id (the oldest of a sample) before it evicts
+//! any state: a forgotten id costs a retry a second charge, an evicted
+//! state gives its identity a fresh quota.
 
 use std::collections::VecDeque;
 use std::future::{Future, ready};
@@ -125,10 +128,6 @@ impl Records {
         let before = self.ids.len();
         self.ids.retain(|r| r.until_ms > now);
         before - self.ids.len()
-    }
-
-    fn until_ms(&self) -> u64 {
-        self.ids.iter().map(|r| r.until_ms).max().unwrap_or(0)
     }
 }
 
@@ -388,9 +387,34 @@ impl MemoryStore {
                 table.ids += 1;
             }
         }
-        if table.held() > self.max_per_shard && sweep_table(table, now) == 0 {
-            self.evict_one(table);
+        if table.held() > self.max_per_shard {
+            self.make_room(table, now);
         }
+    }
+
+    /// Frees one unit of a full shard: what expired, else an id, else the
+    /// state nearest expiry.
+    fn make_room(&self, table: &mut Table, now: u64) {
+        if sweep_table(table, now) > 0 {
+            return;
+        }
+        let oldest = table
+            .records
+            .iter()
+            .take(EVICTION_SAMPLE)
+            .min_by_key(|r| r.ids.front().map_or(0, |id| id.until_ms))
+            .map(|r| r.hash);
+        if let Some(Ok(mut entry)) =
+            oldest.map(|hash| table.records.find_entry(hash, |r| r.hash == hash))
+        {
+            entry.get_mut().ids.pop_front();
+            if entry.get().ids.is_empty() {
+                entry.remove();
+            }
+            table.ids -= 1;
+            return;
+        }
+        self.evict_one(table);
     }
 
     /// Locks the shards of `hashes` in ascending order, so no two
@@ -542,8 +566,8 @@ impl MemoryStore {
         now: u64,
         decision: &Decision,
     ) {
-        if table.held() >= self.max_per_shard && sweep_table(table, now) == 0 {
-            self.evict_one(table);
+        if table.held() >= self.max_per_shard {
+            self.make_room(table, now);
         }
         let expires_at_ms = state
             .as_ref()
@@ -562,8 +586,7 @@ impl MemoryStore {
         );
     }
 
-    /// Evicts the state nearest expiry among a sample; in a shard holding
-    /// only request ids, the ids of the key whose last one expires first.
+    /// Evicts the state nearest expiry among a sample.
     fn evict_one(&self, table: &mut Table) {
         let victim = table
             .slots
@@ -574,20 +597,6 @@ impl MemoryStore {
         if let Some(Ok(entry)) = victim.map(|hash| table.slots.find_entry(hash, |s| s.hash == hash))
         {
             entry.remove();
-            self.evictions.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let victim = table
-            .records
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .min_by_key(|r| r.until_ms())
-            .map(|r| r.hash);
-        if let Some(Ok(entry)) =
-            victim.map(|hash| table.records.find_entry(hash, |r| r.hash == hash))
-        {
-            let (records, _) = entry.remove();
-            table.ids -= records.ids.len();
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -265,7 +265,7 @@ async fn a_redis_cluster_charges_a_retry_once() {
 }
 
 #[test]
-fn memory_ids_count_toward_the_store_bound() {
+fn memory_ids_count_toward_the_store_bound_and_go_before_any_state() {
     // One shard of four keys: one state and three ids fill it.
     let memory = Memory::new(MemoryStoreConfig {
         max_keys: 4,
@@ -274,22 +274,22 @@ fn memory_ids_count_toward_the_store_bound() {
     memory.clock.set(T0);
     let policy = window("bounded", 100);
     let who = Identity::value("tenant-a");
-    for i in 0..3 {
-        let key = id(&format!("id-{i}"));
-        memory
-            .store
-            .decide_once_now(&[check(&policy, &who, 1)], retry(&key));
+    let ids: Vec<RequestId> = (0..4).map(|i| id(&format!("id-{i}"))).collect();
+    let spend = [check(&policy, &who, 1)];
+    for key in &ids {
+        let fresh = memory.store.decide_once_now(&spend, retry(key));
+        assert_eq!(fresh.replay, Replay::Fresh);
     }
+    // The fourth id went over the bound: the oldest id was forgotten, and
+    // no state was evicted (that would hand the identity a fresh quota).
     assert_eq!(memory.store.evictions(), 0);
-    // A fourth id goes over the bound: the store evicts.
-    let key = id("id-3");
-    memory
-        .store
-        .decide_once_now(&[check(&policy, &who, 1)], retry(&key));
-    assert_eq!(memory.store.evictions(), 1);
+    let newest = memory.store.decide_once_now(&spend, retry(&ids[3]));
+    assert_eq!(seen(&newest), (vec![(true, 96)], Replay::Replayed));
+    let oldest = memory.store.decide_once_now(&spend, retry(&ids[0]));
+    assert_eq!(seen(&oldest), (vec![(true, 95)], Replay::Fresh));
     // Expired ids are swept like expired keys.
     memory.clock.set(T0 + WINDOW_MS);
-    assert!(memory.store.sweep() >= 3);
+    assert_eq!(memory.store.sweep(), 3);
 }
 
 /// Many attempts of one id at once, across two stores (two tollgate
