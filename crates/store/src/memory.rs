@@ -24,7 +24,6 @@
 //! any state: a forgotten id costs a retry a second charge, an evicted
 //! state gives its identity a fresh quota.
 
-use std::collections::VecDeque;
 use std::future::{Future, ready};
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -35,8 +34,11 @@ use parking_lot::{Mutex, MutexGuard};
 use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State};
 
 use crate::check::{self, same_key};
-use crate::request_id::{self, Replay, RequestId, Retried, Retry};
+use crate::request_id::{Retried, Retry};
 use crate::{Check, Store, StoreError};
+
+mod records;
+use records::Records;
 
 /// How a memory store is sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,44 +92,6 @@ impl Slot {
             && (Arc::ptr_eq(&self.policy, check.policy.name_arc())
                 || *self.policy == *check.policy.name())
             && self.identity.as_bytes() == check.identity.as_bytes()
-    }
-}
-
-/// The request ids recorded with one key as a call's first check.
-struct Records {
-    hash: u64,
-    policy: Arc<str>,
-    algorithm: Algorithm,
-    identity: Box<[u8]>,
-    /// Oldest first.
-    ids: VecDeque<Recorded>,
-}
-
-struct Recorded {
-    id: RequestId,
-    /// The call's costs ([`request_id::costs`]): a retry must send the same.
-    costs: Box<str>,
-    until_ms: u64,
-}
-
-impl Records {
-    fn is(&self, hash: u64, check: &Check<'_>) -> bool {
-        self.hash == hash
-            && self.algorithm == check.policy.algorithm()
-            && *self.policy == *check.policy.name()
-            && *self.identity == *check.identity.as_bytes()
-    }
-
-    /// The record of `id`, while it lives.
-    fn live(&self, id: &RequestId, now: u64) -> Option<&Recorded> {
-        self.ids.iter().find(|r| r.until_ms > now && r.id == *id)
-    }
-
-    /// Drops expired ids; returns how many.
-    fn drop_expired(&mut self, now: u64) -> usize {
-        let before = self.ids.len();
-        self.ids.retain(|r| r.until_ms > now);
-        before - self.ids.len()
     }
 }
 
@@ -296,100 +260,6 @@ impl MemoryStore {
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let mut guards = self.lock(&hashes);
         self.decide_locked(&mut guards, checks, &hashes, now)
-    }
-
-    /// Decides every check all-or-nothing under a request id, now. See
-    /// [`Store::decide_once`]: the id is looked up and recorded with the
-    /// first check's key under the same locks as the decision.
-    pub fn decide_once_now(&self, checks: &[Check<'_>], retry: Retry<'_>) -> Retried {
-        let Some(first) = checks.first() else {
-            return Retried {
-                decisions: Vec::new(),
-                replay: Replay::Fresh,
-            };
-        };
-        let now = self.clock.now_ms();
-        let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
-        let mut guards = self.lock(&hashes);
-        let costs = request_id::costs(checks);
-        let hash = hashes[0];
-        let recorded = table_for(&mut guards, self.shard_index(hash))
-            .records
-            .find(hash, |r| r.is(hash, first))
-            .and_then(|r| r.live(retry.id, now))
-            .map(|r| r.costs.clone());
-        if let Some(recorded) = recorded {
-            if *recorded != *costs {
-                return Retried {
-                    decisions: Vec::new(),
-                    replay: Replay::CostMismatch {
-                        recorded: recorded.into(),
-                    },
-                };
-            }
-            let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, ..*c }).collect();
-            let peeked = self.decide_locked(&mut guards, &peeks, &hashes, now);
-            return Retried {
-                decisions: request_id::replayed(peeked),
-                replay: Replay::Replayed,
-            };
-        }
-        let decisions = self.decide_locked(&mut guards, checks, &hashes, now);
-        if decisions.iter().all(|d| d.allowed) {
-            let table = table_for(&mut guards, self.shard_index(hash));
-            self.record(table, hash, first, retry, costs.into(), now);
-        }
-        Retried {
-            decisions,
-            replay: Replay::Fresh,
-        }
-    }
-
-    /// Records `retry.id` with `check`'s key, dropping its expired ids and,
-    /// past `max_ids`, its oldest; then holds the shard to its bound.
-    fn record(
-        &self,
-        table: &mut Table,
-        hash: u64,
-        check: &Check<'_>,
-        retry: Retry<'_>,
-        costs: Box<str>,
-        now: u64,
-    ) {
-        let recorded = Recorded {
-            id: retry.id.clone(),
-            costs,
-            until_ms: now.saturating_add(retry.window_ms),
-        };
-        let max = usize::try_from(retry.max_ids).unwrap_or(usize::MAX).max(1);
-        match table.records.find_mut(hash, |r| r.is(hash, check)) {
-            Some(records) => {
-                let mut dropped = records.drop_expired(now);
-                while records.ids.len() >= max {
-                    records.ids.pop_front();
-                    dropped += 1;
-                }
-                records.ids.push_back(recorded);
-                table.ids = table.ids + 1 - dropped;
-            }
-            None => {
-                table.records.insert_unique(
-                    hash,
-                    Records {
-                        hash,
-                        policy: Arc::clone(check.policy.name_arc()),
-                        algorithm: check.policy.algorithm(),
-                        identity: check.identity.as_bytes().into(),
-                        ids: VecDeque::from([recorded]),
-                    },
-                    |r| r.hash,
-                );
-                table.ids += 1;
-            }
-        }
-        if table.held() > self.max_per_shard {
-            self.make_room(table, now);
-        }
     }
 
     /// Frees one unit of a full shard: what expired, else an id, else the
