@@ -431,3 +431,37 @@ async fn batched_single_checks_keep_the_contract() {
         .expect("decides");
     assert_eq!(seen(&newest), (vec![(true, 96)], Replay::Replayed));
 }
+
+/// The shipped vectors, every event under its own new id: the same
+/// decisions as without ids (an id changes what a retry costs, never the
+/// arithmetic).
+async fn vectors_hold_under_fresh_ids(s: &impl Subject) {
+    let policies = redis_support::vector_policies();
+    let expected = redis_support::vector_expected();
+    for (n, (event, want)) in redis_support::vector_events()
+        .iter()
+        .zip(expected)
+        .enumerate()
+    {
+        let policy = policies.get(&event.policy).expect("declared policy");
+        let who = Identity::value(&event.key);
+        let key = id(&format!("event-{n}"));
+        let got = s
+            .once(&[check(policy, &who, event.cost)], retry(&key), event.t_ms)
+            .await;
+        assert_eq!(got.replay, Replay::Fresh, "event {n}");
+        let decision = got.decisions.first().copied().expect("a decision");
+        assert_eq!(
+            redis_support::Expected::from(decision),
+            want,
+            "event {n}: {event:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn vectors_hold_under_fresh_ids_on_every_store() {
+    vectors_hold_under_fresh_ids(&Memory::new(MemoryStoreConfig::default())).await;
+    let topology = Topology::standalone();
+    vectors_hold_under_fresh_ids(&topology.store().await).await;
+}
