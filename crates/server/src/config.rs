@@ -26,6 +26,9 @@ use crate::scope::{Deployment, Scope, Stores, enforced, parse_scope};
 use crate::tls::{EdgeTls, TlsPaths};
 use crate::tokens::EndpointTokens;
 
+mod retry;
+pub use retry::RetryRule;
+
 /// Fields a policy may carry beyond the core's.
 const SERVE_FIELDS: &[&str] = &[
     "scope",
@@ -35,6 +38,8 @@ const SERVE_FIELDS: &[&str] = &[
     "cost",
     "on_store_failure",
     "local_share_percent",
+    "retry_window",
+    "retry_ids",
 ];
 /// The environment variable holding the key for hashing secret identity parts.
 pub const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
@@ -147,6 +152,21 @@ pub struct ServerSettings {
     /// TLS for both listeners: PEM certificate and key files, relative to
     /// the config file. Read at start.
     pub tls: Option<TlsPaths>,
+    /// The header carrying a request id on `/v1/authorize`
+    /// (draft-ietf-httpapi-idempotency-key-header's `Idempotency-Key` by
+    /// default): a retry under the same id is charged once.
+    #[serde(deserialize_with = "header_name")]
+    pub request_id_header: HeaderName,
+}
+
+/// The draft's header: draft-ietf-httpapi-idempotency-key-header.
+pub const DEFAULT_REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+
+fn header_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HeaderName, D::Error> {
+    let text = String::deserialize(d)?;
+    HeaderName::from_bytes(text.as_bytes()).map_err(|_| {
+        serde::de::Error::custom(format!("request_id_header: {text:?} is not a header name"))
+    })
 }
 
 /// More HTTP workers than this is a typo, not a machine.
@@ -291,6 +311,7 @@ impl Default for ServerSettings {
             max_connections: 16_384,
             request_timeout_ms: 30_000,
             tls: None,
+            request_id_header: DEFAULT_REQUEST_ID_HEADER,
         }
     }
 }
@@ -400,6 +421,8 @@ pub struct ServePolicy {
     pub on_store_failure: OnStoreFailure,
     /// Sub-buckets each identity's limit is split over (1: not sharded).
     pub shards: u16,
+    /// How it remembers request ids; `None`: `retry_window: off`.
+    pub retry: Option<RetryRule>,
 }
 
 /// The most shards a policy may split an identity over.
@@ -1011,7 +1034,9 @@ fn parse_serve_fields(
         .map_err(|fault| field_error(&policy, fault.field, fault.reason))?
         .unwrap_or(OnStoreFailure::FailOpen);
     let shards = parse_shards(&policy, fields.get("shards"), &scope, &cost)?;
+    let retry = retry::parse_retry(&policy, fields)?;
     Ok(ServePolicy {
+        retry,
         policy: enforced(&policy, &scope, deployment),
         declared: policy,
         scope,

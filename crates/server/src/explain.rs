@@ -87,6 +87,7 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
         }
         let _ = writeln!(out, "  on store failure: {}", e.failure_text);
         let _ = writeln!(out, "  state: {}", e.state_text);
+        let _ = writeln!(out, "  request ids: {}", e.ids_text);
     }
     if !config.envoy_ratelimit_configs.is_empty() {
         let _ = writeln!(
@@ -218,6 +219,7 @@ struct Explained {
     shards_text: Option<String>,
     failure_text: String,
     state_text: String,
+    ids_text: String,
     json: Value,
 }
 
@@ -416,6 +418,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
             }
         ),
     };
+    let ids_text = ids_text(serve, redis);
     let json = json!({
         "name": serve.scope.name(),
         "store": role,
@@ -429,6 +432,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         "lease": json_lease,
         "shards": json_shards,
         "state": state_text,
+        "request_ids": ids_text,
     });
     Explained {
         scope_text,
@@ -438,6 +442,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         shards_text,
         failure_text,
         state_text,
+        ids_text,
         json,
     }
 }
@@ -469,6 +474,28 @@ fn shards(serve: &ServePolicy) -> (Option<String>, Value) {
         "rejected_while_left_elsewhere_at_most": early,
     });
     (Some(text), json)
+}
+
+/// What the policy's request ids promise and cost (docs/request-ids.md;
+/// the bytes are docs/benchmarks.md's figures for UUIDs).
+fn ids_text(serve: &ServePolicy, redis: Option<&RedisConfig>) -> String {
+    let Some(rule) = serve.retry else {
+        return "off (retry_window: off): a retry is charged again.".to_owned();
+    };
+    let window = format_duration_ms(rule.window_ms);
+    match redis {
+        None => format!(
+            "a retry inside {window} of its admission is charged once; at most {} ids per identity, each counted as a key toward max_keys.",
+            rule.max_ids
+        ),
+        Some(redis) => format!(
+            "a retry inside {window} of its admission is charged once; at most {} ids per identity in key {}:{}:{}:{{<identity>}}:ids with a TTL of {window}, about 170 bytes with one id and 57 for each more.",
+            rule.max_ids,
+            redis.prefix,
+            serve.declared.name(),
+            serve.declared.algorithm(),
+        ),
+    }
 }
 
 fn topology(redis: &RedisConfig) -> &'static str {
@@ -558,6 +585,13 @@ pub fn policy_json(serve: &ServePolicy, stores: &Stores) -> Value {
             .collect::<Vec<_>>()
     );
     v["on_store_failure"] = failure_json(serve, &stores.list[serve.store].1);
+    match serve.retry {
+        Some(rule) => {
+            v["retry_window"] = json!(format_duration_ms(rule.window_ms));
+            v["retry_ids"] = json!(rule.max_ids);
+        }
+        None => v["retry_window"] = json!("off"),
+    }
     v["cost"] = match &serve.cost {
         CostRule::Constant(c) => json!(c),
         CostRule::Header {

@@ -20,7 +20,7 @@ use hyper::body::Body as HttpBody;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 use tollgate_core::{Decision, Identity};
-use tollgate_store::DecidedBy;
+use tollgate_store::{DecidedBy, Replay, RequestId};
 use tower::ServiceExt;
 
 use crate::app::App;
@@ -29,6 +29,7 @@ use crate::linger::LingerOnClose;
 use crate::live::{LiveConfig, LivePolicy};
 use crate::metrics::{EndpointLabels, PolicyLabels, StatusLabels};
 use crate::request::{Forwarded, RequestFault, cost_of, identity_of};
+use crate::request_id::{self, REPLAYED_HEADER};
 use crate::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
 use crate::tokens::{self, Guarded};
 
@@ -147,6 +148,10 @@ struct CheckBody<'a> {
     cost: Option<u64>,
     #[serde(borrow, default)]
     checks: Option<Vec<CheckItem<'a>>>,
+    /// The client's id for this unit of work: a retry under it inside its
+    /// policy's `retry_window` is answered again, not charged again.
+    #[serde(borrow, default)]
+    request_id: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -407,19 +412,29 @@ where
         Ok(b) if crate::check_fault::opens_an_object(&body) => b,
         other => return refuse(app, json_fault(&body, other.err())),
     };
+    let id = match request_id::from_body(parsed.request_id.as_deref()) {
+        Ok(id) => id,
+        Err(problem) => return refuse(app, problem),
+    };
+    let id = id.as_ref();
     let response = match parsed {
         CheckBody {
             checks: Some(items),
             policy: None,
             key: None,
             cost: None,
-        } => check_batch(app, &live_config, &items, max_key, max_checks).await,
+            ..
+        } => check_batch(app, &live_config, &items, id, max_key, max_checks).await,
         CheckBody {
             checks: None,
             policy: Some(policy),
             key: Some(key),
             cost,
-        } => check_one(app, &live_config, &policy, &key, cost.unwrap_or(1), max_key).await,
+            ..
+        } => {
+            let cost = cost.unwrap_or(1);
+            check_one(app, &live_config, &policy, &key, cost, id, max_key).await
+        }
         CheckBody {
             checks: Some(_), ..
         } => Err(Problem::unprocessable(
@@ -441,28 +456,56 @@ async fn check_one(
     name: &str,
     key: &KeyJson<'_>,
     cost: u64,
+    id: Option<&RequestId>,
     max_key: usize,
 ) -> Result<Response, Problem> {
     let live = live_config
         .policy(name)
         .ok_or_else(|| unknown_policy(name))?;
     let identity = key.identity(max_key)?;
-    let decided = app
-        .limiter
-        .decide(&[Check::of(live, &identity, cost)])
-        .await;
+    let checks = [Check::of(live, &identity, cost)];
+    let decided = match id {
+        None => app.limiter.decide(&checks).await,
+        Some(id) => app.limiter.decide_request(&checks, Some(id)).await,
+    };
+    let replayed = replayed(&decided.replay, &checks)?;
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;
     let mut body = String::with_capacity(160);
     write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+    if replayed {
+        mark_replayed(&mut body);
+    }
     Ok(json_response(body))
+}
+
+/// Whether the request id replayed the decisions; a 422 when it was
+/// recorded with other costs.
+fn replayed(replay: &Replay, checks: &[Check<'_>]) -> Result<bool, Problem> {
+    match replay {
+        Replay::Fresh => Ok(false),
+        Replay::Replayed => Ok(true),
+        Replay::CostMismatch { recorded } => Err(request_id::cost_mismatch(
+            recorded,
+            checks.iter().map(|c| c.cost),
+        )),
+    }
+}
+
+/// `"replayed":true` before a JSON object's closing brace.
+fn mark_replayed(body: &mut String) {
+    if body.ends_with('}') {
+        body.pop();
+        body.push_str(",\"replayed\":true}");
+    }
 }
 
 async fn check_batch(
     app: &App,
     live_config: &LiveConfig,
     items: &[CheckItem<'_>],
+    id: Option<&RequestId>,
     max_key: usize,
     max_checks: usize,
 ) -> Result<Response, Problem> {
@@ -493,10 +536,14 @@ async fn check_batch(
         .zip(items)
         .map(|((live, identity), item)| Check::of(live, identity, item.cost))
         .collect();
-    let decided = app.limiter.decide(&checks).await;
+    let decided = app.limiter.decide_request(&checks, id).await;
+    let replayed = replayed(&decided.replay, &checks)?;
     let allowed = decided.decisions.iter().all(|d| d.allowed);
     let mut body = String::with_capacity(48 + 160 * decided.decisions.len());
     let _ = write!(body, "{{\"allowed\":{allowed},");
+    if replayed {
+        body.push_str("\"replayed\":true,");
+    }
     if decided.by.is_degraded() {
         let _ = write!(
             body,
@@ -510,6 +557,9 @@ async fn check_batch(
             body.push(',');
         }
         write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+        if replayed {
+            mark_replayed(&mut body);
+        }
     }
     body.push_str("]}");
     Ok(json_response(body))
@@ -604,6 +654,10 @@ pub(crate) async fn authorize_request<B>(
         Ok(request) => request,
         Err(fault) => return client_fault(app, fault),
     };
+    let id = match request_id::from_header(&parts.headers, &settings.request_id_header) {
+        Ok(id) => id,
+        Err(fault) => return client_fault(app, fault),
+    };
     let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
     for live in &live_config.policies {
         let serve = &live.serve;
@@ -632,9 +686,19 @@ pub(crate) async fn authorize_request<B>(
         .iter()
         .map(|(live, identity, cost)| Check::of(live, identity, *cost))
         .collect();
-    let decided = app.limiter.decide(&checks).await;
+    let decided = app.limiter.decide_request(&checks, id.as_ref()).await;
+    let replayed = match replayed(&decided.replay, &checks) {
+        Ok(replayed) => replayed,
+        Err(problem) => return client_problem(app, problem),
+    };
     let decisions = decided.decisions.as_slice();
     let mut headers = HeaderMap::new();
+    if replayed {
+        headers.insert(
+            HeaderName::from_static(REPLAYED_HEADER),
+            HeaderValue::from_static("true"),
+        );
+    }
     if decided.by.is_degraded() {
         headers.insert(
             HeaderName::from_static(DEGRADED_HEADER),
@@ -691,8 +755,13 @@ pub(crate) async fn authorize_request<B>(
 /// bad cost, a path that climbs above the root, a request description from
 /// an untrusted caller): never a status a proxy fails open on.
 fn client_fault(app: &App, RequestFault(detail): RequestFault) -> Response {
+    client_problem(app, Problem::bad_request(detail))
+}
+
+/// The client's fault on `/v1/authorize` (a 400, or a 422 for a request id
+/// retried with other costs), its problem copied into a header.
+fn client_problem(app: &App, problem: Problem) -> Response {
     // auth_request drops the body; nginx relays the fault from this header.
-    let problem = Problem::bad_request(detail);
     let copy = HeaderValue::from_bytes(problem.body().as_bytes());
     let mut response = refuse(app, problem);
     if let Ok(v) = copy {

@@ -53,6 +53,7 @@ pub mod linger;
 pub mod ratelimit_fields;
 pub mod replay;
 pub mod request;
+pub mod request_id;
 pub mod response;
 pub mod rls;
 

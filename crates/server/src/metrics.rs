@@ -76,6 +76,7 @@ pub struct EndpointLabels {
 pub struct Metrics {
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
+    replayed: Family<PolicyLabels, Counter>,
     pub decision_seconds: Histogram,
     pub store_keys: Gauge,
     /// Decisions answered from the rejected-until cache, without Redis.
@@ -156,6 +157,9 @@ pub struct PolicyCounters {
     pub rejected: Counter,
     /// Its hot identities' summaries.
     pub hot: Arc<PolicyHot>,
+    /// Admissions answered from a request id's record, consuming nothing
+    /// (also counted in `allowed`).
+    pub replayed: Counter,
 }
 
 impl Metrics {
@@ -168,6 +172,12 @@ impl Metrics {
             "decisions",
             "Decisions by policy and outcome (allowed, rejected)",
             decisions.clone(),
+        );
+        let replayed = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "replayed_decisions",
+            "Admissions answered from a request id's record (a retry inside its window), consuming nothing; also counted in tollgate_decisions_total",
+            replayed.clone(),
         );
         // 10 µs to ~5 s.
         let decision_seconds = Histogram::new(exponential_buckets(0.000_01, 2.0, 20));
@@ -334,6 +344,7 @@ impl Metrics {
             scope_limit,
             degraded,
             decisions,
+            replayed,
             decision_seconds,
             store_keys,
             rejected_cache_answers,
@@ -374,6 +385,12 @@ impl Metrics {
             allowed: get("allowed"),
             rejected: get("rejected"),
             hot: self.hot.policy(policy, self.clock.now_ms()),
+            replayed: self
+                .replayed
+                .get_or_create(&PolicyLabels {
+                    policy: policy.to_owned(),
+                })
+                .clone(),
         }
     }
 

@@ -310,6 +310,7 @@ async fn decide(
             lease: None,
             shards: &[],
             shard_cursor: None,
+            retry: None,
         }])
         .await;
     if let Some(e) = decided.error {

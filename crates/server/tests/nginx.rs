@@ -987,3 +987,49 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
         assert_eq!((got, found.as_str()), (status, detail), "{request:.60}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_with_its_idempotency_key_is_charged_once_through_nginx() {
+    let stack = Stack::start().await;
+    let client = client_at([127, 0, 0, 9]);
+    let url = stack.nginx.url("/api/exports/orders");
+    let export = |key: &'static str, rows: &'static str| {
+        client
+            .get(&url)
+            .header("X-API-Key", "key-idempotent")
+            .header("X-Export-Rows-Thousands", rows)
+            .header("Idempotency-Key", key)
+    };
+    // The whole hourly budget in one export.
+    let first = Answer::of(export("export-1", "100")).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let spent = vec![
+        member("api", &[("r", 19), ("t", 1)]),
+        member("exports", &[("r", 0), ("t", 3600)]),
+    ];
+    assert_eq!(sf_list(first.one("ratelimit")), spent);
+    // The client timed out and retries under the same key: admitted again,
+    // nothing spent (api still at 19), and the application sees the retry
+    // (it answers it from its own idempotency record).
+    let retry = Answer::of(export("export-1", "100")).await;
+    assert_eq!(retry.status, 200, "{}", retry.body);
+    assert_eq!(sf_list(retry.one("ratelimit")), spent);
+    assert_eq!(stack.upstream.count(), 2);
+    // A new export is a new request, and the budget is spent.
+    let new = Answer::of(export("export-2", "100")).await;
+    assert_eq!(new.status, 429, "{}", new.body);
+    // The same key with another cost is refused with tollgate's 422.
+    let other = Answer::of(export("export-1", "50")).await;
+    assert_eq!(other.status, 422, "{}", other.body);
+    assert_eq!(other.one("content-type"), "application/problem+json");
+    assert_eq!(
+        other.json(),
+        json!({
+            "type": "about:blank",
+            "title": "Unprocessable Content",
+            "status": 422,
+            "detail": "this request id was first admitted with costs [1, 100], and this request has costs [1, 50]: a retry must repeat its request, and a new request needs a new id",
+        })
+    );
+    assert_eq!(stack.upstream.count(), 2);
+}

@@ -42,7 +42,8 @@ async fn policies_health_and_readiness_are_served() {
             "on_store_failure": {
                 "mode": "fail_open",
                 "while_degraded": "nothing can fail; the store is in the process"
-            }
+            },
+            "retry_window": "1m", "retry_ids": 64
         }])
     );
     assert_eq!(

@@ -244,7 +244,8 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
          scope: instance: each tollgate process decides alone, on its memory store.\n  \
          bound: at most N × the limit (a burst of 10 then 1 per 1s) for N tollgate processes (list `regions:` with their instances to state N).\n  \
          on store failure: nothing can fail; the store is in the process.\n  \
-         state: one slot of the memory store per identity (128 bytes), forgotten once idle past its reset.\n"
+         state: one slot of the memory store per identity (128 bytes), forgotten once idle past its reset.\n  \
+         request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity, each counted as a key toward max_keys.\n"
     );
     let redis = dir.path().join("redis.yaml");
     std::fs::write(
@@ -273,7 +274,8 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
     };
     let key = |name: &str, algorithm: &str, bytes: u32, more: &str| {
         format!(
-            "  state: key rl:{name}:{algorithm}:{{<identity>}} with a TTL of the time to refill/forget it + 1s; about {bytes} bytes per identity in Redis{more}.\n"
+            "  state: key rl:{name}:{algorithm}:{{<identity>}} with a TTL of the time to refill/forget it + 1s; about {bytes} bytes per identity in Redis{more}.\n  \
+             request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity in key rl:{name}:{algorithm}:{{<identity>}}:ids with a TTL of 1m, about 170 bytes with one id and 57 for each more.\n"
         )
     };
     assert_eq!(

@@ -33,7 +33,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -46,7 +46,7 @@ use governor::{Quota, RateLimiter as Governor};
 use limitador::RateLimiter as Limitador;
 use limitador::limit::{Context as LimitadorContext, Expression, Limit, Namespace};
 use tollgate_core::{Clock, Identity, Limits, ManualClock, Policy, Rate, SystemClock, Window};
-use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, Store};
+use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, RequestId, Retry, Store};
 
 const MANY_KEYS: usize = 1_000_000;
 /// Each thread moves the simulated clock `TICK_MS` every `TICK` decisions.
@@ -135,6 +135,49 @@ impl Contender for Tollgate {
         if let Some(clock) = &self.clock {
             clock.advance(by_ms);
         }
+    }
+}
+
+/// The same store with a request id on every decision, each a new one
+/// (ids cycle through a pool large enough that the per-identity bound has
+/// forgotten an id before it comes round again): what recording costs.
+struct TollgateWithIds {
+    tollgate: Tollgate,
+    ids: Vec<RequestId>,
+    next: AtomicUsize,
+}
+
+impl TollgateWithIds {
+    fn new(tollgate: Tollgate) -> Self {
+        Self {
+            tollgate,
+            ids: (0..4096)
+                .map(|i| RequestId::new(&format!("6f1c2b9e-5d7a-4e3b-9a41-0c8d2e7f{i:04}")))
+                .collect::<Result<_, _>>()
+                .expect("valid ids"),
+            next: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Contender for TollgateWithIds {
+    fn decide(&self, index: usize) -> bool {
+        let id = &self.ids[self.next.fetch_add(1, Ordering::Relaxed) % self.ids.len()];
+        let retry = Retry {
+            id,
+            window_ms: 60_000,
+            max_ids: 64,
+        };
+        let check = self.tollgate.check(index);
+        self.tollgate
+            .store
+            .decide_once_now(std::slice::from_ref(&check), retry)
+            .decisions
+            .first()
+            .is_some_and(|d| d.allowed)
+    }
+    fn advance(&self, by_ms: u64) {
+        self.tollgate.advance(by_ms);
     }
 }
 
@@ -445,6 +488,8 @@ fn memory_store(c: &mut Criterion) {
             let build = |k| TollgateAsync(Tollgate::simulated(gcra, k));
             bench(g, workload, "tollgate_gcra_async", build);
         }
+        let build = |k| TollgateWithIds::new(Tollgate::simulated(gcra, k));
+        bench(g, workload, "tollgate_gcra_request_ids", build);
         let build = |k| Tollgate::simulated(token_bucket, k);
         bench(g, workload, "tollgate_token_bucket", build);
         let build = |k| Tollgate::simulated(fixed_window, k);

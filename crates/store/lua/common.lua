@@ -19,12 +19,16 @@
 -- and the caller calls again with those scales resolved.
 -- Each script returns four integers per key:
 --   allowed (1/0), remaining, retry_after_ms (-1 for null), reset_after_ms.
+-- decide_once.lua (a call under a request id) adds one more key, the id
+-- record, last in KEYS, and four arguments after the fields; see there.
 
 local EXACT = 9007199254740992 -- 2^53
 local fmod = math.fmod
 local tonumber = tonumber
 local format = string.format
 local ALGORITHMS = {}
+-- The keys holding states: all of KEYS, but for decide_once.lua's record.
+local NKEYS = #KEYS
 
 local function int(x)
   return format('%d', x)
@@ -133,9 +137,9 @@ end
 local function read_states(first)
   local states = {}
   -- One MGET: each command a script sends costs more than a decision.
-  local values = redis.call('MGET', unpack(KEYS))
+  local values = redis.call('MGET', unpack(KEYS, 1, NKEYS))
   local one_scale, scale_text = true, nil
-  for i = 1, #KEYS do
+  for i = 1, NKEYS do
     states[KEYS[i]] = values[i]
     local at = first + (i - 1) * FIELDS
     if ARGV[at] == 'gcra' then
@@ -151,7 +155,7 @@ local function read_states(first)
   end
   -- Every tag that a gcra item could read at each key.
   local tags = {}
-  for i = 1, #KEYS do
+  for i = 1, NKEYS do
     local key = KEYS[i]
     if tags[key] == nil then
       tags[key] = {}
@@ -170,7 +174,7 @@ local function read_states(first)
     end
   end
   local missing = {}
-  for i = 1, #KEYS do
+  for i = 1, NKEYS do
     local at = first + (i - 1) * FIELDS
     if ARGV[at] == 'gcra' then
       local current, older = scales(ARGV[at + 5])

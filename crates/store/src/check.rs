@@ -4,7 +4,7 @@ use std::future::Future;
 
 use tollgate_core::{Decision, Identity, Policy};
 
-use crate::StoreError;
+use crate::{Retried, Retry, StoreError};
 
 /// One question for a store: may `identity` spend `cost` under `policy` now?
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +32,19 @@ pub trait Store: Send + Sync + 'static {
         &self,
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+
+    /// Decides every check all-or-nothing, as [`Store::decide_all`], under a
+    /// request id: when `retry.id` is recorded beside the first check's
+    /// state with the same costs and inside its window, nothing is consumed
+    /// and the call answers admitted again ([`crate::Replay::Replayed`]);
+    /// with other costs it is refused ([`crate::Replay::CostMismatch`]).
+    /// Otherwise the checks are decided and, when all admit, the id is
+    /// recorded in the same atomic step (crate::request_id).
+    fn decide_once(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> impl Future<Output = Result<Retried, StoreError>> + Send;
 }
 
 /// The checks of a batch that can never pass within it: those whose key's

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tollgate_core::{Clock, Decision, Limits, Policy, Rate, Window};
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
-use crate::{Check, MemoryStore, MemoryStoreConfig, Store, StoreError};
+use crate::{Check, MemoryStore, MemoryStoreConfig, Replay, Retry, Store, StoreError};
 
 /// What a policy does when the shared store cannot decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -92,6 +92,10 @@ pub struct GuardedDecisions {
     pub error: Option<StoreError>,
     /// How long the shared store took, when it was called.
     pub store_ms: Option<u64>,
+    /// What the request id made of the call ([`Replay::Fresh`] without
+    /// one). A fallback that admits or rejects without a store knows no
+    /// ids; a local budget records them in its own memory.
+    pub replay: Replay,
 }
 
 /// How long a fail-closed rejection tells the client to wait.
@@ -154,42 +158,62 @@ impl<S: Store> Guarded<S> {
     }
 
     /// Decides every check all-or-nothing: on the shared store when it
-    /// answers, else by each check's declared failure mode.
-    pub async fn decide_all(&self, checks: &[GuardedCheck<'_>]) -> GuardedDecisions {
+    /// answers, else by each check's declared failure mode. With `retry`,
+    /// under a request id ([`Store::decide_once`]).
+    pub async fn decide_all(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        retry: Option<Retry<'_>>,
+    ) -> GuardedDecisions {
         let admission = self.breaker.admit(self.clock.now_ms());
         let mut error = None;
         let mut store_ms = None;
         if admission != Admission::Skip {
             let started = self.clock.now_ms();
-            let result = match checks {
-                [one] => self.shared.decide(one.check).await.map(|d| vec![d]),
-                _ => {
+            let result = match (checks, retry) {
+                ([one], None) => self
+                    .shared
+                    .decide(one.check)
+                    .await
+                    .map(|d| (vec![d], Replay::Fresh)),
+                (_, None) => {
                     let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
-                    self.shared.decide_all(&plain).await
+                    self.shared
+                        .decide_all(&plain)
+                        .await
+                        .map(|d| (d, Replay::Fresh))
+                }
+                (_, Some(retry)) => {
+                    let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
+                    self.shared
+                        .decide_once(&plain, retry)
+                        .await
+                        .map(|r| (r.decisions, r.replay))
                 }
             };
             let ended = self.clock.now_ms();
             store_ms = Some(ended.saturating_sub(started));
             self.breaker.record(admission, result.is_ok(), ended);
             match result {
-                Ok(decisions) => {
+                Ok((decisions, replay)) => {
                     return GuardedDecisions {
                         decisions,
                         by: DecidedBy::Shared,
                         error: None,
                         store_ms,
+                        replay,
                     };
                 }
                 Err(e) => error = Some(e),
             }
         }
-        let mut out = self.fallback(checks);
+        let mut out = self.fallback(checks, retry);
         out.error = error;
         out.store_ms = store_ms;
         out
     }
 
-    fn fallback(&self, checks: &[GuardedCheck<'_>]) -> GuardedDecisions {
+    fn fallback(&self, checks: &[GuardedCheck<'_>], retry: Option<Retry<'_>>) -> GuardedDecisions {
         let closed = checks
             .iter()
             .any(|g| g.on_failure == OnStoreFailure::FailClosed);
@@ -207,6 +231,7 @@ impl<S: Store> Guarded<S> {
                 by: DecidedBy::FailClosed,
                 error: None,
                 store_ms: None,
+                replay: Replay::Fresh,
             };
         }
         let local: Vec<Check<'_>> = checks
@@ -226,9 +251,26 @@ impl<S: Store> Guarded<S> {
                 by: DecidedBy::FailOpen,
                 error: None,
                 store_ms: None,
+                replay: Replay::Fresh,
             };
         }
-        let mut local_decisions = self.local.decide_all_now(&local).into_iter();
+        let (local_decisions, replay) = match retry {
+            None => (self.local.decide_all_now(&local), Replay::Fresh),
+            Some(retry) => {
+                let r = self.local.decide_once_now(&local, retry);
+                (r.decisions, r.replay)
+            }
+        };
+        if matches!(replay, Replay::CostMismatch { .. }) {
+            return GuardedDecisions {
+                decisions: Vec::new(),
+                by: DecidedBy::Local,
+                error: None,
+                store_ms: None,
+                replay,
+            };
+        }
+        let mut local_decisions = local_decisions.into_iter();
         let decisions = checks
             .iter()
             .map(|g| match (g.on_failure, g.local_policy) {
@@ -243,6 +285,7 @@ impl<S: Store> Guarded<S> {
             by: DecidedBy::Local,
             error: None,
             store_ms: None,
+            replay,
         }
     }
 }

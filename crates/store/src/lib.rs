@@ -16,6 +16,7 @@ mod error;
 mod fallback;
 mod memory;
 mod redis;
+mod request_id;
 
 pub use self::redis::{
     BatchConfig, LeaseAsk, LeaseGrant, LeaseLimit, MAX_GIVEN_MS, MAX_INSTANCES_A_REGION, MAX_TAG,
@@ -30,3 +31,7 @@ pub use fallback::{
     local_policy,
 };
 pub use memory::{MemoryStore, MemoryStoreConfig};
+pub use request_id::{
+    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, MAX_REQUEST_ID_BYTES, RETRY_IDS_RANGE,
+    RETRY_WINDOW_RANGE_MS, Replay, RequestId, RequestIdError, Retried, Retry,
+};

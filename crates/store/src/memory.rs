@@ -15,6 +15,14 @@
 //! keys are swept when a shard fills and by [`MemoryStore::sweep`]. When a
 //! shard is full of live keys, the key closest to expiry is evicted (its
 //! identity starts fresh), counted in [`MemoryStore::evictions`].
+//!
+//! Request ids (crate::request_id) are kept in each shard beside its
+//! states, keyed like them, under the same lock, with their own expiry;
+//! each id counts as a key toward `max_keys`. A slot of state stays two
+//! cache lines, and a store that never sees an id pays nothing for them.
+//! A full shard forgets an id (the oldest of a sample) before it evicts
+//! any state: a forgotten id costs a retry a second charge, an evicted
+//! state gives its identity a fresh quota.
 
 use std::future::{Future, ready};
 use std::hash::BuildHasher;
@@ -26,7 +34,11 @@ use parking_lot::{Mutex, MutexGuard};
 use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State};
 
 use crate::check::{self, same_key};
+use crate::request_id::{Retried, Retry};
 use crate::{Check, Store, StoreError};
+
+mod records;
+use records::Records;
 
 /// How a memory store is sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +132,32 @@ impl IdentityBytes {
 
 /// A shard aligned to its own cache lines so neighbours do not contend.
 #[repr(align(128))]
-struct Shard(Mutex<HashTable<Slot>>);
+struct Shard(Mutex<Table>);
+
+/// One shard's states, and its request ids (each counts as a key toward
+/// the bound).
+#[derive(Default)]
+struct Table {
+    slots: HashTable<Slot>,
+    records: HashTable<Records>,
+    ids: usize,
+}
+
+impl Table {
+    fn held(&self) -> usize {
+        self.slots.len() + self.ids
+    }
+
+    /// Forgets the ids recorded with `check`'s key.
+    fn forget_ids(&mut self, hash: u64, check: &Check<'_>) {
+        if let Ok(entry) = self.records.find_entry(hash, |r| r.is(hash, check)) {
+            let (records, _) = entry.remove();
+            self.ids -= records.ids.len();
+        }
+    }
+}
+
+type Guards<'a> = Vec<(usize, MutexGuard<'a, Table>)>;
 
 /// The bounded, sharded in-process store; see the module notes for why it
 /// is shaped this way.
@@ -150,7 +187,7 @@ impl MemoryStore {
         let max_per_shard = config.max_keys.div_ceil(shard_count).max(1);
         Self {
             shards: (0..shard_count)
-                .map(|_| Shard(Mutex::new(HashTable::new())))
+                .map(|_| Shard(Mutex::new(Table::default())))
                 .collect(),
             shard_bits: shard_count.trailing_zeros(),
             max_per_shard,
@@ -165,7 +202,8 @@ impl MemoryStore {
         let now = self.clock.now_ms();
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
-        match table.find_entry(hash, |s| s.is(hash, &check)) {
+        let table = &mut *table;
+        match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
                 let slot = entry.get_mut();
                 let decision = check
@@ -184,7 +222,7 @@ impl MemoryStore {
                 let mut state = None;
                 let decision = check.policy.limits().decide(&mut state, now, check.cost);
                 if state.is_some() {
-                    self.insert(&mut table, hash, &check, state, now, &decision);
+                    self.insert(table, hash, &check, state, now, &decision);
                 }
                 decision
             }
@@ -201,7 +239,8 @@ impl MemoryStore {
         };
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
-        match table.find_entry(hash, |s| s.is(hash, &check)) {
+        table.forget_ids(hash, &check);
+        match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(entry) => {
                 entry.remove();
                 true
@@ -219,15 +258,55 @@ impl MemoryStore {
         }
         let now = self.clock.now_ms();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
+        let mut guards = self.lock(&hashes);
+        self.decide_locked(&mut guards, checks, &hashes, now)
+    }
+
+    /// Frees one unit of a full shard: what expired, else an id, else the
+    /// state nearest expiry.
+    fn make_room(&self, table: &mut Table, now: u64) {
+        if sweep_table(table, now) > 0 {
+            return;
+        }
+        let oldest = table
+            .records
+            .iter()
+            .take(EVICTION_SAMPLE)
+            .min_by_key(|r| r.ids.front().map_or(0, |id| id.until_ms))
+            .map(|r| r.hash);
+        if let Some(Ok(mut entry)) =
+            oldest.map(|hash| table.records.find_entry(hash, |r| r.hash == hash))
+        {
+            entry.get_mut().ids.pop_front();
+            if entry.get().ids.is_empty() {
+                entry.remove();
+            }
+            table.ids -= 1;
+            return;
+        }
+        self.evict_one(table);
+    }
+
+    /// Locks the shards of `hashes` in ascending order, so no two
+    /// all-or-nothing decisions can deadlock.
+    fn lock(&self, hashes: &[u64]) -> Guards<'_> {
         let mut shard_ids: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        // Ascending order: no two all-or-nothing decisions can deadlock.
-        let mut guards: Vec<(usize, MutexGuard<'_, HashTable<Slot>>)> = shard_ids
+        shard_ids
             .iter()
             .map(|&i| (i, self.shards[i].0.lock()))
-            .collect();
+            .collect()
+    }
 
+    /// The all-or-nothing decision, on shards already locked.
+    fn decide_locked(
+        &self,
+        guards: &mut Guards<'_>,
+        checks: &[Check<'_>],
+        hashes: &[u64],
+        now: u64,
+    ) -> Vec<Decision> {
         // Decide on copies so nothing is written unless every check admits.
         // Each distinct key has one copy: a key named twice sees its own
         // earlier consumption. `copies[k].0` is the first check naming it.
@@ -242,11 +321,12 @@ impl MemoryStore {
                 copies.len() - 1
             }));
         }
-        let load = |guards: &mut [(usize, MutexGuard<'_, HashTable<Slot>>)],
+        let load = |guards: &mut [(usize, MutexGuard<'_, Table>)],
                     copies: &mut [(usize, Option<State>)]| {
             for (first, state) in copies.iter_mut() {
                 let hash = hashes[*first];
                 *state = table_for(guards, self.shard_index(hash))
+                    .slots
                     .find(hash, |s| s.is(hash, &checks[*first]))
                     .and_then(|s| s.state.clone());
             }
@@ -262,13 +342,13 @@ impl MemoryStore {
                 })
                 .collect()
         };
-        load(&mut guards, &mut copies);
+        load(guards, &mut copies);
         let mut decisions = decide(&mut copies, Intent::Consume);
         if !decisions.iter().all(|d| d.allowed) {
             // Start again from the stored states, consuming nothing. A check
             // that failed only after an earlier check of this batch consumed
             // from its key keeps that failure, so the batch still reads rejected.
-            load(&mut guards, &mut copies);
+            load(guards, &mut copies);
             let probed = decide(&mut copies, Intent::Probe);
             for (decision, probe) in decisions.iter_mut().zip(probed) {
                 if decision.allowed {
@@ -281,8 +361,8 @@ impl MemoryStore {
             let last = copy_of.iter().rposition(|&c| c == k).unwrap_or(first);
             let hash = hashes[first];
             let check = &checks[first];
-            let table = table_for(&mut guards, self.shard_index(hash));
-            match (table.find_entry(hash, |s| s.is(hash, check)), state) {
+            let table = table_for(guards, self.shard_index(hash));
+            match (table.slots.find_entry(hash, |s| s.is(hash, check)), state) {
                 (Ok(mut entry), Some(state)) => {
                     let slot = entry.get_mut();
                     slot.expires_at_ms = state.expires_at_ms(now, &decisions[last]);
@@ -314,7 +394,7 @@ impl MemoryStore {
 
     /// Keys held right now (a sum over shards, so approximate under load).
     pub fn key_count(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().len()).sum()
+        self.shards.iter().map(|s| s.0.lock().slots.len()).sum()
     }
 
     /// Live keys evicted because the store was full.
@@ -349,20 +429,20 @@ impl MemoryStore {
 
     fn insert(
         &self,
-        table: &mut HashTable<Slot>,
+        table: &mut Table,
         hash: u64,
         check: &Check<'_>,
         state: Option<State>,
         now: u64,
         decision: &Decision,
     ) {
-        if table.len() >= self.max_per_shard && sweep_table(table, now) == 0 {
-            self.evict_one(table);
+        if table.held() >= self.max_per_shard {
+            self.make_room(table, now);
         }
         let expires_at_ms = state
             .as_ref()
             .map_or(now, |s| s.expires_at_ms(now, decision));
-        table.insert_unique(
+        table.slots.insert_unique(
             hash,
             Slot {
                 hash,
@@ -376,29 +456,39 @@ impl MemoryStore {
         );
     }
 
-    fn evict_one(&self, table: &mut HashTable<Slot>) {
+    /// Evicts the state nearest expiry among a sample.
+    fn evict_one(&self, table: &mut Table) {
         let victim = table
+            .slots
             .iter()
             .take(EVICTION_SAMPLE)
             .min_by_key(|s| s.expires_at_ms)
             .map(|s| s.hash);
-        if let Some(Ok(entry)) = victim.map(|hash| table.find_entry(hash, |s| s.hash == hash)) {
+        if let Some(Ok(entry)) = victim.map(|hash| table.slots.find_entry(hash, |s| s.hash == hash))
+        {
             entry.remove();
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-fn sweep_table(table: &mut HashTable<Slot>, now: u64) -> usize {
-    let before = table.len();
-    table.retain(|s| s.expires_at_ms > now);
-    before - table.len()
+/// Removes expired states and expired request ids; returns how many.
+fn sweep_table(table: &mut Table, now: u64) -> usize {
+    let before = table.held();
+    table.slots.retain(|s| s.expires_at_ms > now);
+    let mut dropped = 0;
+    table.records.retain(|r| {
+        dropped += r.drop_expired(now);
+        !r.ids.is_empty()
+    });
+    table.ids -= dropped;
+    before - table.held()
 }
 
 fn table_for<'g, 'a>(
-    guards: &'g mut [(usize, MutexGuard<'a, HashTable<Slot>>)],
+    guards: &'g mut [(usize, MutexGuard<'a, Table>)],
     shard: usize,
-) -> &'g mut HashTable<Slot> {
+) -> &'g mut Table {
     let at = guards.partition_point(|(i, _)| *i < shard);
     &mut guards[at].1
 }
@@ -416,5 +506,13 @@ impl Store for MemoryStore {
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         ready(Ok(self.decide_all_now(checks)))
+    }
+
+    fn decide_once(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        ready(Ok(self.decide_once_now(checks, retry)))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tollgate_core::Clock;
 use tollgate_store::{
     BreakerConfig, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
-    MemoryStore, MemoryStoreConfig, RedisStore, StoreError,
+    MemoryStore, MemoryStoreConfig, RedisStore, Replay, Retry, StoreError,
 };
 
 use crate::config::StoreSettings;
@@ -51,48 +51,68 @@ impl Backend {
 
     /// `clock` dates a decision only for [`Backend::RedisAtClock`]; the
     /// others keep their own time (the memory store reads the same clock).
+    /// With `retry`, under a request id.
     pub(super) async fn decide_all(
         &self,
         checks: &[GuardedCheck<'_>],
         clock: &dyn Clock,
+        retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
         match self {
-            Backend::Memory(store) => GuardedDecisions {
-                decisions: match checks {
-                    [one] => vec![store.decide_now(one.check)],
-                    _ => {
+            Backend::Memory(store) => {
+                let (decisions, replay) = match (checks, retry) {
+                    ([one], None) => (vec![store.decide_now(one.check)], Replay::Fresh),
+                    (_, None) => {
                         let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-                        store.decide_all_now(&plain)
+                        (store.decide_all_now(&plain), Replay::Fresh)
                     }
-                },
-                by: DecidedBy::Shared,
-                error: None,
-                store_ms: None,
-            },
-            Backend::Redis(guarded) => guarded.decide_all(checks).await,
+                    (_, Some(retry)) => {
+                        let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                        let retried = store.decide_once_now(&plain, retry);
+                        (retried.decisions, retried.replay)
+                    }
+                };
+                GuardedDecisions {
+                    decisions,
+                    by: DecidedBy::Shared,
+                    error: None,
+                    store_ms: None,
+                    replay,
+                }
+            }
+            Backend::Redis(guarded) => guarded.decide_all(checks, retry).await,
             Backend::RedisAtClock(store) => {
                 let now_ms = clock.now_ms();
                 // Boxed: replay's futures would otherwise widen every
                 // decision's future, and the hot paths move it.
                 let result = Box::pin(async {
-                    match checks {
-                        [one] => store.decide_at(one.check, now_ms).await.map(|d| vec![d]),
-                        _ => {
-                            let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-                            store.decide_all_at(&plain, now_ms).await
-                        }
+                    let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                    match (checks, retry) {
+                        ([one], None) => store
+                            .decide_at(one.check, now_ms)
+                            .await
+                            .map(|d| (vec![d], Replay::Fresh)),
+                        (_, None) => store
+                            .decide_all_at(&plain, now_ms)
+                            .await
+                            .map(|d| (d, Replay::Fresh)),
+                        (_, Some(retry)) => store
+                            .decide_once_at(&plain, retry, now_ms)
+                            .await
+                            .map(|r| (r.decisions, r.replay)),
                     }
                 })
                 .await;
-                let (decisions, error) = match result {
-                    Ok(decisions) => (decisions, None),
-                    Err(e) => (Vec::new(), Some(e)),
+                let (decisions, replay, error) = match result {
+                    Ok((decisions, replay)) => (decisions, replay, None),
+                    Err(e) => (Vec::new(), Replay::Fresh, Some(e)),
                 };
                 GuardedDecisions {
                     decisions,
                     by: DecidedBy::Shared,
                     error,
                     store_ms: None,
+                    replay,
                 }
             }
         }

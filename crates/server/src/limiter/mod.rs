@@ -18,7 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tollgate_core::{Clock, Decision, Identity, Policy};
-use tollgate_store::{DecidedBy, GuardedCheck, GuardedDecisions, OnStoreFailure, StoreError};
+use tollgate_store::{
+    DecidedBy, GuardedCheck, GuardedDecisions, OnStoreFailure, Replay, RequestId, Retry, StoreError,
+};
+
+use crate::config::RetryRule;
 
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::live::LivePolicy;
@@ -55,6 +59,8 @@ pub struct Check<'a> {
     /// instance's round-robin cursor over them.
     pub shards: &'a [Policy],
     pub shard_cursor: Option<&'a AtomicU64>,
+    /// How its policy keeps request ids; `None`: it keeps none.
+    pub retry: Option<RetryRule>,
 }
 
 impl<'a> Check<'a> {
@@ -72,6 +78,7 @@ impl<'a> Check<'a> {
             lease: live.lease.as_deref(),
             shards: &live.shards,
             shard_cursor: Some(&live.shard_cursor),
+            retry: live.serve.retry,
         }
     }
 
@@ -176,38 +183,67 @@ impl Limiter {
     /// stores may be rejected having consumed some of another policy's
     /// budget — it never admits more than any policy allows.
     pub async fn decide(&self, checks: &[Check<'_>]) -> Decided {
+        self.decide_request(checks, None).await
+    }
+
+    /// [`Limiter::decide`] under a request id (`Idempotency-Key`): on each
+    /// store the id is recorded with the store's first check, under that
+    /// check's policy's `retry_window` (none when the policy's is `off`),
+    /// and a retry inside the window is answered from the record,
+    /// consuming nothing ([`Replay::Replayed`]); under other costs it is
+    /// refused ([`Replay::CostMismatch`], no decisions).
+    pub async fn decide_request(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
         let stopwatch = Stopwatch::start();
         let first = checks.first().map_or(0, |c| c.store);
         let decided = if checks.iter().all(|c| c.store == first) {
-            self.decide_on(first, checks).await
+            self.decide_on(first, checks, id).await
         } else {
-            self.decide_across(checks).await
+            self.decide_across(checks, id).await
         };
         self.metrics.decision_seconds.observe(stopwatch.seconds());
         decided
     }
 
     /// One store's all-or-nothing call, observed and counted.
-    async fn decide_on(&self, store: usize, checks: &[Check<'_>]) -> Decided {
+    async fn decide_on(
+        &self,
+        store: usize,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+    ) -> Decided {
         let Some(backend) = self.backends.get(store) else {
             return Decided {
                 decisions: Vec::new(),
                 by: DecidedBy::Shared,
                 error: Some(StoreError::Config(format!("no store {store}"))),
                 store_ms: None,
+                replay: Replay::Fresh,
             };
         };
         let now_ms = self.clock.now_ms();
+        let retry = id
+            .zip(checks.first().and_then(|c| c.retry))
+            .map(|(id, rule)| Retry {
+                id,
+                window_ms: rule.window_ms,
+                max_ids: rule.max_ids,
+            });
         let picks: Vec<Option<usize>> = checks.iter().map(Check::pick).collect();
-        let mut decided = self.call(backend, checks, &picks, 0, now_ms).await;
+        let mut decided = self.call(backend, checks, &picks, 0, now_ms, retry).await;
+        if matches!(decided.replay, Replay::CostMismatch { .. }) {
+            // The client's fault, answered 422: no decision was made.
+            self.observe_store(&decided);
+            return decided;
+        }
         // A sharded request rejected by its shard tries the next one once
-        // (docs/config.md, Shards): one more store call, only on rejection.
+        // (docs/config.md, Shards): one more store call, only on rejection
+        // (a rejection records no request id, so the spill may).
         if let ([one], [Some(_)]) = (checks, picks.as_slice())
             && one.cost > 0
             && !decided.by.is_degraded()
             && decided.decisions.first().is_some_and(|d| !d.allowed)
         {
-            let spilled = self.call(backend, checks, &picks, 1, now_ms).await;
+            let spilled = self.call(backend, checks, &picks, 1, now_ms, retry).await;
             if spilled.decisions.len() == 1 {
                 let store_ms = match (decided.store_ms, spilled.store_ms) {
                     (Some(a), Some(b)) => Some(a + b),
@@ -219,6 +255,7 @@ impl Limiter {
                 };
             }
         }
+        let replayed = decided.replay == Replay::Replayed;
         // Decided without the store, but a check with no failure mode makes
         // its protocol answer an error (fail_closed answers regardless):
         // record the store's fault, not decisions nobody will see.
@@ -231,6 +268,7 @@ impl Limiter {
                 by: DecidedBy::Shared,
                 error: decided.error.clone(),
                 store_ms: decided.store_ms,
+                replay: Replay::Fresh,
             });
             return decided;
         }
@@ -253,6 +291,9 @@ impl Limiter {
                 .record(check.identity, decision.allowed, now_ms);
             if decision.allowed {
                 counters.allowed.inc();
+                if replayed {
+                    counters.replayed.inc();
+                }
             } else {
                 counters.rejected.inc();
                 self.decision_log
@@ -263,13 +304,17 @@ impl Limiter {
     }
 
     /// Checks on several stores, store by store in order; after a
-    /// rejection the later stores only peek (cost 0, not counted).
-    async fn decide_across(&self, checks: &[Check<'_>]) -> Decided {
+    /// rejection the later stores only peek (cost 0, not counted). Under a
+    /// request id each store keeps its own record, so a request rejected
+    /// by a later store has its retry charged there only; it reads
+    /// replayed when every store replayed it.
+    async fn decide_across(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
         let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
         let mut by = DecidedBy::Shared;
         let mut error = None;
         let mut store_ms: Option<u64> = None;
         let mut rejected = false;
+        let mut replayed = id.is_some();
         for store in 0..self.backends.len() {
             let at: Vec<usize> = (0..checks.len())
                 .filter(|&i| checks[i].store == store)
@@ -288,7 +333,13 @@ impl Limiter {
                     },
                 })
                 .collect();
-            let decided = self.decide_on(store, &group).await;
+            let decided = self
+                .decide_on(store, &group, if rejected { None } else { id })
+                .await;
+            if matches!(decided.replay, Replay::CostMismatch { .. }) {
+                return decided;
+            }
+            replayed &= decided.replay == Replay::Replayed;
             if decided.decisions.len() != at.len() {
                 return Decided {
                     decisions: Vec::new(),
@@ -311,6 +362,11 @@ impl Limiter {
             by,
             error,
             store_ms,
+            replay: if replayed {
+                Replay::Replayed
+            } else {
+                Replay::Fresh
+            },
         }
     }
 
@@ -323,6 +379,7 @@ impl Limiter {
         picks: &[Option<usize>],
         spill: usize,
         now_ms: u64,
+        retry: Option<Retry<'_>>,
     ) -> Decided {
         let clock = self.clock.as_ref();
         match (checks, picks) {
@@ -333,7 +390,7 @@ impl Limiter {
                     share.as_deref(),
                     shard.as_ref().map(|(policy, id)| (*policy, id)),
                 );
-                backend.decide_all(&[guarded], clock).await
+                backend.decide_all(&[guarded], clock, retry).await
             }
             _ => {
                 let shares: Vec<Option<Arc<Policy>>> =
@@ -354,7 +411,7 @@ impl Limiter {
                         )
                     })
                     .collect();
-                backend.decide_all(&guarded, clock).await
+                backend.decide_all(&guarded, clock, retry).await
             }
         }
     }

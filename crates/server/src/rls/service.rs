@@ -254,6 +254,8 @@ impl Batch {
             } else {
                 None
             },
+            // Envoy's RLS carries no request id.
+            retry: None,
         }
     }
 }

@@ -18,6 +18,10 @@
 //! In a Cluster one script may only touch one slot, so a batch is split by
 //! slot and its parts are sent concurrently (the connection routes each to
 //! its node).
+//!
+//! Single checks under a request id are batched too, apart from the rest
+//! (a batch holding any is split in two calls): `decide_each_once.lua`
+//! decides each under its own id, with the same exactness.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,12 +36,14 @@ use super::Shared;
 use super::config::BatchConfig;
 use super::connection::Connection;
 use super::key::slot;
-use super::script::{At, Item, SCRIPTS, decisions};
-use crate::StoreError;
+use super::script::{At, Item, Once, SCRIPTS, decision, decisions};
+use crate::{Replay, StoreError};
 
 pub struct Job {
     pub item: Item,
-    pub reply: oneshot::Sender<Result<Decision, StoreError>>,
+    /// The check's request id, if it has one.
+    pub once: Option<Once>,
+    pub reply: oneshot::Sender<Result<(Decision, Replay), StoreError>>,
 }
 
 /// Runs until every sender is gone, calling Redis over `connection`.
@@ -89,8 +95,121 @@ async fn send_by_slot(
     drop(permit);
 }
 
-/// One script call for `jobs`; every job gets its own decision or the error.
+/// One script call for `jobs` (two when some carry a request id); every
+/// job gets its own decision or the error.
 async fn send(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
+    if jobs.iter().any(|j| j.once.is_some()) {
+        let (once, plain): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.once.is_some());
+        if !plain.is_empty() {
+            send_plain(shared, connection, plain).await;
+        }
+        send_once(shared, connection, once).await;
+    } else {
+        send_plain(shared, connection, jobs).await;
+    }
+}
+
+/// Jobs under request ids: `decide_each_once.lua`. A job whose id was
+/// recorded with another cost reads the recorded costs from the record
+/// (rare: one round trip more) for its refusal.
+async fn send_once(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
+    let items: Vec<&Item> = jobs.iter().map(|j| &j.item).collect();
+    let onces: Vec<&Once> = jobs.iter().filter_map(|j| j.once.as_ref()).collect();
+    shared.batched_calls.fetch_add(1, Ordering::Relaxed);
+    let answer = tokio::time::timeout(
+        Duration::from_millis(shared.timeout_ms),
+        shared.run(
+            connection,
+            &SCRIPTS.decide_each_once,
+            &items,
+            At::StoreClock,
+            shared.margin_ms,
+            None,
+            &onces,
+        ),
+    )
+    .await
+    .unwrap_or(Err(StoreError::Timeout {
+        timeout_ms: shared.timeout_ms,
+    }))
+    .and_then(super::Answer::integers)
+    .and_then(|reply| {
+        if reply.len() == items.len() * 5 {
+            Ok(reply)
+        } else {
+            Err(StoreError::Protocol(format!(
+                "a script answered {} integers for {} keys under request ids",
+                reply.len(),
+                items.len()
+            )))
+        }
+    });
+    let reply = match answer {
+        Ok(reply) => reply,
+        Err(e) => {
+            for job in jobs {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    for (job, d) in jobs.into_iter().zip(reply.chunks_exact(5)) {
+        let answer = match d[4] {
+            0 => decision(&job.item, &d[..4]).map(|d| (d, Replay::Fresh)),
+            1 => decision(&job.item, &d[..4]).map(|d| (d, Replay::Replayed)),
+            2 => match &job.once {
+                Some(once) => recorded_costs(shared, connection, once)
+                    .await
+                    .map(|recorded| (refused(&job.item), Replay::CostMismatch { recorded })),
+                None => Err(StoreError::Protocol(
+                    "a check without an id was refused".into(),
+                )),
+            },
+            x => Err(StoreError::Protocol(format!("replay = {x}"))),
+        };
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// The costs an id was recorded with (`<expires_ms>:<costs>`).
+async fn recorded_costs(
+    shared: &Shared,
+    connection: &Connection,
+    once: &Once,
+) -> Result<String, StoreError> {
+    let value = tokio::time::timeout(
+        Duration::from_millis(shared.timeout_ms),
+        connection.query(redis::cmd("HGET").arg(&once.key[..]).arg(&once.id)),
+    )
+    .await
+    .map_err(|_| StoreError::Timeout {
+        timeout_ms: shared.timeout_ms,
+    })?
+    .map_err(super::connection::from_redis)?;
+    let text = match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        // Expired in between: the refusal still stands for what it saw.
+        _ => return Ok("another".into()),
+    };
+    Ok(text
+        .split_once(':')
+        .map_or(text.as_str(), |(_, costs)| costs)
+        .to_owned())
+}
+
+/// The placeholder decision of a refused job (the caller reads the replay).
+fn refused(item: &Item) -> Decision {
+    Decision {
+        allowed: false,
+        limit: item.limit,
+        remaining: 0,
+        retry_after_ms: None,
+        reset_after_ms: 0,
+    }
+}
+
+/// Jobs without request ids: the decide scripts.
+async fn send_plain(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
     let items: Vec<&Item> = jobs.iter().map(|j| &j.item).collect();
     let first = items[0].algorithm;
     // One algorithm: its own script, which defines nothing else.
@@ -110,12 +229,14 @@ async fn send(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
             At::StoreClock,
             shared.margin_ms,
             None,
+            &[],
         ),
     )
     .await
     .unwrap_or(Err(StoreError::Timeout {
         timeout_ms: shared.timeout_ms,
     }))
+    .and_then(super::Answer::integers)
     .and_then(|reply| decisions(&items, &reply));
     let answered = Instant::now();
     match answer {
@@ -125,7 +246,7 @@ async fn send(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
                     .rejected
                     .remember(&job.item, &decision, sent, answered);
                 // The caller may have timed out and gone: nothing to tell it.
-                let _ = job.reply.send(Ok(decision));
+                let _ = job.reply.send(Ok((decision, Replay::Fresh)));
             }
         }
         Err(e) => {

@@ -13,7 +13,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Client, Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind, Value};
 
 use super::config::{RedisConfig, redact_url};
-use super::script::{At, By, Item, Lua, command};
+use super::script::{At, By, Item, Lua, Once, command};
 use crate::StoreError;
 
 #[derive(Clone)]
@@ -147,15 +147,19 @@ impl Connection {
         at: At,
         margin_ms: u64,
         mode: Option<&str>,
+        onces: &[&Once],
     ) -> Result<Reply, StoreError> {
         let reply = self
-            .evaluate(|by| command(lua, by, items, at, margin_ms, mode))
+            .evaluate(|by| command(lua, by, items, at, margin_ms, mode, onces))
             .await?;
         match reply {
             Ok(value) => integers(value).map(Reply::Decided),
             Err(e) if e.code() == Some(UNRESOLVED_SCALES) => {
                 unresolved(e.detail().unwrap_or_default(), items.len()).map(Reply::Unresolved)
             }
+            Err(e) if e.code() == Some(ID_COST_MISMATCH) => Ok(Reply::CostMismatch(
+                e.detail().unwrap_or_default().to_owned(),
+            )),
             Err(e) => Err(from_redis(e)),
         }
     }
@@ -163,6 +167,9 @@ impl Connection {
 
 /// The error code of a call that met gcra states in scales it was not told.
 const UNRESOLVED_SCALES: &str = "TOLLGATESCALE";
+/// The error code of a call whose request id was recorded with other
+/// costs (decide_once.lua), which it names.
+const ID_COST_MISMATCH: &str = "TOLLGATEIDCOST";
 
 /// What a script call answered.
 #[derive(Debug)]
@@ -172,6 +179,9 @@ pub enum Reply {
     /// Nothing was decided or written: these keys (by index) hold gcra
     /// states in the scales tagged so, which the call must name.
     Unresolved(Vec<(usize, u16)>),
+    /// Nothing was decided or written: the request id was recorded with
+    /// these costs.
+    CostMismatch(String),
 }
 
 /// `"0:3 2:5"` → `[(0, 3), (2, 5)]`, each index below `keys`.

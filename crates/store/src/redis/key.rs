@@ -38,6 +38,15 @@ pub fn state_key(prefix: &str, policy: &Policy, identity: &Identity) -> Vec<u8> 
     key
 }
 
+/// The key of the request ids recorded with `state_key` as a call's first
+/// check: the same hash tag, so the same Cluster slot and script call.
+pub fn record_key(state_key: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(state_key.len() + 4);
+    key.extend_from_slice(state_key);
+    key.extend_from_slice(b":ids");
+    key
+}
+
 fn push_tag(key: &mut Vec<u8>, identity: &[u8]) {
     let start = key.len();
     match identity.split_first() {

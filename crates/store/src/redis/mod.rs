@@ -12,6 +12,8 @@
 //!   slot, thanks to the hash tag). In a Cluster, checks that span slots
 //!   are decided in two phases; see [`RedisStore::decide_all`] for what
 //!   that guarantees.
+//! - A call under a request id records the id beside the state in the
+//!   same script call ([`once`]), so a retry is charged once.
 //! - Every call has a timeout, every queue and map a bound.
 
 mod batch;
@@ -19,6 +21,7 @@ mod config;
 mod connection;
 mod key;
 mod lease;
+mod once;
 mod rejected;
 mod scales;
 mod script;
@@ -40,9 +43,10 @@ pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
 
 use connection::{Connection, Reply};
-use script::{At, Item, Lua, SCRIPTS, decisions};
+use script::{At, Item, Lua, Once, SCRIPTS, decisions};
 
 use crate::check;
+use crate::request_id::{Replay, Retried, Retry};
 use crate::{Check, Store, StoreError};
 
 /// Keys decided at a given time (replay, tests) live at least this long,
@@ -110,8 +114,10 @@ impl Shared {
         }
     }
 
-    /// Runs a script over `items`; when it names gcra scales it was not
-    /// told, reads them from the registry and calls again.
+    /// Runs a script over `items` (with a request id's arguments when
+    /// `once` is given); when it names gcra scales it was not told, reads
+    /// them from the registry and calls again.
+    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         connection: &Connection,
@@ -120,19 +126,21 @@ impl Shared {
         at: At,
         margin_ms: u64,
         mode: Option<&str>,
-    ) -> Result<Vec<i64>, StoreError> {
+        onces: &[&Once],
+    ) -> Result<Answer, StoreError> {
         let mut patched: Option<Vec<Item>> = None;
         for _ in 0..SCALE_ATTEMPTS {
             // Boxed: redis-rs's futures are deep, and callers nest this one.
             let reply = match &patched {
-                None => Box::pin(connection.run(lua, items, at, margin_ms, mode)).await?,
+                None => Box::pin(connection.run(lua, items, at, margin_ms, mode, onces)).await?,
                 Some(own) => {
                     let refs: Vec<&Item> = own.iter().collect();
-                    Box::pin(connection.run(lua, &refs, at, margin_ms, mode)).await?
+                    Box::pin(connection.run(lua, &refs, at, margin_ms, mode, onces)).await?
                 }
             };
             let missing = match reply {
-                Reply::Decided(integers) => return Ok(integers),
+                Reply::Decided(integers) => return Ok(Answer::Decided(integers)),
+                Reply::CostMismatch(recorded) => return Ok(Answer::CostMismatch(recorded)),
                 Reply::Unresolved(missing) => missing,
             };
             let own = patched.get_or_insert_with(|| items.iter().map(|&i| i.clone()).collect());
@@ -148,6 +156,25 @@ impl Shared {
         Err(StoreError::Protocol(
             "gcra states kept naming scales the registry did not give".into(),
         ))
+    }
+}
+
+/// What a script call came to.
+enum Answer {
+    Decided(Vec<i64>),
+    /// A request id recorded with these other costs.
+    CostMismatch(String),
+}
+
+impl Answer {
+    /// The integers of a call without a request id.
+    fn integers(self) -> Result<Vec<i64>, StoreError> {
+        match self {
+            Answer::Decided(integers) => Ok(integers),
+            Answer::CostMismatch(_) => Err(StoreError::Protocol(
+                "a script without a request id named a request id's costs".into(),
+            )),
+        }
     }
 }
 
@@ -249,10 +276,12 @@ impl RedisStore {
                     At::Ms(now_ms),
                     self.given_margin(),
                     None,
+                    &[],
                 )
                 .await
         })
         .await
+        .and_then(Answer::integers)
         .and_then(|reply| decisions(&[&item], &reply))
         .and_then(|mut d| {
             d.pop()
@@ -292,6 +321,15 @@ impl RedisStore {
             })
             .await?;
         self.shared.rejected.forget(&key);
+        // Its request ids go too: the identity starts afresh.
+        self.timed(async {
+            self.shared
+                .connection
+                .query(::redis::cmd("DEL").arg(key::record_key(&key)))
+                .await
+                .map_err(connection::from_redis)
+        })
+        .await?;
         Ok(matches!(deleted, ::redis::Value::Int(n) if n > 0))
     }
 
@@ -357,12 +395,17 @@ impl RedisStore {
             self.shared.tag(&mut item).await;
             self.queue()
                 .await
-                .send(batch::Job { item, reply })
+                .send(batch::Job {
+                    item,
+                    once: None,
+                    reply,
+                })
                 .await
                 .map_err(|_| StoreError::Unavailable("the batching task has stopped".into()))?;
             answer
                 .await
                 .map_err(|_| StoreError::Unavailable("a batch was dropped".into()))?
+                .map(|(decision, _)| decision)
         })
         .await
     }
@@ -398,8 +441,10 @@ impl RedisStore {
                         at,
                         margin_ms,
                         Some(mode),
+                        &[],
                     ))
-                    .await?;
+                    .await?
+                    .integers()?;
                 decisions(&group_items, &reply)
             }
         };
@@ -486,6 +531,50 @@ impl Store for RedisStore {
                 .await?;
             check::mark_never_fits(&never, &mut decisions);
             Ok(decisions)
+        }
+    }
+
+    /// Under a request id: never answered from the rejected-until cache (a
+    /// replay admits). One check is batched with other single checks under
+    /// ids (`decide_each_once.lua`); several are one `decide_once.lua` call
+    /// per slot (see [`RedisStore::once_or_nothing`]).
+    fn decide_once(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        let never = check::never_fit_in_batch(checks);
+        let once = self.once(checks, &items, retry);
+        async move {
+            let Some(once) = once else {
+                return Ok(Retried {
+                    decisions: Vec::new(),
+                    replay: Replay::Fresh,
+                });
+            };
+            if items.len() == 1
+                && let Some(item) = items.pop()
+            {
+                return Box::pin(self.decide_one_once(item, once)).await;
+            }
+            self.timed(async {
+                self.shared.tag_all(&mut items).await;
+                Ok(())
+            })
+            .await?;
+            // Boxed: the two phases' futures are deep (redis-rs's within).
+            let mut retried = Box::pin(self.once_or_nothing(
+                &items,
+                &once,
+                At::StoreClock,
+                self.shared.margin_ms,
+            ))
+            .await?;
+            if retried.replay == Replay::Fresh {
+                check::mark_never_fits(&never, &mut retried.decisions);
+            }
+            Ok(retried)
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Every script is `common.lua`, one or all algorithms, then a main part:
 //! `decide.lua` (each key on its own: one key, or a batch of independent
-//! decisions) or `decide_all.lua` (all-or-nothing). They share one argument
-//! layout, described at the top of `common.lua`.
+//! decisions), `decide_all.lua` (all-or-nothing) or `decide_once.lua`
+//! (all-or-nothing under a request id). They share one argument layout,
+//! described at the top of `common.lua`.
 
 use std::sync::{Arc, LazyLock};
 
@@ -22,14 +23,14 @@ macro_rules! lua {
 }
 
 macro_rules! every_algorithm {
-    ($main:literal) => {
+    ($($main:literal),*) => {
         lua!(
             "token_bucket.lua",
             "gcra.lua",
             "fixed_window.lua",
             "sliding_window.lua",
             "sliding_log.lua",
-            $main
+            $($main),*
         )
     };
 }
@@ -49,7 +50,12 @@ pub mod source {
     /// Independent decisions of any algorithms.
     pub const BATCH: &str = every_algorithm!("decide.lua");
     /// All-or-nothing across keys.
-    pub const DECIDE_ALL: &str = every_algorithm!("decide_all.lua");
+    pub const DECIDE_ALL: &str = every_algorithm!("all_or_nothing.lua", "decide_all.lua");
+    /// All-or-nothing across keys under a request id.
+    pub const DECIDE_ONCE: &str =
+        every_algorithm!("all_or_nothing.lua", "record.lua", "decide_once.lua");
+    /// Independent decisions of any algorithms, each under its request id.
+    pub const DECIDE_EACH_ONCE: &str = every_algorithm!("record.lua", "decide_each_once.lua");
     /// Gives a gcra scale its tag in the policy's registry.
     pub const REGISTER_SCALE: &str = include_str!("../../lua/register_scale.lua");
     /// A leased policy's ledger: asks for a region's share.
@@ -79,6 +85,8 @@ pub struct Scripts {
     by_algorithm: [Lua; 5],
     pub batch: Lua,
     pub decide_all: Lua,
+    pub decide_once: Lua,
+    pub decide_each_once: Lua,
     pub register_scale: Lua,
     pub lease: Lua,
 }
@@ -101,6 +109,8 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ],
     batch: Lua::new(source::BATCH),
     decide_all: Lua::new(source::DECIDE_ALL),
+    decide_once: Lua::new(source::DECIDE_ONCE),
+    decide_each_once: Lua::new(source::DECIDE_EACH_ONCE),
     register_scale: Lua::new(source::REGISTER_SCALE),
     lease: Lua::new(source::LEASE),
 });
@@ -144,6 +154,18 @@ impl Item {
     }
 }
 
+/// A request id's share of a `decide_once.lua` call (see there).
+#[derive(Debug, Clone)]
+pub struct Once {
+    /// The id record: the first item's key with `:ids` (same slot).
+    pub key: Vec<u8>,
+    pub id: String,
+    /// The call's costs, `3` or `1,2,1`.
+    pub costs: String,
+    pub window_ms: u64,
+    pub max_ids: u32,
+}
+
 /// When a script decides: on the store's clock, or at a given time.
 #[derive(Debug, Clone, Copy)]
 pub enum At {
@@ -170,7 +192,10 @@ pub fn invocation(lua: &Lua, by: By) -> Cmd {
     }
 }
 
-/// `EVALSHA sha nkeys keys... now margin [mode] fields...` (or `EVAL body ...`).
+/// `EVALSHA sha nkeys keys... [records...] now margin [mode] fields...
+/// [ids...]` (or `EVAL body ...`): a request id's record key and arguments
+/// for each of `onces` (none, one for the call, or one per item).
+#[allow(clippy::too_many_arguments)]
 pub fn command(
     lua: &Lua,
     by: By,
@@ -178,11 +203,15 @@ pub fn command(
     at: At,
     margin_ms: u64,
     mode: Option<&str>,
+    onces: &[&Once],
 ) -> Result<Cmd, StoreError> {
     let mut cmd = invocation(lua, by);
-    cmd.arg(items.len());
+    cmd.arg(items.len() + onces.len());
     for item in items {
         cmd.arg(&item.key[..]);
+    }
+    for once in onces {
+        cmd.arg(&once.key[..]);
     }
     match at {
         At::StoreClock => cmd.arg(""),
@@ -211,6 +240,12 @@ pub fn command(
             (None, false) => cmd.arg(&item.older),
         };
     }
+    for once in onces {
+        cmd.arg(&once.id)
+            .arg(&once.costs)
+            .arg(once.window_ms)
+            .arg(once.max_ids);
+    }
     Ok(cmd)
 }
 
@@ -226,23 +261,32 @@ pub fn decisions(items: &[&Item], reply: &[i64]) -> Result<Vec<Decision>, StoreE
     items
         .iter()
         .zip(reply.chunks_exact(4))
-        .map(|(item, d)| {
-            Ok(Decision {
-                allowed: match d[0] {
-                    1 => true,
-                    0 => false,
-                    x => return Err(StoreError::Protocol(format!("allowed = {x}"))),
-                },
-                limit: item.limit,
-                remaining: d[1],
-                retry_after_ms: match d[2] {
-                    -1 => None,
-                    x => Some(non_negative(x, "retry_after_ms")?),
-                },
-                reset_after_ms: non_negative(d[3], "reset_after_ms")?,
-            })
-        })
+        .map(|(item, d)| decision(item, d))
         .collect()
+}
+
+/// One item's four integers (allowed, remaining, retry, reset).
+pub fn decision(item: &Item, d: &[i64]) -> Result<Decision, StoreError> {
+    let [allowed, remaining, retry, reset] = d else {
+        return Err(StoreError::Protocol(format!(
+            "a script answered {} integers for a key",
+            d.len()
+        )));
+    };
+    Ok(Decision {
+        allowed: match allowed {
+            1 => true,
+            0 => false,
+            x => return Err(StoreError::Protocol(format!("allowed = {x}"))),
+        },
+        limit: item.limit,
+        remaining: *remaining,
+        retry_after_ms: match retry {
+            -1 => None,
+            x => Some(non_negative(*x, "retry_after_ms")?),
+        },
+        reset_after_ms: non_negative(*reset, "reset_after_ms")?,
+    })
 }
 
 fn non_negative(x: i64, what: &str) -> Result<u64, StoreError> {

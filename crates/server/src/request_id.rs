@@ -1,0 +1,55 @@
+//! Request ids at the HTTP doors: `"request_id"` in a `/v1/check` body,
+//! `server.request_id_header` (`Idempotency-Key`) on `/v1/authorize`. The
+//! limiter records them (crate::limiter::Limiter::decide_request); this
+//! module reads them and words the refusals.
+
+use axum::http::{HeaderMap, HeaderName};
+use tollgate_store::RequestId;
+
+use crate::request::{RequestFault, single_header};
+use crate::response::Problem;
+
+/// Set to `true` on an `/v1/authorize` admission answered from a request
+/// id's record (nothing was consumed).
+pub const REPLAYED_HEADER: &str = "tollgate-replayed";
+
+/// A body's `request_id`, checked; a bad one is a 400 naming the fault.
+pub fn from_body(text: Option<&str>) -> Result<Option<RequestId>, Problem> {
+    text.map(RequestId::new)
+        .transpose()
+        .map_err(|e| Problem::bad_request(format!("request_id: {e}")))
+}
+
+/// The request id header, sent once, checked.
+pub fn from_header(
+    headers: &HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<RequestId>, RequestFault> {
+    single_header(headers, name)?
+        .map(RequestId::new)
+        .transpose()
+        .map_err(|e| RequestFault(format!("header {name}: {e}")))
+}
+
+/// A request id sent again with other costs: a 422, and nothing charged.
+/// The id itself is not echoed (the client has it; logs need not).
+pub fn cost_mismatch(recorded: &str, costs: impl Iterator<Item = u64>) -> Problem {
+    let sent: Vec<String> = costs.map(|c| c.to_string()).collect();
+    let recorded: Vec<&str> = recorded.split(',').collect();
+    Problem::unprocessable(format!(
+        "this request id was first admitted with {}, and this request has {}: a retry must repeat its request, and a new request needs a new id",
+        spell(&recorded),
+        spell(&sent)
+    ))
+}
+
+/// `cost 3`, or `costs [1, 100]` (one a policy, in order) for a batch.
+fn spell<S: AsRef<str>>(costs: &[S]) -> String {
+    match costs {
+        [one] => format!("cost {}", one.as_ref()),
+        many => {
+            let list: Vec<&str> = many.iter().map(AsRef::as_ref).collect();
+            format!("costs [{}]", list.join(", "))
+        }
+    }
+}

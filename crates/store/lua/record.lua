@@ -1,0 +1,46 @@
+-- Request ids (crate::request_id): a record is a hash in the slot of the
+-- state it was recorded with, id -> "<expires_ms>:<costs>", its TTL the
+-- policy's retry window.
+
+-- What `record` knows of `id` at `now`: nil (unknown or expired), true
+-- (recorded with these `costs`), or the other costs it was recorded with.
+local function recall(record, id, costs, now)
+  local known = redis.call('HGET', record, id)
+  if not known then
+    return nil
+  end
+  local colon = string.find(known, ':', 1, true)
+  if tonumber(string.sub(known, 1, colon - 1)) <= now then
+    return nil
+  end
+  local was = string.sub(known, colon + 1)
+  if was == costs then
+    return true
+  end
+  return was
+end
+
+-- Records `id` until now + window; a full record first forgets what
+-- expired, then its oldest ids until there is room.
+local function remember(record, id, costs, now, window, max_ids)
+  if redis.call('HLEN', record) >= max_ids then
+    local all = redis.call('HGETALL', record)
+    local live = {}
+    for i = 1, #all, 2 do
+      local until_ms = tonumber(string.match(all[i + 1], '^(%d+):'))
+      if until_ms <= now then
+        redis.call('HDEL', record, all[i])
+      else
+        live[#live + 1] = { until_ms, all[i] }
+      end
+    end
+    if #live >= max_ids then
+      table.sort(live, function(a, b) return a[1] < b[1] end)
+      for i = 1, #live - max_ids + 1 do
+        redis.call('HDEL', record, live[i][2])
+      end
+    end
+  end
+  redis.call('HSET', record, id, int(now + window) .. ':' .. costs)
+  redis.call('PEXPIRE', record, int(window))
+end

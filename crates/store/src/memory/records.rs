@@ -1,0 +1,146 @@
+//! Request ids in the memory store (crate::request_id): the ids recorded
+//! with a key as a call's first check, in the key's shard, looked up and
+//! recorded under the same locks as the decision.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tollgate_core::Algorithm;
+
+use super::{MemoryStore, Table, table_for};
+use crate::Check;
+use crate::request_id::{self, Replay, RequestId, Retried, Retry};
+
+/// The request ids recorded with one key as a call's first check.
+pub(super) struct Records {
+    pub(super) hash: u64,
+    policy: Arc<str>,
+    algorithm: Algorithm,
+    identity: Box<[u8]>,
+    /// Oldest first.
+    pub(super) ids: VecDeque<Recorded>,
+}
+
+pub(super) struct Recorded {
+    id: RequestId,
+    /// The call's costs ([`request_id::costs`]): a retry must send the same.
+    costs: Box<str>,
+    pub(super) until_ms: u64,
+}
+
+impl Records {
+    pub(super) fn is(&self, hash: u64, check: &Check<'_>) -> bool {
+        self.hash == hash
+            && self.algorithm == check.policy.algorithm()
+            && *self.policy == *check.policy.name()
+            && *self.identity == *check.identity.as_bytes()
+    }
+
+    /// The record of `id`, while it lives.
+    pub(super) fn live(&self, id: &RequestId, now: u64) -> Option<&Recorded> {
+        self.ids.iter().find(|r| r.until_ms > now && r.id == *id)
+    }
+
+    /// Drops expired ids; returns how many.
+    pub(super) fn drop_expired(&mut self, now: u64) -> usize {
+        let before = self.ids.len();
+        self.ids.retain(|r| r.until_ms > now);
+        before - self.ids.len()
+    }
+}
+
+impl MemoryStore {
+    /// Decides every check all-or-nothing under a request id, now. See
+    /// [`Store::decide_once`]: the id is looked up and recorded with the
+    /// first check's key under the same locks as the decision.
+    pub fn decide_once_now(&self, checks: &[Check<'_>], retry: Retry<'_>) -> Retried {
+        let Some(first) = checks.first() else {
+            return Retried {
+                decisions: Vec::new(),
+                replay: Replay::Fresh,
+            };
+        };
+        let now = self.clock.now_ms();
+        let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
+        let mut guards = self.lock(&hashes);
+        let costs = request_id::costs(checks);
+        let hash = hashes[0];
+        let recorded = table_for(&mut guards, self.shard_index(hash))
+            .records
+            .find(hash, |r| r.is(hash, first))
+            .and_then(|r| r.live(retry.id, now))
+            .map(|r| r.costs.clone());
+        if let Some(recorded) = recorded {
+            if *recorded != *costs {
+                return Retried {
+                    decisions: Vec::new(),
+                    replay: Replay::CostMismatch {
+                        recorded: recorded.into(),
+                    },
+                };
+            }
+            let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, ..*c }).collect();
+            let peeked = self.decide_locked(&mut guards, &peeks, &hashes, now);
+            return Retried {
+                decisions: request_id::replayed(peeked),
+                replay: Replay::Replayed,
+            };
+        }
+        let decisions = self.decide_locked(&mut guards, checks, &hashes, now);
+        if decisions.iter().all(|d| d.allowed) {
+            let table = table_for(&mut guards, self.shard_index(hash));
+            self.record(table, hash, first, retry, costs.into(), now);
+        }
+        Retried {
+            decisions,
+            replay: Replay::Fresh,
+        }
+    }
+
+    /// Records `retry.id` with `check`'s key, dropping its expired ids and,
+    /// past `max_ids`, its oldest; then holds the shard to its bound.
+    fn record(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        check: &Check<'_>,
+        retry: Retry<'_>,
+        costs: Box<str>,
+        now: u64,
+    ) {
+        let recorded = Recorded {
+            id: retry.id.clone(),
+            costs,
+            until_ms: now.saturating_add(retry.window_ms),
+        };
+        let max = usize::try_from(retry.max_ids).unwrap_or(usize::MAX).max(1);
+        match table.records.find_mut(hash, |r| r.is(hash, check)) {
+            Some(records) => {
+                let mut dropped = records.drop_expired(now);
+                while records.ids.len() >= max {
+                    records.ids.pop_front();
+                    dropped += 1;
+                }
+                records.ids.push_back(recorded);
+                table.ids = table.ids + 1 - dropped;
+            }
+            None => {
+                table.records.insert_unique(
+                    hash,
+                    Records {
+                        hash,
+                        policy: Arc::clone(check.policy.name_arc()),
+                        algorithm: check.policy.algorithm(),
+                        identity: check.identity.as_bytes().into(),
+                        ids: VecDeque::from([recorded]),
+                    },
+                    |r| r.hash,
+                );
+                table.ids += 1;
+            }
+        }
+        if table.held() > self.max_per_shard {
+            self.make_room(table, now);
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! Request ids on Redis (crate::request_id): a retry is charged once.
+//!
+//! A call under an id is decided by a script that reads and writes the
+//! id's record (`<key>:ids`, same slot) in the same call as the decision:
+//! one check is batched with other single checks under ids
+//! (`decide_each_once.lua`, crate::redis::batch); several are
+//! `decide_once.lua`, one call per slot, the record's slot first across a
+//! Cluster's slots. Neither is answered from the rejected-until cache: a
+//! replay admits.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::oneshot;
+use tollgate_core::Decision;
+
+use super::script::{At, Item, Once, SCRIPTS, decisions};
+use super::{Answer, RedisStore, batch, connection, key};
+use crate::check;
+use crate::request_id::{self, Replay, Retried, Retry};
+use crate::{Check, StoreError};
+
+/// One slot's part of a call under a request id.
+enum Part {
+    /// The decisions, and whether the id replayed them.
+    Decided(Vec<Decision>, bool),
+    CostMismatch(String),
+}
+
+impl RedisStore {
+    /// [`Store::decide_once`] at `now_ms` instead of Redis's clock.
+    pub async fn decide_once_at(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+        now_ms: u64,
+    ) -> Result<Retried, StoreError> {
+        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        self.shared.tag_all(&mut items).await;
+        let Some(once) = self.once(checks, &items, retry) else {
+            return Ok(Retried {
+                decisions: Vec::new(),
+                replay: Replay::Fresh,
+            });
+        };
+        // Boxed: the two phases' futures are deep (redis-rs's within).
+        let mut retried =
+            Box::pin(self.once_or_nothing(&items, &once, At::Ms(now_ms), self.given_margin()))
+                .await?;
+        if retried.replay == Replay::Fresh {
+            check::mark_never_fits(&check::never_fit_in_batch(checks), &mut retried.decisions);
+        }
+        Ok(retried)
+    }
+
+    /// A request id's arguments: recorded with the first check's key.
+    pub(super) fn once(
+        &self,
+        checks: &[Check<'_>],
+        items: &[Item],
+        retry: Retry<'_>,
+    ) -> Option<Once> {
+        let first = items.first()?;
+        Some(Once {
+            key: key::record_key(&first.key),
+            id: retry.id.as_str().to_owned(),
+            costs: request_id::costs(checks),
+            window_ms: retry.window_ms,
+            max_ids: retry.max_ids,
+        })
+    }
+
+    /// One slot's share of a call under a request id: with `once` on the
+    /// slot of the id's record, else a plain all-or-nothing call, or peeks
+    /// (cost 0) when `peek`.
+    #[allow(clippy::too_many_arguments)]
+    async fn part(
+        &self,
+        items: &[Item],
+        group: &[usize],
+        at: At,
+        margin_ms: u64,
+        mode: &'static str,
+        once: Option<&Once>,
+        peek: bool,
+    ) -> Result<Part, StoreError> {
+        let peeks: Vec<Item>;
+        let group_items: Vec<&Item> = if peek {
+            peeks = group
+                .iter()
+                .map(|&i| Item {
+                    cost: 0,
+                    ..items[i].clone()
+                })
+                .collect();
+            peeks.iter().collect()
+        } else {
+            group.iter().map(|&i| &items[i]).collect()
+        };
+        let lua = match once {
+            Some(_) => &SCRIPTS.decide_once,
+            None => &SCRIPTS.decide_all,
+        };
+        let answer = self
+            .timed(self.shared.run(
+                &self.shared.connection,
+                lua,
+                &group_items,
+                at,
+                margin_ms,
+                Some(mode),
+                once.as_slice(),
+            ))
+            .await?;
+        let mut integers = match answer {
+            Answer::Decided(integers) => integers,
+            Answer::CostMismatch(recorded) => return Ok(Part::CostMismatch(recorded)),
+        };
+        let replayed = once.is_some() && integers.pop() == Some(1);
+        Ok(Part::Decided(decisions(&group_items, &integers)?, replayed))
+    }
+
+    /// All-or-nothing over `items` under a request id recorded with the
+    /// first item's key. Keys of one slot are one `decide_once.lua` call.
+    /// Across Cluster slots, as [`RedisStore::all_or_nothing`], with the
+    /// record's slot first in each phase: its call is where a retry and its
+    /// first attempt meet, so only one of them consumes anywhere. Should a
+    /// later slot then reject (a race with other traffic), the id is
+    /// forgotten again, so the rejected request's retry is decided afresh.
+    pub(super) async fn once_or_nothing(
+        &self,
+        items: &[Item],
+        once: &Once,
+        at: At,
+        margin_ms: u64,
+    ) -> Result<Retried, StoreError> {
+        let mut groups: Vec<Vec<usize>> = if self.shared.connection.is_cluster() {
+            let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+            for (i, item) in items.iter().enumerate() {
+                by_slot.entry(key::slot(&item.key)).or_default().push(i);
+            }
+            by_slot.into_values().collect()
+        } else {
+            vec![(0..items.len()).collect()]
+        };
+        // The record's slot (the first item's) first.
+        if let Some(at) = groups.iter().position(|g| g.first() == Some(&0)) {
+            groups.swap(0, at);
+        }
+        let mismatch = |recorded| Retried {
+            decisions: Vec::new(),
+            replay: Replay::CostMismatch { recorded },
+        };
+        let mut out: Vec<Option<Decision>> = vec![None; items.len()];
+        let place = |out: &mut Vec<Option<Decision>>, group: &[usize], found: Vec<Decision>| {
+            for (&i, d) in group.iter().zip(found) {
+                out[i] = Some(d);
+            }
+        };
+        let collect = |out: Vec<Option<Decision>>| -> Result<Vec<Decision>, StoreError> {
+            out.into_iter()
+                .map(|d| d.ok_or_else(|| StoreError::Protocol("a check went undecided".into())))
+                .collect()
+        };
+        let (record_group, others) = match groups.split_first() {
+            Some(split) => split,
+            None => {
+                return Ok(Retried {
+                    decisions: Vec::new(),
+                    replay: Replay::Fresh,
+                });
+            }
+        };
+        let part =
+            |group, mode, once, peek| self.part(items, group, at, margin_ms, mode, once, peek);
+        // A replay: the record's slot answered; the others are peeked.
+        let replay = |mut out: Vec<Option<Decision>>| async move {
+            for group in others {
+                if let Part::Decided(found, _) = part(group, "consume", None, true).await? {
+                    place(&mut out, group, found);
+                }
+            }
+            Ok::<_, StoreError>(Retried {
+                decisions: request_id::replayed(collect(out)?),
+                replay: Replay::Replayed,
+            })
+        };
+        if others.is_empty() {
+            return Ok(
+                match part(record_group, "consume", Some(once), false).await? {
+                    Part::CostMismatch(recorded) => mismatch(recorded),
+                    Part::Decided(found, replayed) => Retried {
+                        decisions: found,
+                        replay: if replayed {
+                            Replay::Replayed
+                        } else {
+                            Replay::Fresh
+                        },
+                    },
+                },
+            );
+        }
+        // Phase one: every slot's verdict, the record's first; nothing written.
+        let (found, replayed) = match part(record_group, "verdict", Some(once), false).await? {
+            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Decided(found, replayed) => (found, replayed),
+        };
+        place(&mut out, record_group, found);
+        if replayed {
+            return replay(out).await;
+        }
+        let mut all = out.iter().flatten().all(|d| d.allowed);
+        for group in others {
+            if let Part::Decided(found, _) = part(group, "verdict", None, false).await? {
+                all &= found.iter().all(|d| d.allowed);
+                place(&mut out, group, found);
+            }
+        }
+        // Phase two, the record's slot first: it consumes and records, or
+        // finds the id recorded meanwhile and replays.
+        let mode = if all { "consume" } else { "probe" };
+        let (found, replayed) = match part(record_group, mode, Some(once), false).await? {
+            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Decided(found, replayed) => (found, replayed),
+        };
+        let admitted = found.iter().all(|d| d.allowed);
+        place(&mut out, record_group, found);
+        if replayed {
+            return replay(out).await;
+        }
+        // A consuming record slot that rejected (a race) stops here, as
+        // in all_or_nothing; later slots keep their verdicts.
+        if !all || admitted {
+            for group in others {
+                let Part::Decided(found, _) = part(group, mode, None, false).await? else {
+                    continue;
+                };
+                let admitted = found.iter().all(|d| d.allowed);
+                place(&mut out, group, found);
+                if all && !admitted {
+                    self.forget_id(once).await?;
+                    break;
+                }
+            }
+        }
+        Ok(Retried {
+            decisions: collect(out)?,
+            replay: Replay::Fresh,
+        })
+    }
+
+    /// Forgets a request id recorded by a call that ended rejected.
+    async fn forget_id(&self, once: &Once) -> Result<(), StoreError> {
+        self.timed(async {
+            self.shared
+                .connection
+                .query(::redis::cmd("HDEL").arg(&once.key[..]).arg(&once.id))
+                .await
+                .map(drop)
+                .map_err(connection::from_redis)
+        })
+        .await
+    }
+
+    /// One check under a request id, batched with other single checks
+    /// under ids (crate::redis::batch); never answered from the
+    /// rejected-until cache, since a replay admits.
+    pub(super) async fn decide_one_once(
+        &self,
+        mut item: Item,
+        once: Once,
+    ) -> Result<Retried, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.timed(async {
+            self.shared.tag(&mut item).await;
+            self.queue()
+                .await
+                .send(batch::Job {
+                    item,
+                    once: Some(once),
+                    reply,
+                })
+                .await
+                .map_err(|_| StoreError::Unavailable("the batching task has stopped".into()))?;
+            let (decision, replay) = answer
+                .await
+                .map_err(|_| StoreError::Unavailable("a batch was dropped".into()))??;
+            Ok(Retried {
+                decisions: match replay {
+                    Replay::CostMismatch { .. } => Vec::new(),
+                    _ => vec![decision],
+                },
+                replay,
+            })
+        })
+        .await
+    }
+}
