@@ -102,6 +102,20 @@ fn method_not_allowed(allow: &'static str) -> Response {
     response
 }
 
+/// The 401 for an admin `endpoint` asked without the admin token, if it was.
+fn admin_refusal(
+    app: &App,
+    live_config: &LiveConfig,
+    headers: &HeaderMap,
+    endpoint: &'static str,
+) -> Option<Response> {
+    (!live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Admin, headers))
+    .then(|| unauthorized(app, Guarded::Admin, endpoint))
+}
+
 /// The 401 for a request to `endpoint` without `group`'s token, counted.
 fn unauthorized(app: &App, group: Guarded, endpoint: &'static str) -> Response {
     app.metrics
@@ -835,12 +849,8 @@ fn admitted_state_target<'c>(
     headers: &HeaderMap,
     query: Option<String>,
 ) -> Result<(&'c LivePolicy, Identity), Box<Response>> {
-    if !live_config
-        .config
-        .tokens
-        .admits_headers(Guarded::Admin, headers)
-    {
-        return Err(Box::new(unauthorized(app, Guarded::Admin, "state")));
+    if let Some(refusal) = admin_refusal(app, live_config, headers, "state") {
+        return Err(Box::new(refusal));
     }
     state_target(live_config, query.as_deref()).map_err(|problem| Box::new(refuse(app, problem)))
 }
@@ -920,12 +930,8 @@ async fn reset_state(
 
 async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let live_config = app.live.load();
-    if !live_config
-        .config
-        .tokens
-        .admits_headers(Guarded::Admin, &headers)
-    {
-        return unauthorized(&app, Guarded::Admin, "policies");
+    if let Some(refusal) = admin_refusal(&app, &live_config, &headers, "policies") {
+        return refusal;
     }
     let list: Vec<serde_json::Value> = live_config
         .policies
@@ -948,12 +954,8 @@ async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
 /// Secret identity parts show only as their keyed hash, as everywhere.
 async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let live_config = app.live.load();
-    if !live_config
-        .config
-        .tokens
-        .admits_headers(Guarded::Admin, &headers)
-    {
-        return unauthorized(&app, Guarded::Admin, "hot");
+    if let Some(refusal) = admin_refusal(&app, &live_config, &headers, "hot") {
+        return refusal;
     }
     let now_ms = app.limiter.clock().now_ms();
     let window_ms = crate::hot::HOT_WINDOW_MS;

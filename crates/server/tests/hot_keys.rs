@@ -8,13 +8,12 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
-use support::TollgateProcess;
+use support::{TollgateProcess, explain_json};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
 /// A bucket of 100 that refills one token an hour: nothing refills while
@@ -28,21 +27,6 @@ policies:
   - {{name: others, algorithm: token_bucket, capacity: 5, refill: {{tokens: 1, per: 1h}}}}
 "#
     )
-}
-
-fn explain_json(path: &Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["explain", "--json", "--config"])
-        .arg(path)
-        .output()
-        .expect("tollgate explain runs");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 /// `requests` checks of `key` from 16 tasks over `bases`; admissions.
@@ -127,7 +111,7 @@ async fn run(store: &str, shards: u16) -> Vec<TollgateProcess> {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("tollgate.yaml");
     std::fs::write(&path, config(store, shards)).expect("write config");
-    let explained = explain_json(&path);
+    let explained = explain_json(&path, &[]);
     let api = &explained["policies"][0]["scope"];
     assert_eq!(api["bound"]["admitted_at_most"], 100);
     if shards > 1 {

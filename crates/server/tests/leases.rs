@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::TollgateProcess;
+use support::{TollgateProcess, explain_json};
 use tollgate_testkit::{Delay, DelayProxy, Link, RedisServer};
 
 const REGIONS: [&str; 3] = ["a", "b", "c"];
@@ -43,23 +43,6 @@ policies:
       scope: {{leased: {{term: 1s, renew: 250ms, floor: 50%}}}}}}
 "#
     )
-}
-
-/// `tollgate explain --json`'s bound and lease terms for the policy.
-fn explained(config: &Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["explain", "--json", "--region", "a", "--config"])
-        .arg(config)
-        .output()
-        .expect("tollgate explain runs");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    json["policies"][0]["scope"].clone()
 }
 
 /// Admissions per region per window (the window's end, in s since the
@@ -213,7 +196,7 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
         let path = dir.path().join(format!("{region}.yaml"));
         std::fs::write(&path, config(&redis.url(), &link.url())).expect("write config");
         if region == "a" {
-            let scope = explained(&path);
+            let scope = explain_json(&path, &["--region", "a"])["policies"][0]["scope"].clone();
             assert_eq!(scope["name"], "leased");
             assert_eq!(scope["bound"]["admitted_at_most"], LIMIT);
             assert_eq!(

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use support::TollgateProcess;
+use support::{TollgateProcess, explain_json};
 use tollgate_testkit::RedisServer;
 
 /// Four policies alike but for their scope: a bucket of 10 that refills one
@@ -38,19 +38,7 @@ policies:
 
 /// `tollgate explain --json` for `region`: each policy's `admitted_at_most`.
 fn bounds(config: &Path, region: &str) -> Vec<(String, u64)> {
-    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["explain", "--json", "--region", region, "--config"])
-        .arg(config)
-        .output()
-        .expect("tollgate explain runs");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    json["policies"]
+    explain_json(config, &["--region", region])["policies"]
         .as_array()
         .expect("policies")
         .iter()

@@ -109,6 +109,25 @@ impl TestServer {
     }
 }
 
+/// `tollgate explain --json ARGS... --config CONFIG`, which must succeed.
+pub fn explain_json(config: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(tollgate_bin())
+        .args(["explain", "--json"])
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("TOLLGATE_REGION")
+        .output()
+        .expect("tollgate explain runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("explain --json prints JSON")
+}
+
 /// The built `tollgate` binary.
 pub fn tollgate_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tollgate")
