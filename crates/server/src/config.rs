@@ -33,6 +33,7 @@ pub use retry::RetryRule;
 const SERVE_FIELDS: &[&str] = &[
     "scope",
     "shards",
+    "hot_lease",
     "match",
     "identity",
     "cost",
@@ -421,8 +422,31 @@ pub struct ServePolicy {
     pub on_store_failure: OnStoreFailure,
     /// Sub-buckets each identity's limit is split over (1: not sharded).
     pub shards: u16,
+    /// Local leases for hot identities (off: `None`).
+    pub hot_lease: Option<HotLeaseRule>,
     /// How it remembers request ids; `None`: `retry_window: off`.
     pub retry: Option<RetryRule>,
+}
+
+/// A policy's `hot_lease` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotLeaseRule {
+    /// Decisions a second on this instance above which an identity is hot.
+    pub above: u64,
+    /// How long a block may be spent.
+    pub term_ms: u64,
+    /// The largest block: a share of the limit, so no instance takes the
+    /// whole budget in one call.
+    pub max_block: u64,
+}
+
+impl HotLeaseRule {
+    /// The block for an identity deciding `rate` a second: what it spends in
+    /// a term, at least 2 (a block of 1 saves no call), at most the cap.
+    pub fn block(&self, rate: u64) -> u64 {
+        let per_term = rate.saturating_mul(self.term_ms).div_ceil(1_000);
+        per_term.clamp(2, self.max_block.max(2))
+    }
 }
 
 /// The most shards a policy may split an identity over.
@@ -1034,6 +1058,7 @@ fn parse_serve_fields(
         .map_err(|fault| field_error(&policy, fault.field, fault.reason))?
         .unwrap_or(OnStoreFailure::FailOpen);
     let shards = parse_shards(&policy, fields.get("shards"), &scope, &cost)?;
+    let hot_lease = parse_hot_lease(&policy, fields.get("hot_lease"), &scope, shards)?;
     let retry = retry::parse_retry(&policy, fields)?;
     Ok(ServePolicy {
         retry,
@@ -1046,7 +1071,99 @@ fn parse_serve_fields(
         cost,
         on_store_failure,
         shards,
+        hot_lease,
     })
+}
+
+/// `hot_lease: {above, term}`: blocks for identities deciding above `above`
+/// a second on one instance, spent for `term` (default 200 ms); a block is
+/// at most a tenth of the limit.
+fn parse_hot_lease(
+    policy: &Policy,
+    value: Option<&Value>,
+    scope: &Scope,
+    shards: u16,
+) -> Result<Option<HotLeaseRule>, ConfigError> {
+    let fields = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(field_error(
+                policy,
+                "hot_lease",
+                format!("must be {{above, term}}, got {}", describe(other)),
+            ));
+        }
+    };
+    if let Some(key) = fields
+        .keys()
+        .find(|k| !["above", "term"].contains(&k.as_str()))
+    {
+        return Err(field_error(
+            policy,
+            "hot_lease",
+            format!("{key}: unknown field (expected: above, term)"),
+        ));
+    }
+    let above = fields
+        .get("above")
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            field_error(
+                policy,
+                "hot_lease",
+                "above: must be a whole number of decisions a second ≥ 1",
+            )
+        })?;
+    let term_ms = match fields.get("term") {
+        None | Some(Value::Null) => 200,
+        Some(Value::String(text)) => tollgate_core::parse_duration_ms(text)
+            .map_err(|e| field_error(policy, "hot_lease", format!("term: {e}")))?,
+        Some(other) => {
+            return Err(field_error(
+                policy,
+                "hot_lease",
+                format!(
+                    "term: must be a duration such as \"200ms\", got {}",
+                    describe(other)
+                ),
+            ));
+        }
+    };
+    if !(10..=10_000).contains(&term_ms) {
+        return Err(field_error(
+            policy,
+            "hot_lease",
+            format!(
+                "term: {} is outside 10ms..=10s",
+                tollgate_core::format_duration_ms(term_ms)
+            ),
+        ));
+    }
+    if shards > 1 || matches!(scope, Scope::Leased(_)) {
+        return Err(field_error(
+            policy,
+            "hot_lease",
+            "cannot be combined with shards or scope leased (each already splits the limit)",
+        ));
+    }
+    let max_block = policy.limits().limit() / 10;
+    if max_block < 2 {
+        return Err(field_error(
+            policy,
+            "hot_lease",
+            format!(
+                "the limit {} is too small: a block is at most a tenth of it and at least 2",
+                policy.limits().limit()
+            ),
+        ));
+    }
+    Ok(Some(HotLeaseRule {
+        above,
+        term_ms,
+        max_block,
+    }))
 }
 
 /// `shards: N`: each identity's limit split over N sub-buckets on distinct

@@ -85,6 +85,9 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
         if let Some(shards) = &e.shards_text {
             let _ = writeln!(out, "  shards: {shards}");
         }
+        if let Some(hot) = &e.hot_lease_text {
+            let _ = writeln!(out, "  hot_lease: {hot}");
+        }
         let _ = writeln!(out, "  on store failure: {}", e.failure_text);
         let _ = writeln!(out, "  state: {}", e.state_text);
         let _ = writeln!(out, "  request ids: {}", e.ids_text);
@@ -217,6 +220,7 @@ struct Explained {
     split_text: Option<String>,
     lease_text: Option<String>,
     shards_text: Option<String>,
+    hot_lease_text: Option<String>,
     failure_text: String,
     state_text: String,
     ids_text: String,
@@ -391,6 +395,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         }
     };
     let (shards_text, json_shards) = shards(serve);
+    let (hot_lease_text, json_hot_lease) = hot_lease(serve, deployment.instances());
     let (mode, while_degraded) = degraded(serve, settings);
     let failure_text = match redis {
         None => format!("{while_degraded}."),
@@ -431,6 +436,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         "split": json_split,
         "lease": json_lease,
         "shards": json_shards,
+        "hot_lease": json_hot_lease,
         "state": state_text,
         "request_ids": ids_text,
     });
@@ -440,11 +446,41 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         split_text,
         lease_text,
         shards_text,
+        hot_lease_text,
         failure_text,
         state_text,
         ids_text,
         json,
     }
+}
+
+/// A policy's local leases for hot identities: the bound (unchanged) and
+/// the error, in words and JSON.
+fn hot_lease(serve: &ServePolicy, instances: Option<u64>) -> (Option<String>, Value) {
+    let Some(rule) = serve.hot_lease else {
+        return (None, Value::Null);
+    };
+    let early = match instances {
+        Some(n) => format!(
+            "up to {} units across the {n} instances `regions:` lists",
+            n.saturating_sub(1).saturating_mul(rule.max_block)
+        ),
+        None => format!("up to (N − 1) × {} units for N instances", rule.max_block),
+    };
+    let text = format!(
+        "an identity deciding above {} a second on an instance takes a block of its budget in one store decision (what it spends in {}, at most {}) and admits from it locally; blocks are consumed before they are spent, so never admitted beyond the limit. The error: units a block holds when its term ends are lost (at most {} an instance a term), and a request can be rejected while other instances hold unspent blocks ({early}).",
+        rule.above,
+        format_duration_ms(rule.term_ms),
+        rule.max_block,
+        rule.max_block,
+    );
+    let json = json!({
+        "above_per_second": rule.above,
+        "term_ms": rule.term_ms,
+        "largest_block": rule.max_block,
+        "lost_at_most_per_instance_and_term": rule.max_block,
+    });
+    (Some(text), json)
 }
 
 /// A sharded policy's shares, its bound and its error, in words and JSON.

@@ -12,7 +12,7 @@ use tollgate_store::{OnStoreFailure, local_policy};
 
 use crate::config::{ServeConfig, ServePolicy};
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
-use crate::limiter::Lease;
+use crate::limiter::{HotLeases, Lease};
 use crate::metrics::{Metrics, PolicyCounters, RlsCounters, ScopeLabels};
 use crate::ratelimit_fields::policy_item;
 use crate::scope::Scope;
@@ -31,6 +31,8 @@ pub struct LivePolicy {
     pub shards: Vec<Policy>,
     /// Which shard the next request of this instance tries first.
     pub shard_cursor: std::sync::atomic::AtomicU64,
+    /// Under `hot_lease`: this instance's blocks (new on each load).
+    pub hot_leases: Option<HotLeases>,
 }
 
 /// One loaded config, live.
@@ -73,6 +75,9 @@ impl LiveConfig {
                 lease: lease(serve),
                 shards: shard_policies(&serve.policy, serve.shards),
                 shard_cursor: std::sync::atomic::AtomicU64::new(0),
+                hot_leases: serve
+                    .hot_lease
+                    .map(|rule| HotLeases::new(rule, metrics.hot_lease_lost.clone())),
                 serve: serve.clone(),
             })
             .collect();

@@ -83,6 +83,12 @@ pub struct Metrics {
     pub rejected_cache_answers: Gauge,
     /// Script calls made for single decisions (batched).
     pub store_script_calls: Gauge,
+    /// Decisions admitted from a hot identity's local block.
+    pub hot_lease_local: Counter,
+    /// Blocks taken from the store for hot identities.
+    pub hot_lease_blocks: Counter,
+    /// Units dropped unspent with their block.
+    pub hot_lease_lost: Counter,
     pub store_evictions: Gauge,
     pub reloads: Counter,
     pub reload_failures: Counter,
@@ -185,6 +191,24 @@ impl Metrics {
             "decision_duration_seconds",
             "Time to decide one request (all its policies), store call included",
             decision_seconds.clone(),
+        );
+        let hot_lease_local = Counter::default();
+        registry.register(
+            "hot_lease_local_decisions",
+            "Decisions admitted from a hot identity's local block (hot_lease), without a store call",
+            hot_lease_local.clone(),
+        );
+        let hot_lease_lost = Counter::default();
+        registry.register(
+            "hot_lease_lost_units",
+            "Units of the budget taken in a hot identity's block but dropped unspent (its term or window ended, or a cost did not fit): consumed, never admitted",
+            hot_lease_lost.clone(),
+        );
+        let hot_lease_blocks = Counter::default();
+        registry.register(
+            "hot_lease_blocks",
+            "Blocks of a hot identity's budget taken from the store, one decision each (hot_lease)",
+            hot_lease_blocks.clone(),
         );
         let rejected_cache_answers = Gauge::default();
         registry.register(
@@ -349,6 +373,9 @@ impl Metrics {
             store_keys,
             rejected_cache_answers,
             store_script_calls,
+            hot_lease_local,
+            hot_lease_blocks,
+            hot_lease_lost,
             store_evictions,
             reloads,
             reload_failures,

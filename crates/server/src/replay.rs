@@ -310,6 +310,7 @@ async fn decide(
             lease: None,
             shards: &[],
             shard_cursor: None,
+            hot_lease: None,
             retry: None,
         }])
         .await;

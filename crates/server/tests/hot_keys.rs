@@ -31,6 +31,12 @@ policies:
 
 /// `requests` checks of `key` from 16 tasks over `bases`; admissions.
 async fn hammer(bases: &[String], key: &str, requests: u64) -> u64 {
+    hammer_policy(bases, "api", key, requests).await
+}
+
+/// `requests` checks of `policy` for `key` from 16 tasks over `bases`;
+/// admissions.
+async fn hammer_policy(bases: &[String], policy: &str, key: &str, requests: u64) -> u64 {
     let client = reqwest::Client::new();
     let sent = Arc::new(AtomicU64::new(0));
     let admitted = Arc::new(AtomicU64::new(0));
@@ -38,7 +44,7 @@ async fn hammer(bases: &[String], key: &str, requests: u64) -> u64 {
     for task in 0..16 {
         let (client, sent, admitted) = (client.clone(), Arc::clone(&sent), Arc::clone(&admitted));
         let base = bases[task % bases.len()].clone();
-        let body = format!(r#"{{"policy":"api","key":"{key}"}}"#);
+        let body = format!(r#"{{"policy":"{policy}","key":"{key}"}}"#);
         tasks.push(tokio::spawn(async move {
             while sent.fetch_add(1, Ordering::Relaxed) < requests {
                 let answer: Value = client
@@ -259,4 +265,122 @@ fn shards_are_refused_with_the_reason_when_they_cannot_hold_the_limit() {
             "case {i}"
         );
     }
+}
+
+/// A metric's value on one process.
+async fn metric(base: &str, name: &str) -> u64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_identities_decide_from_local_blocks_and_never_pass_the_limit() {
+    let redis = RedisServer::start().expect("redis-server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"server: {{watch_interval_ms: 0}}
+store: {{redis: {{url: "{}"}}}}
+policies:
+  - {{name: blocks, algorithm: token_bucket, capacity: 1000, refill: {{tokens: 1, per: 1h}}, hot_lease: {{above: 50, term: 200ms}}}}
+"#,
+            redis.url()
+        ),
+    )
+    .expect("write config");
+    let explained = explain_json(&path, &[]);
+    let scope = &explained["policies"][0]["scope"];
+    assert_eq!(scope["bound"]["admitted_at_most"], 1000);
+    assert_eq!(
+        scope["hot_lease"],
+        serde_json::json!({
+            "above_per_second": 50,
+            "term_ms": 200,
+            "largest_block": 100,
+            "lost_at_most_per_instance_and_term": 100,
+        })
+    );
+    let processes: Vec<TollgateProcess> =
+        (0..2).map(|_| TollgateProcess::spawn(&path, &[])).collect();
+    let bases: Vec<String> = processes.iter().map(|p| p.base.clone()).collect();
+    let evals_before = evals(&redis);
+    let mut admitted = hammer_policy(&bases, "blocks", "tenant-hot", 3_000).await;
+    let evals = evals(&redis) - evals_before;
+    assert!(admitted <= 1_000, "admitted {admitted} of a limit of 1000");
+    // Each process until it rejects: then it holds no block.
+    let client = reqwest::Client::new();
+    for base in &bases {
+        loop {
+            let answer: Value = client
+                .post(format!("{base}/v1/check"))
+                .body(r#"{"policy":"blocks","key":"tenant-hot"}"#)
+                .send()
+                .await
+                .expect("check")
+                .json()
+                .await
+                .expect("JSON");
+            if answer["allowed"] != true {
+                break;
+            }
+            admitted += 1;
+        }
+    }
+    let state: Value = client
+        .get(format!(
+            "{}/v1/state?policy=blocks&key=tenant-hot",
+            bases[0]
+        ))
+        .send()
+        .await
+        .expect("state")
+        .json()
+        .await
+        .expect("JSON");
+    let left = state["remaining"].as_u64().expect("remaining");
+    let (mut lost, mut local, mut blocks) = (0, 0, 0);
+    for base in &bases {
+        lost += metric(base, "tollgate_hot_lease_lost_units_total").await;
+        local += metric(base, "tollgate_hot_lease_local_decisions_total").await;
+        blocks += metric(base, "tollgate_hot_lease_blocks_total").await;
+    }
+    eprintln!(
+        "admitted {admitted}, lost {lost}, left {left}; {blocks} blocks, {local} local decisions, {evals} script calls for 3000 decisions"
+    );
+    // Every unit is accounted for: admitted, lost with a block, or still
+    // in the bucket — never more than the limit.
+    assert_eq!(
+        admitted + lost + left,
+        1_000,
+        "admitted {admitted}, lost {lost}, left {left}"
+    );
+    assert!(
+        blocks > 0 && local > 0,
+        "{blocks} blocks, {local} local decisions"
+    );
+    assert!(
+        evals < 3_000,
+        "{evals} script calls for 3000 decisions: blocks saved none"
+    );
+}
+
+/// EVALSHA and EVAL calls the server has answered so far.
+fn evals(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["info", "commandstats"])
+        .expect("info")
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+        .sum()
 }

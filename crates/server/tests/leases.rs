@@ -13,7 +13,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,32 +110,47 @@ fn drive(bases: &Bases, busy: &Busy, tally: &Tally) -> Vec<tokio::task::JoinHand
     tasks
 }
 
-/// A `tollgate serve` of `region`: b's clocks 30 s ahead, c's 30 s behind.
+/// A `tollgate serve` of `region`: b's clocks 30 s ahead, c's 30 s behind
+/// (libfaketime preloaded into the process itself, so the handle kills
+/// tollgate and not a wrapper that would leave it running).
 fn spawn(region: &str, config: &Path) -> TollgateProcess {
     let skew = match region {
         "b" => Some("+30s"),
         "c" => Some("-30s"),
         _ => None,
     };
-    let env = [("TOLLGATE_REGION", region)];
     match skew {
-        None => TollgateProcess::spawn(config, &env),
+        None => TollgateProcess::spawn(config, &[("TOLLGATE_REGION", region)]),
         Some(offset) => {
-            require_faketime();
-            TollgateProcess::spawn_under(&["faketime", "-f", offset], config, &env)
+            let library = libfaketime();
+            TollgateProcess::spawn(
+                config,
+                &[
+                    ("TOLLGATE_REGION", region),
+                    ("LD_PRELOAD", &library),
+                    ("FAKETIME", offset),
+                ],
+            )
         }
     }
 }
 
-fn require_faketime() {
-    let found = Command::new("faketime")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    assert!(
-        found,
-        "faketime (libfaketime) is missing: install it with `apt-get install -y faketime` (scripts/test does this)"
-    );
+/// Where Debian's `faketime` package puts libfaketime.
+fn libfaketime() -> String {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+        "/usr/local/lib/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|path| Path::new(path).is_file())
+    .unwrap_or_else(|| {
+        panic!(
+            "libfaketime is missing: install it with `apt-get install -y faketime` (scripts/test does this)"
+        )
+    })
+    .to_owned()
 }
 
 #[allow(clippy::disallowed_methods)] // dating windows as Redis's TIME does

@@ -12,6 +12,7 @@
 //! beside `http` and `rls` that calls [`Limiter::decide`].
 
 mod backend;
+mod hot_lease;
 mod lease;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +31,7 @@ use crate::metrics::{DegradedLabels, ErrorLabels, Metrics, PolicyCounters};
 use crate::stopwatch::Stopwatch;
 
 pub use backend::Backend;
+pub use hot_lease::{HotLeases, MAX_BLOCKS};
 pub use lease::{Lease, instance_id, share_of};
 
 /// One check as an adapter hands it to the limiter.
@@ -59,6 +61,8 @@ pub struct Check<'a> {
     /// instance's round-robin cursor over them.
     pub shards: &'a [Policy],
     pub shard_cursor: Option<&'a AtomicU64>,
+    /// Under `hot_lease`: this instance's blocks of the policy's budget.
+    pub hot_lease: Option<&'a HotLeases>,
     /// How its policy keeps request ids; `None`: it keeps none.
     pub retry: Option<RetryRule>,
 }
@@ -78,6 +82,7 @@ impl<'a> Check<'a> {
             lease: live.lease.as_deref(),
             shards: &live.shards,
             shard_cursor: Some(&live.shard_cursor),
+            hot_lease: live.hot_leases.as_ref(),
             retry: live.serve.retry,
         }
     }
@@ -228,6 +233,14 @@ impl Limiter {
                 window_ms: rule.window_ms,
                 max_ids: rule.max_ids,
             });
+        if let ([one], None) = (checks, retry)
+            && let Some(hot) = one.hot_lease
+            && let Some(decided) = self.decide_by_block(backend, one, hot, now_ms).await
+        {
+            self.observe_store(&decided);
+            self.count(checks, &decided, false, now_ms);
+            return decided;
+        }
         let picks: Vec<Option<usize>> = checks.iter().map(Check::pick).collect();
         let mut decided = self.call(backend, checks, &picks, 0, now_ms, retry).await;
         if matches!(decided.replay, Replay::CostMismatch { .. }) {
@@ -273,33 +286,7 @@ impl Limiter {
             return decided;
         }
         self.observe_store(&decided);
-        for (check, decision) in checks.iter().zip(&decided.decisions) {
-            if decided.by.is_degraded() {
-                self.decision_log.degraded(
-                    check.policy.name(),
-                    check.identity,
-                    decided.by.name(),
-                    decision.allowed,
-                    self.clock.now_ms(),
-                );
-            }
-            let Some(counters) = check.counters else {
-                continue;
-            };
-            counters
-                .hot
-                .record(check.identity, decision.allowed, now_ms);
-            if decision.allowed {
-                counters.allowed.inc();
-                if replayed {
-                    counters.replayed.inc();
-                }
-            } else {
-                counters.rejected.inc();
-                self.decision_log
-                    .rejected(check.policy.name(), check.identity, now_ms);
-            }
-        }
+        self.count(checks, &decided, replayed, now_ms);
         decided
     }
 
@@ -414,6 +401,86 @@ impl Limiter {
                 backend.decide_all(&guarded, clock, retry).await
             }
         }
+    }
+
+    /// Records each counted check's outcome: its policy's counters, its
+    /// hot identity, and degraded or rejected decisions in the log.
+    fn count(&self, checks: &[Check<'_>], decided: &Decided, replayed: bool, now_ms: u64) {
+        for (check, decision) in checks.iter().zip(&decided.decisions) {
+            if decided.by.is_degraded() {
+                self.decision_log.degraded(
+                    check.policy.name(),
+                    check.identity,
+                    decided.by.name(),
+                    decision.allowed,
+                    self.clock.now_ms(),
+                );
+            }
+            let Some(counters) = check.counters else {
+                continue;
+            };
+            counters
+                .hot
+                .record(check.identity, decision.allowed, now_ms);
+            if decision.allowed {
+                counters.allowed.inc();
+                if replayed {
+                    counters.replayed.inc();
+                }
+            } else {
+                counters.rejected.inc();
+                self.decision_log
+                    .rejected(check.policy.name(), check.identity, now_ms);
+            }
+        }
+    }
+
+    /// A hot identity's decision from its local block (docs/config.md,
+    /// `hot_lease`): spent from a live block, or from a block taken now in
+    /// one store decision when the identity decides above the threshold
+    /// here. `None`: decide on the store as usual (no block, not hot, the
+    /// store's circuit not closed, or the block refused).
+    async fn decide_by_block(
+        &self,
+        backend: &Backend,
+        check: &Check<'_>,
+        hot: &HotLeases,
+        now_ms: u64,
+    ) -> Option<Decided> {
+        if check.cost == 0 {
+            return None;
+        }
+        let local = |decision| Decided {
+            decisions: vec![decision],
+            by: DecidedBy::Shared,
+            error: None,
+            store_ms: None,
+            replay: Replay::Fresh,
+        };
+        if let Some(decision) = hot.spend(check.identity, check.cost, now_ms) {
+            self.metrics.hot_lease_local.inc();
+            return Some(local(decision));
+        }
+        let rate = hot.observe(check.identity, now_ms);
+        if rate < hot.rule.above || !backend.trusted() {
+            return None;
+        }
+        let block = hot.rule.block(rate).max(check.cost);
+        let whole = Check {
+            cost: block,
+            ..*check
+        };
+        let taken = self.call(backend, &[whole], &[None], 0, now_ms, None).await;
+        let decision = match taken.decisions.as_slice() {
+            [d] if d.allowed && taken.by == DecidedBy::Shared => d,
+            _ => return None,
+        };
+        self.metrics.hot_lease_blocks.inc();
+        let decision = hot.keep(check.identity, block, check.cost, decision, now_ms);
+        Some(Decided {
+            store_ms: taken.store_ms,
+            ..local(decision)
+        })
     }
 
     /// A store's latency, its errors, and decisions made without it.

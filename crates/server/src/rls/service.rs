@@ -249,6 +249,7 @@ impl Batch {
             lease: None,
             shards: &[],
             shard_cursor: None,
+            hot_lease: None,
             counters: if self == Batch::Enforced {
                 p.counters
             } else {

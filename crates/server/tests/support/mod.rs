@@ -141,19 +141,7 @@ pub struct TollgateProcess {
 
 impl TollgateProcess {
     pub fn spawn(config: &Path, env: &[(&str, &str)]) -> Self {
-        Self::spawn_under(&[], config, env)
-    }
-
-    /// `tollgate serve` run by `wrapper` (e.g. `["faketime", "-f", "+30s"]`).
-    pub fn spawn_under(wrapper: &[&str], config: &Path, env: &[(&str, &str)]) -> Self {
-        let mut cmd = match wrapper {
-            [] => Command::new(tollgate_bin()),
-            [program, args @ ..] => {
-                let mut cmd = Command::new(program);
-                cmd.args(args).arg(tollgate_bin());
-                cmd
-            }
-        };
+        let mut cmd = Command::new(tollgate_bin());
         cmd.args(["serve", "--config"])
             .arg(config)
             .args(["--listen", "127.0.0.1:0"])
@@ -162,9 +150,7 @@ impl TollgateProcess {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start tollgate serve under {wrapper:?}: {e}"));
+        let mut child = cmd.spawn().expect("spawn tollgate serve");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         BufReader::new(stdout)
