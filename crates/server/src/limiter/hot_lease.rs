@@ -34,9 +34,12 @@ struct Rate {
     before: u64,
 }
 
-/// What is left of one identity's block.
+/// What is left of one identity's block; `taking` while one request of
+/// this instance takes it (the others decide on the store meanwhile, so a
+/// burst takes one block, not one each).
 #[derive(Debug, Clone)]
 struct Block {
+    taking: bool,
     left: u64,
     taken_at_ms: u64,
     until_ms: u64,
@@ -73,6 +76,9 @@ impl HotLeases {
     pub fn spend(&self, identity: &Identity, cost: u64, now_ms: u64) -> Option<Decision> {
         let mut blocks = self.blocks.lock().ok()?;
         let block = blocks.get_mut(identity)?;
+        if block.taking {
+            return None;
+        }
         if now_ms >= block.until_ms || block.left < cost {
             // Run out: what is left is lost (see the module's note).
             self.lost.inc_by(block.left);
@@ -88,6 +94,54 @@ impl HotLeases {
             reset_after_ms: block.taken.reset_after_ms.saturating_sub(elapsed),
             ..block.taken
         })
+    }
+
+    /// Whether the caller should take a block for `identity` now: no other
+    /// request of this instance is taking one (marked until [`keep`] or
+    /// [`abandon`]). Bounded like the blocks.
+    ///
+    /// [`keep`]: HotLeases::keep
+    /// [`abandon`]: HotLeases::abandon
+    pub fn begin_taking(&self, identity: &Identity, now_ms: u64) -> bool {
+        let Ok(mut blocks) = self.blocks.lock() else {
+            return false;
+        };
+        if let Some(block) = blocks.get(identity) {
+            // A stuck marker (its taker's call never came back) lapses
+            // after a term.
+            if block.taking && now_ms < block.until_ms {
+                return false;
+            }
+            self.lost.inc_by(block.left);
+        } else if blocks.len() >= MAX_BLOCKS {
+            return false;
+        }
+        blocks.insert(
+            identity.clone(),
+            Block {
+                taking: true,
+                left: 0,
+                taken_at_ms: now_ms,
+                until_ms: now_ms.saturating_add(self.rule.term_ms),
+                taken: Decision {
+                    allowed: false,
+                    limit: 0,
+                    remaining: 0,
+                    retry_after_ms: None,
+                    reset_after_ms: 0,
+                },
+            },
+        );
+        true
+    }
+
+    /// The block could not be taken: let another request try.
+    pub fn abandon(&self, identity: &Identity) {
+        if let Ok(mut blocks) = self.blocks.lock()
+            && blocks.get(identity).is_some_and(|b| b.taking)
+        {
+            blocks.remove(identity);
+        }
     }
 
     /// Keeps a block of `block` units just taken at `now_ms` for a request
@@ -122,6 +176,7 @@ impl HotLeases {
                     blocks.insert(
                         identity.clone(),
                         Block {
+                            taking: false,
                             left,
                             taken_at_ms: now_ms,
                             until_ms,

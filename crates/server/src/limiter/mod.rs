@@ -462,7 +462,8 @@ impl Limiter {
             return Some(local(decision));
         }
         let rate = hot.observe(check.identity, now_ms);
-        if rate < hot.rule.above || !backend.trusted() {
+        if rate < hot.rule.above || !backend.trusted() || !hot.begin_taking(check.identity, now_ms)
+        {
             return None;
         }
         let block = hot.rule.block(rate).max(check.cost);
@@ -473,7 +474,10 @@ impl Limiter {
         let taken = self.call(backend, &[whole], &[None], 0, now_ms, None).await;
         let decision = match taken.decisions.as_slice() {
             [d] if d.allowed && taken.by == DecidedBy::Shared => d,
-            _ => return None,
+            _ => {
+                hot.abandon(check.identity);
+                return None;
+            }
         };
         self.metrics.hot_lease_blocks.inc();
         let decision = hot.keep(check.identity, block, check.cost, decision, now_ms);

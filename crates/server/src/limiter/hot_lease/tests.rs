@@ -96,3 +96,22 @@ fn an_identitys_rate_is_its_last_whole_second_or_this_one_when_higher() {
     assert_eq!(hot.observe(&id, 6_100), 3, "the last whole second");
     assert_eq!(hot.observe(&id, 8_000), 1, "a quiet second between");
 }
+
+#[test]
+fn one_request_takes_a_block_while_the_others_go_to_the_store() {
+    let hot = HotLeases::new(rule(), Counter::default());
+    let id = Identity::value("burst");
+    assert!(hot.begin_taking(&id, 0));
+    assert!(!hot.begin_taking(&id, 1), "another is taking it");
+    assert!(hot.spend(&id, 1, 1).is_none(), "nothing to spend yet");
+    hot.keep(&id, 5, 1, &taken(10), 2);
+    assert!(hot.spend(&id, 1, 3).is_some());
+    // A refused block lets the next request try.
+    let other = Identity::value("other");
+    assert!(hot.begin_taking(&other, 0));
+    hot.abandon(&other);
+    assert!(hot.begin_taking(&other, 1));
+    // A taker that never came back lapses after a term.
+    assert!(hot.begin_taking(&other, 201));
+    assert_eq!(hot.lost.get(), 0);
+}
