@@ -2,8 +2,9 @@
 # Load harness for hot keys: one hot key from 64 connections through two
 # tollgate instances, beside a non-hot workload (100,000 keys), in one run:
 #   - on one Redis: a hot key under its limit (every decision a script call,
-#     batched), and an abusive one far over it (the rejected-until cache
-#     answers it: the shield);
+#     batched), the same with local leases (hot_lease: blocks taken in one
+#     call, spent locally), and an abusive one far over it (the
+#     rejected-until cache answers it: the shield);
 #   - on a 3-master Cluster: the hot key under its limit with 1, 4 and 16
 #     shards (docs/config.md, shards).
 # For each: decisions/s (both instances' wrk summed) and Redis commands per
@@ -35,16 +36,18 @@ redis_at() { # redis_at PORT [ARGS...]
 standalone=$(free_port); redis_at "$standalone"
 nodes=()
 for _ in 1 2 3; do
-  port=$(free_port); redis_at "$port" --cluster-enabled yes --cluster-config-file "nodes-$port.conf"
+  # The bus port given, since port + 10000 may not exist.
+  port=$(free_port); bus=$(free_port)
+  redis_at "$port" --cluster-enabled yes --cluster-config-file "nodes-$port.conf" --cluster-port "$bus"
   nodes+=("$port")
 done
-yes yes | redis-cli --cluster create $(printf '127.0.0.1:%s ' "${nodes[@]}") --cluster-replicas 0 >/dev/null
+redis-cli --cluster create $(printf "127.0.0.1:%s " "${nodes[@]}") --cluster-replicas 0 --cluster-yes >/dev/null
 for _ in $(seq 100); do
   redis-cli -p "${nodes[0]}" cluster info | grep -q cluster_state:ok && break; sleep 0.1
 done
 
 calls() { # calls PORT...: EVALSHA + EVAL calls so far on these nodes
-  local total=0 n
+  local total=0 n port
   for port in "$@"; do
     n=$(redis-cli -p "$port" info commandstats | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/ {s += $3} END {print s + 0}')
     total=$((total + n))
@@ -61,8 +64,9 @@ run() {
   before=$(calls "$@")
   out_a=$(mktemp); out_b=$(mktemp)
   POLICY=$policy KEYS=$keys wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s bench/check.lua "$a" >"$out_a" &
+  local first=$!
   POLICY=$policy KEYS=$keys wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s bench/check.lua "$b" >"$out_b"
-  wait
+  wait "$first"
   after=$(calls "$@")
   reqs=$(cat "$out_a" "$out_b" | awk '/requests in/ {s += $1} END {print s}')
   rate=$(cat "$out_a" "$out_b" | awk '/Requests\/sec/ {s += $2} END {printf "%.0f", s}')
@@ -73,10 +77,16 @@ run() {
 
 policies='
   - {name: under, algorithm: gcra, capacity: 1000000000, refill: {tokens: 1000000000, per: 1s}}
+  - {name: blocks, algorithm: gcra, capacity: 1000000000, refill: {tokens: 1000000000, per: 1s}, hot_lease: {above: 1000, term: 200ms}}
   - {name: over, algorithm: gcra, capacity: 100, refill: {tokens: 100, per: 1s}}'
 cat >"$work/standalone.yaml" <<YAML
 server: {watch_interval_ms: 0}
 store: {redis: {url: "redis://127.0.0.1:$standalone"}}
+policies:$policies
+YAML
+cat >"$work/memory.yaml" <<YAML
+server: {watch_interval_ms: 0}
+store: {memory: {}}
 policies:$policies
 YAML
 cluster_urls=$(printf '"redis://127.0.0.1:%s", ' "${nodes[@]}"); cluster_urls=${cluster_urls%, }
@@ -91,8 +101,10 @@ done
 
 echo "two instances, wrk -t1 -c$CONNECTIONS -d$DURATION each; Redis 7 on loopback"
 printf '%-34s %10s %12s\n' workload 'req/s' 'calls/dec'
+run "memory: one hot key (baseline)" under 1 "$work/memory.yaml"
 run "redis: 100,000 keys (not hot)" under 100000 "$work/standalone.yaml" "$standalone"
 run "redis: one hot key, under limit" under 1 "$work/standalone.yaml" "$standalone"
+run "redis: one hot key, hot_lease" blocks 1 "$work/standalone.yaml" "$standalone"
 run "redis: one hot key, 100/s limit" over 1 "$work/standalone.yaml" "$standalone"
 run "cluster: 100,000 keys (not hot)" under 100000 "$work/cluster-1.yaml" "${nodes[@]}"
 for shards in 1 4 16; do

@@ -438,6 +438,9 @@ pub struct HotLeaseRule {
     /// The largest block: a share of the limit, so no instance takes the
     /// whole budget in one call.
     pub max_block: u64,
+    /// A window algorithm: a block is never spent past the window it was
+    /// taken from (a bucket's block only within its term).
+    pub windowed: bool,
 }
 
 impl HotLeaseRule {
@@ -1163,6 +1166,10 @@ fn parse_hot_lease(
         above,
         term_ms,
         max_block,
+        windowed: !matches!(
+            policy.limits(),
+            tollgate_core::Limits::TokenBucket(_) | tollgate_core::Limits::Gcra(_)
+        ),
     }))
 }
 

@@ -156,9 +156,14 @@ impl HotLeases {
         now_ms: u64,
     ) -> Decision {
         let left = block.saturating_sub(cost);
-        // Spent within its term, and never past the state's own reset: a
-        // window's block is spent in the window it was taken from.
-        let until_ms = now_ms.saturating_add(self.rule.term_ms.min(taken.reset_after_ms));
+        // Spent within its term; a window's block never past the window it
+        // was taken from (its reset, for an admitted decision).
+        let term_ms = if self.rule.windowed {
+            self.rule.term_ms.min(taken.reset_after_ms)
+        } else {
+            self.rule.term_ms
+        };
+        let until_ms = now_ms.saturating_add(term_ms);
         if let Ok(mut blocks) = self.blocks.lock() {
             if blocks.len() >= MAX_BLOCKS {
                 let lost = &self.lost;

@@ -457,11 +457,13 @@ impl Limiter {
             store_ms: None,
             replay: Replay::Fresh,
         };
+        // Every request counts toward the rate, so a block is sized by what
+        // the identity really decides here.
+        let rate = hot.observe(check.identity, now_ms);
         if let Some(decision) = hot.spend(check.identity, check.cost, now_ms) {
             self.metrics.hot_lease_local.inc();
             return Some(local(decision));
         }
-        let rate = hot.observe(check.identity, now_ms);
         if rate < hot.rule.above || !backend.trusted() || !hot.begin_taking(check.identity, now_ms)
         {
             return None;

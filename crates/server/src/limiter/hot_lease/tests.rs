@@ -8,6 +8,7 @@ fn rule() -> HotLeaseRule {
         above: 100,
         term_ms: 200,
         max_block: 25,
+        windowed: true,
     }
 }
 
@@ -73,6 +74,16 @@ fn a_block_is_never_spent_past_the_states_reset() {
     assert!(hot.spend(&id, 1, 1_049).is_some());
     assert!(hot.spend(&id, 1, 1_050).is_none(), "the window ended");
     assert_eq!(hot.lost.get(), 3);
+    // A bucket's block keeps its term whatever the bucket's reset.
+    let bucket = HotLeases::new(
+        HotLeaseRule {
+            windowed: false,
+            ..rule()
+        },
+        Counter::default(),
+    );
+    bucket.keep(&id, 5, 1, &ending, 1_000);
+    assert!(bucket.spend(&id, 1, 1_150).is_some());
 }
 
 #[test]
