@@ -153,21 +153,22 @@ pub struct ServerSettings {
     /// TLS for both listeners: PEM certificate and key files, relative to
     /// the config file. Read at start.
     pub tls: Option<TlsPaths>,
-    /// The header carrying a request id on `/v1/authorize`
-    /// (draft-ietf-httpapi-idempotency-key-header's `Idempotency-Key` by
-    /// default): a retry under the same id is charged once.
+    /// The header carrying a request id on `/v1/authorize` (e.g.
+    /// draft-ietf-httpapi-idempotency-key-header's `Idempotency-Key`): a
+    /// retry under the same id is charged once. Off unless named: on forward
+    /// auth the id is the *client's* header, and a client reusing one id is
+    /// admitted for one charge unless the application behind honours it.
     #[serde(deserialize_with = "header_name")]
-    pub request_id_header: HeaderName,
+    pub request_id_header: Option<HeaderName>,
 }
 
-/// The draft's header: draft-ietf-httpapi-idempotency-key-header.
-pub const DEFAULT_REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
-
-fn header_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HeaderName, D::Error> {
+fn header_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<HeaderName>, D::Error> {
     let text = String::deserialize(d)?;
-    HeaderName::from_bytes(text.as_bytes()).map_err(|_| {
-        serde::de::Error::custom(format!("request_id_header: {text:?} is not a header name"))
-    })
+    HeaderName::from_bytes(text.as_bytes())
+        .map(Some)
+        .map_err(|_| {
+            serde::de::Error::custom(format!("request_id_header: {text:?} is not a header name"))
+        })
 }
 
 /// More HTTP workers than this is a typo, not a machine.
@@ -312,7 +313,7 @@ impl Default for ServerSettings {
             max_connections: 16_384,
             request_timeout_ms: 30_000,
             tls: None,
-            request_id_header: DEFAULT_REQUEST_ID_HEADER,
+            request_id_header: None,
         }
     }
 }

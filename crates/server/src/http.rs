@@ -668,8 +668,13 @@ pub(crate) async fn authorize_request<B>(
         Ok(request) => request,
         Err(fault) => return client_fault(app, fault),
     };
-    let id = match request_id::from_header(&parts.headers, &settings.request_id_header) {
-        Ok(id) => id,
+    let id = match settings
+        .request_id_header
+        .as_ref()
+        .map(|name| request_id::from_header(&parts.headers, name))
+        .transpose()
+    {
+        Ok(id) => id.flatten(),
         Err(fault) => return client_fault(app, fault),
     };
     let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();

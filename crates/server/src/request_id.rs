@@ -1,5 +1,5 @@
 //! Request ids at the HTTP doors: `"request_id"` in a `/v1/check` body,
-//! `server.request_id_header` (`Idempotency-Key`) on `/v1/authorize`. The
+//! `server.request_id_header` (off unless named) on `/v1/authorize`. The
 //! limiter records them (crate::limiter::Limiter::decide_request); this
 //! module reads them and words the refusals.
 

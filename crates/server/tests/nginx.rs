@@ -286,9 +286,14 @@ struct Stack {
 
 impl Stack {
     async fn start() -> Self {
+        Self::start_with(&example("nginx-tollgate.yaml")).await
+    }
+
+    /// The stack with another tollgate config in place of the example's.
+    async fn start_with(config: &Path) -> Self {
         let upstream = Upstream::start().await;
         let tollgate = TollgateProcess::spawn(
-            &example("nginx-tollgate.yaml"),
+            config,
             &[(
                 "TOLLGATE_IDENTITY_KEY",
                 "nginx-test-identity-key-of-32-bytes!",
@@ -990,7 +995,22 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_with_its_idempotency_key_is_charged_once_through_nginx() {
-    let stack = Stack::start().await;
+    // The example with request ids switched on, as docs/request-ids.md says
+    // to for an application that honours Idempotency-Key.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("tollgate.yaml");
+    let example_text =
+        std::fs::read_to_string(example("nginx-tollgate.yaml")).expect("read the example");
+    assert_eq!(example_text.matches("\nserver:\n").count(), 1);
+    std::fs::write(
+        &config,
+        example_text.replace(
+            "\nserver:\n",
+            "\nserver:\n  request_id_header: Idempotency-Key\n",
+        ),
+    )
+    .expect("write config");
+    let stack = Stack::start_with(&config).await;
     let client = client_at([127, 0, 0, 9]);
     let url = stack.nginx.url("/api/exports/orders");
     let export = |key: &'static str, rows: &'static str| {
@@ -1031,5 +1051,31 @@ async fn a_retry_with_its_idempotency_key_is_charged_once_through_nginx() {
             "detail": "this request id was first admitted with costs [1, 100], and this request has costs [1, 50]: a retry must repeat its request, and a new request needs a new id",
         })
     );
+    assert_eq!(stack.upstream.count(), 2);
+}
+
+/// A client that sends one Idempotency-Key on every export, hoping each is
+/// taken for a retry of the first: the shipped example does not read client
+/// ids (server.request_id_header is off unless named), so the hourly budget
+/// of 100 admits two exports of 50 and refuses the third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_idempotency_key_on_every_request_does_not_get_past_the_limit() {
+    let stack = Stack::start().await;
+    let client = client_at([127, 0, 0, 10]);
+    let url = stack.nginx.url("/api/exports/orders");
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let answer = Answer::of(
+            client
+                .get(&url)
+                .header("X-API-Key", "key-reuses-one-id")
+                .header("X-Export-Rows-Thousands", "50")
+                .header("Idempotency-Key", "the-same-id"),
+        )
+        .await;
+        assert_eq!(answer.header("tollgate-replayed"), None);
+        statuses.push(answer.status);
+    }
+    assert_eq!(statuses, [200, 200, 429]);
     assert_eq!(stack.upstream.count(), 2);
 }

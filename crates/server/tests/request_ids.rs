@@ -187,7 +187,11 @@ async fn bad_ids_are_refused_with_their_fault_and_no_id_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_auth_reads_idempotency_key() {
-    let server = TestServer::start(POLICIES).await;
+    let server = TestServer::start(&POLICIES.replace(
+        "server:\n",
+        "server:\n  request_id_header: Idempotency-Key\n",
+    ))
+    .await;
     let key = [("idempotency-key", "\"8e03978e-40d5-43e8\"")];
     let first = authorize(&server, "/orders/new", &key).await;
     assert_eq!(first.status(), 200);
@@ -220,6 +224,26 @@ async fn forward_auth_reads_idempotency_key() {
     assert_eq!(twice.status(), 400);
     let fresh = authorize(&server, "/orders/new", &[("idempotency-key", "other")]).await;
     assert_eq!(fresh.headers()["ratelimit"], "\"orders\";r=0;t=7200");
+}
+
+/// On forward auth the id is the client's own header: unless a config
+/// names it, a client reusing one `Idempotency-Key` is charged every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_auth_ignores_client_ids_unless_configured() {
+    let server = TestServer::start(POLICIES).await;
+    let key = [("idempotency-key", "same-every-time")];
+    let statuses = [
+        authorize(&server, "/orders/new", &key).await,
+        authorize(&server, "/orders/new", &key).await,
+        authorize(&server, "/orders/new", &key).await,
+    ]
+    .map(|r| {
+        (
+            r.status().as_u16(),
+            r.headers().get("tollgate-replayed").is_some(),
+        )
+    });
+    assert_eq!(statuses, [(200, false), (200, false), (429, false)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
