@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{TollgateProcess, explain_json};
+use support::{TollgateProcess, explain_json, wall_ms};
 use tollgate_testkit::{Delay, DelayProxy, RedisServer};
 
 const REGIONS: [&str; 3] = ["a", "b", "c"];
@@ -39,14 +39,6 @@ fn config(regional: &str, global: &str) -> String {
 /// Admissions per policy per window (its end, in s, as the deciding
 /// store's clock dates it; all are this machine's).
 type Tally = Arc<Mutex<BTreeMap<(&'static str, u64), u64>>>;
-
-#[allow(clippy::disallowed_methods)] // dating windows as the stores do
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as u64
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scope_admits_within_its_printed_bound_across_three_regions() {

@@ -47,15 +47,7 @@ async fn hammer_policy(bases: &[String], policy: &str, key: &str, requests: u64)
         let body = format!(r#"{{"policy":"{policy}","key":"{key}"}}"#);
         tasks.push(tokio::spawn(async move {
             while sent.fetch_add(1, Ordering::Relaxed) < requests {
-                let answer: Value = client
-                    .post(format!("{base}/v1/check"))
-                    .body(body.clone())
-                    .send()
-                    .await
-                    .expect("check")
-                    .json()
-                    .await
-                    .expect("JSON");
+                let answer = check(&client, format!("{base}/v1/check"), body.clone()).await;
                 if answer["allowed"] == true {
                     admitted.fetch_add(1, Ordering::Relaxed);
                 }
@@ -99,15 +91,12 @@ async fn others_admit_their_own_limit(base: &str, tenant: &str) {
     let client = reqwest::Client::new();
     let mut admitted = 0;
     for _ in 0..7 {
-        let answer: Value = client
-            .post(format!("{base}/v1/check"))
-            .body(format!(r#"{{"policy":"others","key":"{tenant}"}}"#))
-            .send()
-            .await
-            .expect("check")
-            .json()
-            .await
-            .expect("JSON");
+        let answer = check(
+            &client,
+            format!("{base}/v1/check"),
+            format!(r#"{{"policy":"others","key":"{tenant}"}}"#),
+        )
+        .await;
         admitted += u64::from(answer["allowed"] == true);
     }
     assert_eq!(admitted, 5, "another tenant gets exactly its own limit");
@@ -198,15 +187,12 @@ async fn sharded_decisions_one_at_a_time_drain_every_shard_before_rejecting() {
     let client = reqwest::Client::new();
     let mut outcomes = Vec::new();
     for _ in 0..104 {
-        let answer: Value = client
-            .post(format!("{}/v1/check", process.base))
-            .body(r#"{"policy":"api","key":"tenant-seq"}"#)
-            .send()
-            .await
-            .expect("check")
-            .json()
-            .await
-            .expect("JSON");
+        let answer = check(
+            &client,
+            format!("{}/v1/check", process.base),
+            r#"{"policy":"api","key":"tenant-seq"}"#,
+        )
+        .await;
         outcomes.push(answer["allowed"] == true);
     }
     // Round robin over four shards of 25: the first 100 admitted, none
@@ -267,6 +253,19 @@ fn shards_are_refused_with_the_reason_when_they_cannot_hold_the_limit() {
     }
 }
 
+/// `POST url` with `body`: the decision's JSON.
+async fn check(client: &reqwest::Client, url: String, body: impl Into<reqwest::Body>) -> Value {
+    client
+        .post(url)
+        .body(body)
+        .send()
+        .await
+        .expect("check")
+        .json()
+        .await
+        .expect("JSON")
+}
+
 /// A metric's value on one process.
 async fn metric(base: &str, name: &str) -> u64 {
     let text = reqwest::get(format!("{base}/metrics"))
@@ -321,15 +320,12 @@ policies:
     let client = reqwest::Client::new();
     for base in &bases {
         loop {
-            let answer: Value = client
-                .post(format!("{base}/v1/check"))
-                .body(r#"{"policy":"blocks","key":"tenant-hot"}"#)
-                .send()
-                .await
-                .expect("check")
-                .json()
-                .await
-                .expect("JSON");
+            let answer = check(
+                &client,
+                format!("{base}/v1/check"),
+                r#"{"policy":"blocks","key":"tenant-hot"}"#,
+            )
+            .await;
             if answer["allowed"] != true {
                 break;
             }
@@ -405,15 +401,12 @@ async fn a_sharded_request_is_rejected_early_by_at_most_what_explain_states() {
     let client = reqwest::Client::new();
     let mut outcomes = Vec::new();
     for _ in 0..5 {
-        let answer: Value = client
-            .post(format!("{}/v1/check", process.base))
-            .body(r#"{"policy":"api","key":"tenant-big","cost":20}"#)
-            .send()
-            .await
-            .expect("check")
-            .json()
-            .await
-            .expect("JSON");
+        let answer = check(
+            &client,
+            format!("{}/v1/check", process.base),
+            r#"{"policy":"api","key":"tenant-big","cost":20}"#,
+        )
+        .await;
         outcomes.push(answer["allowed"] == true);
     }
     assert_eq!(outcomes, [true, true, true, true, false]);

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{TollgateProcess, explain_json};
+use support::{TollgateProcess, explain_json, wall_ms};
 use tollgate_testkit::{Delay, DelayProxy, Link, RedisServer};
 
 const REGIONS: [&str; 3] = ["a", "b", "c"];
@@ -151,14 +151,6 @@ fn libfaketime() -> String {
         )
     })
     .to_owned()
-}
-
-#[allow(clippy::disallowed_methods)] // dating windows as Redis's TIME does
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as u64
 }
 
 /// The current window's end, as the tally keys it.

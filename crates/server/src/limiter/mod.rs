@@ -241,7 +241,12 @@ impl Limiter {
             self.count(checks, &decided, false, now_ms);
             return decided;
         }
-        let picks: Vec<Option<usize>> = checks.iter().map(Check::pick).collect();
+        // Empty (no allocation) unless a check is sharded.
+        let picks: Vec<Option<usize>> = if checks.iter().any(|c| c.shards.len() > 1) {
+            checks.iter().map(Check::pick).collect()
+        } else {
+            Vec::new()
+        };
         let mut decided = self.call(backend, checks, &picks, 0, now_ms, retry).await;
         if matches!(decided.replay, Replay::CostMismatch { .. }) {
             // The client's fault, answered 422: no decision was made.
@@ -369,10 +374,11 @@ impl Limiter {
         retry: Option<Retry<'_>>,
     ) -> Decided {
         let clock = self.clock.as_ref();
-        match (checks, picks) {
-            ([one], [pick]) => {
+        let pick = |i: usize| picks.get(i).copied().flatten();
+        match checks {
+            [one] => {
                 let share = one.share(now_ms);
-                let shard = shard_of(one, *pick, spill);
+                let shard = shard_of(one, pick(0), spill);
                 let guarded = one.guarded(
                     share.as_deref(),
                     shard.as_ref().map(|(policy, id)| (*policy, id)),
@@ -380,21 +386,32 @@ impl Limiter {
                 backend.decide_all(&[guarded], clock, retry).await
             }
             _ => {
-                let shares: Vec<Option<Arc<Policy>>> =
-                    checks.iter().map(|c| c.share(now_ms)).collect();
-                let shards: Vec<_> = checks
-                    .iter()
-                    .zip(picks)
-                    .map(|(c, pick)| shard_of(c, *pick, spill))
-                    .collect();
+                // Shares and shards only when some check has one: a plain
+                // batch allocates its guarded checks and nothing else.
+                let shares: Vec<Option<Arc<Policy>>> = if checks.iter().any(|c| c.lease.is_some()) {
+                    checks.iter().map(|c| c.share(now_ms)).collect()
+                } else {
+                    Vec::new()
+                };
+                let shards: Vec<Option<(&Policy, Identity)>> = if picks.is_empty() {
+                    Vec::new()
+                } else {
+                    checks
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| shard_of(c, pick(i), spill))
+                        .collect()
+                };
                 let guarded: Vec<GuardedCheck<'_>> = checks
                     .iter()
-                    .zip(&shares)
-                    .zip(&shards)
-                    .map(|((c, share), shard)| {
+                    .enumerate()
+                    .map(|(i, c)| {
                         c.guarded(
-                            share.as_deref(),
-                            shard.as_ref().map(|(policy, id)| (*policy, id)),
+                            shares.get(i).and_then(Option::as_deref),
+                            shards
+                                .get(i)
+                                .and_then(Option::as_ref)
+                                .map(|(policy, id)| (*policy, id)),
                         )
                     })
                     .collect();

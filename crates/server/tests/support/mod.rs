@@ -109,6 +109,16 @@ impl TestServer {
     }
 }
 
+/// This machine's wall clock in ms: what Redis's TIME and the stores date
+/// windows by, for tests that tally admissions per window.
+#[allow(clippy::disallowed_methods)] // dating windows as the stores do
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
+
 /// `tollgate explain --json ARGS... --config CONFIG`, which must succeed.
 pub fn explain_json(config: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(tollgate_bin())
