@@ -21,7 +21,9 @@ mod identity;
 mod policy;
 mod split;
 
-pub use algorithm::{BucketState, GcraState, Intent, LogState, SlidingCount, State, WindowCount};
+pub use algorithm::{
+    BucketState, GcraState, Intent, LogState, SlidingCount, State, Taken, WindowCount,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, EXACT_LIMIT, MAX_LOG_LIMIT, MAX_POLICY_NAME, PolicySet, describe, parse_policy,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use tollgate_core::{Decision, Identity, Intent, Limits, Rate, State, Window};
+use tollgate_core::{Decision, Identity, Intent, Limits, Rate, State, Taken, Window};
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -183,6 +183,53 @@ fn assert_admissions_within_contract(
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A give-back leaves exactly the state that never consumed what went
+    /// back (the hot-lease return, docs/config.md): `x` takes a block, sees
+    /// a trace and gives back part of the block; `y` takes only what `x`
+    /// kept and sees the same admitted costs. From then on both decide alike.
+    #[test]
+    fn a_give_back_leaves_the_state_that_never_consumed_it(
+        (limits, trace) in limits_and_trace(),
+        block_percent in 1u64..=100,
+        unused_percent in 0u64..=100,
+        idle in prop_oneof![Just(0u64), 0u64..=5_000],
+    ) {
+        let half = trace.len() / 2;
+        let (history, rest) = trace.split_at(half);
+        let t_take = history.last().map_or(trace[0].0, |e| e.0);
+        let block = (limits.limit() * block_percent / 100).max(1);
+        let mut x = None;
+        run(&limits, &mut x, history);
+        let before = x.clone();
+        let take = limits.decide(&mut x, t_take, block);
+        prop_assume!(take.allowed);
+        let admitted: Vec<(u64, u64)> = rest
+            .iter()
+            .filter(|&&(t, c)| limits.decide(&mut x, t, c).allowed && c > 0)
+            .copied()
+            .collect();
+        let t1 = rest.last().map_or(t_take, |e| e.0) + idle;
+        let unused = block * unused_percent / 100;
+        let given = limits.give_back(&mut x, t1, unused, Taken::new(t_take, &take));
+        prop_assert!(given <= unused, "gave back {given} of {unused}");
+
+        let mut y = before;
+        prop_assert!(limits.decide(&mut y, t_take, block - given).allowed);
+        for &(t, c) in &admitted {
+            prop_assert!(limits.decide(&mut y, t, c).allowed, "y admits what x admitted at {t}");
+        }
+        let span = span(&limits);
+        for later in [0, 1, span / 2, span, 2 * span] {
+            for cost in [0, 1, limits.limit()] {
+                prop_assert_eq!(
+                    decide_on_copy(&limits, &x, t1 + later, cost),
+                    decide_on_copy(&limits, &y, t1 + later, cost),
+                    "at t1 + {} cost {} (gave back {} of {})", later, cost, given, unused
+                );
+            }
+        }
+    }
 
     #[test]
     fn admitted_cost_over_any_interval_never_exceeds_the_contract(

@@ -27,6 +27,9 @@ local fmod = math.fmod
 local tonumber = tonumber
 local format = string.format
 local ALGORITHMS = {}
+-- Each algorithm's give-back (give_back.lua): (key, state, now, units,
+-- taken_ms, full_at_ms, params...) -> written state, units given, reset.
+local GIVE = {}
 -- The keys holding states: all of KEYS, but for decide_once.lua's record.
 local NKEYS = #KEYS
 
@@ -194,3 +197,53 @@ end
 local function bad_state(key)
   return error('tollgate: unreadable state at key ' .. key)
 end
+
+-- Decides every key on its own, in order, each consuming when admitted
+-- (decide.lua, take.lua): four integers per key, or nil and the reply that
+-- stops the call.
+local function decide_each(now)
+  local margin = tonumber(ARGV[2])
+  local states, stop = read_states(3)
+  if not states then
+    return nil, stop
+  end
+  local out = {}
+  for i = 1, #KEYS do
+    local at = 3 + (i - 1) * FIELDS
+    local decide = ALGORITHMS[ARGV[at]]
+    if not decide then
+      return nil, error('tollgate: unknown algorithm ' .. ARGV[at])
+    end
+    local key = KEYS[i]
+    local state = states[key]
+    local written, allowed, remaining, retry, reset = decide(
+      key, state, now, tonumber(ARGV[at + 1]), true,
+      ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5])
+    if written and written ~= state then
+      redis.call('SET', key, written, 'PX', int(reset + margin))
+      states[key] = written
+    end
+    local o = (i - 1) * 4
+    out[o + 1] = allowed and 1 or 0
+    out[o + 2] = remaining
+    out[o + 3] = retry
+    out[o + 4] = reset
+  end
+  return out
+end
+
+-- The room a bucket gives back into (Rust twin: Taken::span_ms): its own
+-- room, at most the refill that fits before `full_at - 1`, which the state
+-- a take left could not have reached since.
+local function give_room(room, now, full_at, n)
+  local span = full_at - 1 - now
+  if span <= 0 then
+    return 0
+  end
+  -- span * n leaves the exact range only when it is above the room.
+  if span < cdiv(room, n) then
+    return span * n
+  end
+  return room
+end
+

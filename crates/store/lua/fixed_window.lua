@@ -44,3 +44,26 @@ ALGORITHMS.fixed_window = function(key, state, now, cost, consume, l_text, w_tex
   end
   return w_text .. ':' .. int(count) .. ':' .. int(now), allowed, remaining, retry, reset
 end
+
+-- Gives back up to `units` while the window of the take still counts
+-- (Rust twin: fixed_window::give_back).
+GIVE.fixed_window = function(key, state, now, units, taken, _, l_text, w_text)
+  local w = tonumber(w_text)
+  local sw, sc, last = string.match(state, '^(%d+):(%d+):(%d+)$')
+  if not sw then
+    bad_state(key)
+  end
+  sw, sc, last = tonumber(sw), tonumber(sc), tonumber(last)
+  if now < last then
+    now = last
+  end
+  local index = idiv(now, w)
+  if sw ~= w or idiv(last, w) ~= index or idiv(taken, w) ~= index then
+    return nil, 0, 0
+  end
+  local given = units
+  if given > sc then
+    given = sc
+  end
+  return w_text .. ':' .. int(sc - given) .. ':' .. int(now), given, (index + 1) * w - now
+end

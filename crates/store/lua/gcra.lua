@@ -11,47 +11,64 @@
 -- Either way the scale is known, so a limit change carries over. An older
 -- scale whose registry entry was lost reads as {0, 0, 0}: the bucket is
 -- taken as empty, which never admits more.
+-- The state's debt at `now` (max(0, tat - n*now)) and the scale it was
+-- written in (C, n, p).
+local function gcra_read(key, state, now, tag, older, capacity, n, p)
+  local raw, sn, sp, sc
+  if string.find(state, ':', 1, true) then
+    local t, r
+    t, r, sn, sp, sc = string.match(state, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if not t then
+      bad_state(key)
+    end
+    t, r, sn, sp, sc = tonumber(t), tonumber(r), tonumber(sn), tonumber(sp), tonumber(sc)
+    -- max(0, tat - n*now): zero once T < now, as r < n.
+    raw = 0
+    if t >= now then
+      raw = sn * (t - now) + r
+    end
+  else
+    local tag_text = string.sub(state, -3)
+    local written_tag, tat = tonumber(tag_text), tonumber(string.sub(state, 1, -4))
+    if not written_tag or not tat then
+      bad_state(key)
+    end
+    if written_tag == tag then
+      sc, sn, sp = capacity, n, p
+    else
+      local old = older[written_tag]
+      if not old then
+        return error('tollgate: unresolved gcra scale ' .. tag_text .. ' at key ' .. key)
+      end
+      sc, sn, sp = old[1], old[2], old[3]
+    end
+    -- tat < 2^53, so a floor beyond the exact range leaves no debt.
+    local floor = sn * now
+    raw = 0
+    if tat > floor then
+      raw = tat - floor
+    end
+  end
+  return raw, sc, sn, sp
+end
+
+-- The state holding `debt` at `now`: the integer form when it fits.
+local function gcra_written(now, debt, tag, c_text, n_text, n, p_text)
+  local base = n * now
+  if tag and base < EXACT and debt < EXACT - base then
+    return format('%d%03d', base + debt, tag)
+  end
+  return int(now + idiv(debt, n)) .. ':' .. int(fmod(debt, n)) .. ':'
+    .. n_text .. ':' .. p_text .. ':' .. c_text
+end
+
 ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_text, scale_text)
   local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
   local tag, older = scales(scale_text)
   local full = capacity * p
   local debt = 0
   if state then
-    local raw, sn, sp, sc
-    local t, r
-    if string.find(state, ':', 1, true) then
-      t, r, sn, sp, sc = string.match(state, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-      if not t then
-        bad_state(key)
-      end
-      t, r, sn, sp, sc = tonumber(t), tonumber(r), tonumber(sn), tonumber(sp), tonumber(sc)
-      -- max(0, tat - n*now): zero once T < now, as r < n.
-      raw = 0
-      if t >= now then
-        raw = sn * (t - now) + r
-      end
-    else
-      local tag_text = string.sub(state, -3)
-      local written_tag, tat = tonumber(tag_text), tonumber(string.sub(state, 1, -4))
-      if not written_tag or not tat then
-        bad_state(key)
-      end
-      if written_tag == tag then
-        sc, sn, sp = capacity, n, p
-      else
-        local old = older[written_tag]
-        if not old then
-          return error('tollgate: unresolved gcra scale ' .. tag_text .. ' at key ' .. key)
-        end
-        sc, sn, sp = old[1], old[2], old[3]
-      end
-      -- tat < 2^53, so a floor beyond the exact range leaves no debt.
-      local floor = sn * now
-      raw = 0
-      if tat > floor then
-        raw = tat - floor
-      end
-    end
+    local raw, sc, sn, sp = gcra_read(key, state, now, tag, older, capacity, n, p)
     if sn == n and sp == p and sc == capacity then
       if raw >= EXACT then
         return error('tollgate: gcra clock stepped back beyond the exact range at key ' .. key)
@@ -75,13 +92,7 @@ ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_tex
     after = debt + cost * p
     -- A peek or a rejection writes nothing.
     if cost > 0 then
-      local base = n * now
-      if tag and base < EXACT and after < EXACT - base then
-        written = format('%d%03d', base + after, tag)
-      else
-        written = int(now + idiv(after, n)) .. ':' .. int(fmod(after, n)) .. ':'
-          .. n_text .. ':' .. p_text .. ':' .. c_text
-      end
+      written = gcra_written(now, after, tag, c_text, n_text, n, p_text)
     end
   end
   local remaining
@@ -99,4 +110,21 @@ ALGORITHMS.gcra = function(key, state, now, cost, consume, c_text, n_text, p_tex
     end
   end
   return written, allowed, remaining, retry, cdiv(after, n)
+end
+
+-- Gives back up to `units` tokens: the token bucket's rule on the debt
+-- (Rust twin: gcra::give_back). A state in another scale takes nothing.
+GIVE.gcra = function(key, state, now, units, _, full_at, c_text, n_text, p_text, scale_text)
+  local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
+  local tag, older = scales(scale_text)
+  local debt, sc, sn, sp = gcra_read(key, state, now, tag, older, capacity, n, p)
+  if sn ~= n or sp ~= p or sc ~= capacity or debt >= EXACT then
+    return nil, 0, 0
+  end
+  local given = idiv(give_room(debt, now, full_at, n), p)
+  if given > units then
+    given = units
+  end
+  local after = debt - given * p
+  return gcra_written(now, after, tag, c_text, n_text, n, p_text), given, cdiv(after, n)
 end

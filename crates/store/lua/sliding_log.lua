@@ -65,3 +65,38 @@ ALGORITHMS.sliding_log = function(key, state, now, cost, consume, l_text, w_text
   end
   return table.concat(parts), allowed, remaining, retry, reset
 end
+
+-- Gives back up to `units` from the entry of the take's millisecond while
+-- it counts (Rust twin: sliding_log::give_back).
+GIVE.sliding_log = function(key, state, now, units, taken, _, l_text, w_text)
+  local w = tonumber(w_text)
+  local last_text, rest = string.match(state, '^(%d+)(.*)$')
+  if not last_text then
+    bad_state(key)
+  end
+  local last = tonumber(last_text)
+  if now < last then
+    now = last
+  end
+  local given = 0
+  local parts = { int(now) }
+  local newest = nil
+  for age, c in string.gmatch(rest, ';(%d+):(%d+)') do
+    local t, cost = last - tonumber(age), tonumber(c)
+    if t + w > now then
+      if t == taken and given == 0 then
+        given = math.min(units, cost)
+        cost = cost - given
+      end
+      if cost > 0 then
+        parts[#parts + 1] = ';' .. int(now - t) .. ':' .. int(cost)
+        newest = t
+      end
+    end
+  end
+  local reset = 0
+  if newest then
+    reset = newest + w - now
+  end
+  return table.concat(parts), given, reset
+end

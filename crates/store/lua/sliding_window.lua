@@ -85,3 +85,45 @@ ALGORITHMS.sliding_window = function(key, state, now, cost, consume, l_text, w_t
   return w_text .. ':' .. int(prev) .. ':' .. int(curr) .. ':' .. int(now),
     allowed, remaining, retry, reset
 end
+
+-- Gives back up to `units` from the count of the take's window, while it is
+-- the current or the previous one (Rust twin: sliding_window::give_back).
+GIVE.sliding_window = function(key, state, now, units, taken, _, l_text, w_text)
+  local w = tonumber(w_text)
+  local sw, sp, sc, last = string.match(state, '^(%d+):(%d+):(%d+):(%d+)$')
+  if not sw then
+    bad_state(key)
+  end
+  sw, sp, sc, last = tonumber(sw), tonumber(sp), tonumber(sc), tonumber(last)
+  if sw ~= w then
+    return nil, 0, 0
+  end
+  if now < last then
+    now = last
+  end
+  local index = idiv(now, w)
+  local prev, curr = 0, 0
+  local gap = index - idiv(last, w)
+  if gap == 0 then
+    prev, curr = sp, sc
+  elseif gap == 1 then
+    prev = sc
+  end
+  local given = 0
+  local back = index - idiv(taken, w)
+  if back == 0 then
+    given = math.min(units, curr)
+    curr = curr - given
+  elseif back == 1 then
+    given = math.min(units, prev)
+    prev = prev - given
+  end
+  local start = index * w
+  local reset = 0
+  if curr > 0 then
+    reset = start + 2 * w - now
+  elseif prev > 0 then
+    reset = start + w - now
+  end
+  return w_text .. ':' .. int(prev) .. ':' .. int(curr) .. ':' .. int(now), given, reset
+end

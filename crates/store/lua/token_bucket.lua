@@ -40,3 +40,30 @@ ALGORITHMS.token_bucket = function(key, state, now, cost, consume, c_text, n_tex
   local reset = cdiv(full - left, n)
   return int(left) .. ':' .. int(now) .. ':' .. p_text, allowed, idiv(left, p), retry, reset
 end
+
+-- Gives back up to `units` tokens (Rust twin: token_bucket::give_back).
+GIVE.token_bucket = function(key, state, now, units, _, full_at, c_text, n_text, p_text)
+  local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
+  local u, l, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
+  if not u then
+    bad_state(key)
+  end
+  local held, last = tonumber(u), tonumber(l)
+  if tonumber(sp) ~= p then
+    return nil, 0, 0
+  end
+  if now < last then
+    now = last
+  end
+  local full = capacity * p
+  local avail = full
+  if held < full and now - last < cdiv(full - held, n) then
+    avail = held + (now - last) * n
+  end
+  local given = idiv(give_room(full - avail, now, full_at, n), p)
+  if given > units then
+    given = units
+  end
+  local left = avail + given * p
+  return int(left) .. ':' .. int(now) .. ':' .. p_text, given, cdiv(full - left, n)
+end

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
-use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State};
+use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State, Taken};
 
 use crate::check::{self, same_key};
 use crate::request_id::{Retried, Retry};
@@ -199,7 +199,35 @@ impl MemoryStore {
 
     /// Decides one check now; the synchronous heart of [`Store::decide`].
     pub fn decide_now(&self, check: Check<'_>) -> Decision {
+        self.decide_at(check, self.clock.now_ms())
+    }
+
+    /// Decides `check` now and says where its units came from, so the ones
+    /// never used can be given back ([`MemoryStore::give_back`]).
+    pub fn take(&self, check: Check<'_>) -> (Decision, Taken) {
         let now = self.clock.now_ms();
+        let decision = self.decide_at(check, now);
+        (decision, Taken::new(now, &decision))
+    }
+
+    /// Gives back up to `check.cost` units of a [`MemoryStore::take`] never
+    /// used, as far as the state can take them back exactly
+    /// ([`Limits::give_back`](tollgate_core::Limits::give_back)); returns
+    /// how many went back. The key keeps its expiry (no earlier than needed).
+    pub fn give_back(&self, check: Check<'_>, taken: Taken) -> u64 {
+        let now = self.clock.now_ms();
+        let hash = self.hash(&check);
+        let mut table = self.shard(hash).0.lock();
+        match table.slots.find_mut(hash, |s| s.is(hash, &check)) {
+            Some(slot) => check
+                .policy
+                .limits()
+                .give_back(&mut slot.state, now, check.cost, taken),
+            None => 0,
+        }
+    }
+
+    fn decide_at(&self, check: Check<'_>, now: u64) -> Decision {
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
         let table = &mut *table;

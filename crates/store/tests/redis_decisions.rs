@@ -7,7 +7,7 @@ mod redis_support;
 use redis_support::{
     Expected, Reference, Topology, random_trace, vector_events, vector_expected, vector_policies,
 };
-use tollgate_core::{Decision, Identity, Limits, Policy, Rate, Window};
+use tollgate_core::{Decision, Identity, Limits, Policy, Rate, Taken, Window};
 use tollgate_store::{Check, RedisStore, Store, key_slot};
 
 async fn vectors_hold(topology: Topology) {
@@ -79,6 +79,87 @@ async fn random_traces_match_on_standalone_redis() {
 #[tokio::test]
 async fn random_traces_match_on_a_redis_cluster() {
     random_traces_match_the_memory_store(&Topology::cluster(), 100..106).await;
+}
+
+/// Hot-lease blocks taken and given back amid random traces: the scripts'
+/// take and give-back (take.lua, give_back.lua) answer exactly as the core
+/// (`Limits::give_back`), whatever the policy, its changes and the clock do.
+async fn random_takes_and_give_backs_match(topology: &Topology, seeds: std::ops::Range<u64>) {
+    let mut given_somewhere = 0;
+    for seed in seeds {
+        let mut config = topology.config();
+        config.prefix = format!("give{seed}");
+        let store = topology.store_with(config).await;
+        let reference = Reference::new();
+        let mut takes: Vec<(usize, Taken)> = Vec::new();
+        let trace = random_trace(seed, 400);
+        for (i, step) in trace.iter().enumerate() {
+            let check = Check {
+                policy: &step.policy,
+                identity: &step.identity,
+                cost: step.cost,
+            };
+            let at = format!(
+                "seed {seed} step {i}: {:?} cost {} at {}",
+                step.policy, step.cost, step.t_ms
+            );
+            match i % 3 {
+                0 => {
+                    let want = reference.take(check, step.t_ms);
+                    let got = store.take_at(check, step.t_ms).await.expect("takes");
+                    assert_eq!(got, want, "{at}");
+                    if want.0.allowed && step.cost > 0 {
+                        takes.push((i, want.1));
+                    }
+                }
+                1 if !takes.is_empty() => {
+                    // Give back part of an earlier take of this policy name
+                    // and identity, if any (else of another key: nothing).
+                    let (from, taken) = takes.swap_remove(i % takes.len());
+                    let owner = &trace[from];
+                    // Mostly under the take's own policy; now and then
+                    // under another name (another key: nothing back).
+                    let policy = if i % 5 == 1 {
+                        &step.policy
+                    } else {
+                        &owner.policy
+                    };
+                    let back = Check {
+                        policy,
+                        identity: &owner.identity,
+                        cost: owner.cost.min(1 + (step.cost % 50)),
+                    };
+                    let want = reference.give_back(back, taken, step.t_ms);
+                    let got = store
+                        .give_back_at(back, taken, step.t_ms)
+                        .await
+                        .expect("gives back");
+                    assert_eq!(got, want, "{at}: give back {} of step {from}", back.cost);
+                    given_somewhere += got;
+                    eprintln!(
+                        "GIVE {at} owner {:?} back {} got {got} taken {taken:?}",
+                        owner.identity, back.cost
+                    );
+                }
+                _ => {
+                    let want = reference.decide(check, step.t_ms);
+                    let got = store.decide_at(check, step.t_ms).await.expect("decides");
+                    assert_eq!(got, want, "{at}");
+                }
+            }
+        }
+    }
+    assert!(given_somewhere > 0, "the traces gave something back");
+}
+
+#[tokio::test]
+async fn random_takes_and_give_backs_match_on_standalone_redis() {
+    random_takes_and_give_backs_match(&Topology::standalone(), 0..12).await;
+}
+
+#[tokio::test]
+async fn random_takes_and_give_backs_match_on_a_redis_cluster() {
+    random_takes_and_give_backs_match(&Topology::cluster(), 200..204).await;
 }
 
 /// decide_all over random groups of checks, against the memory store.

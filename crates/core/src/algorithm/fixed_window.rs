@@ -1,5 +1,6 @@
 //! fixed_window: a count per epoch-aligned window.
 
+use super::Taken;
 use super::saturate;
 use crate::decision::Decision;
 use crate::policy::Window;
@@ -73,4 +74,28 @@ fn current_count(s: &WindowCount, w: u64, index: u64, now_ms: u64) -> u64 {
     } else {
         0
     }
+}
+
+/// Gives back up to `units` counted in the window of a [`Taken`]; returns
+/// how many went back. Only within that window: once it has ended its count
+/// no longer binds, and the next window owes nothing.
+pub(super) fn give_back(
+    window: &Window,
+    state: &mut Option<WindowCount>,
+    now_ms: u64,
+    units: u64,
+    taken: Taken,
+) -> u64 {
+    let w = window.window_ms();
+    let Some(s) = state.as_mut() else { return 0 };
+    let now_ms = now_ms.max(s.last_ms);
+    if s.window_ms != w || s.index != now_ms / w || taken.at_ms / w != s.index {
+        return 0;
+    }
+    let given = units.min(s.count);
+    if given > 0 {
+        s.count -= given;
+        s.last_ms = now_ms;
+    }
+    given
 }

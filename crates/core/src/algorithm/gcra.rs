@@ -1,6 +1,7 @@
 //! gcra: the token bucket's contract as one integer, the theoretical arrival
 //! time scaled by n: `tat = n·now + debt`.
 
+use super::Taken;
 use super::saturate;
 use crate::decision::Decision;
 use crate::policy::Rate;
@@ -93,4 +94,29 @@ fn floor_units(full: u128, debt: u128, p: u128) -> i64 {
     } else {
         -clamp((debt - full).div_ceil(p))
     }
+}
+
+/// Gives back up to `units` tokens consumed at a [`Taken`]; returns how many
+/// went back: the token bucket's rule (see there) on the debt.
+pub(super) fn give_back(
+    rate: &Rate,
+    state: &mut Option<GcraState>,
+    now_ms: u64,
+    units: u64,
+    taken: Taken,
+) -> u64 {
+    let Some(s) = state.as_mut() else { return 0 };
+    if s.units_per_ms != rate.units_per_ms()
+        || s.units_per_token != rate.units_per_token()
+        || s.capacity != rate.capacity()
+    {
+        return 0;
+    }
+    let n = u128::from(rate.units_per_ms());
+    let p = u128::from(rate.units_per_token());
+    let debt = s.tat.saturating_sub(n * u128::from(now_ms));
+    let room = debt.min(taken.span_ms(now_ms) * n);
+    let given = u128::from(units).min(room / p);
+    s.tat -= given * p;
+    saturate(given)
 }

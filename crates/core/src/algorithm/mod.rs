@@ -107,6 +107,77 @@ impl Limits {
             Limits::SlidingLog(window) => run!(SlidingLog, sliding_log, window),
         }
     }
+
+    /// Gives back up to `units` consumed at `taken` and never used, as far
+    /// as the state can take them back exactly ([`Taken`]); returns how
+    /// many went back. No state (forgotten, expired) takes nothing: what it
+    /// held is already free.
+    pub fn give_back(
+        &self,
+        state: &mut Option<State>,
+        now_ms: u64,
+        units: u64,
+        taken: Taken,
+    ) -> u64 {
+        macro_rules! run {
+            ($variant:ident, $module:ident, $params:expr) => {{
+                let mut slot = match state.take() {
+                    Some(State::$variant(s)) => Some(s),
+                    other => {
+                        *state = other;
+                        return 0;
+                    }
+                };
+                let given = $module::give_back($params, &mut slot, now_ms, units, taken);
+                *state = slot.map(State::$variant);
+                given
+            }};
+        }
+        match self {
+            Limits::TokenBucket(rate) => run!(TokenBucket, token_bucket, rate),
+            Limits::Gcra(rate) => run!(Gcra, gcra, rate),
+            Limits::FixedWindow(window) => run!(FixedWindow, fixed_window, window),
+            Limits::SlidingWindow(window) => run!(SlidingWindow, sliding_window, window),
+            Limits::SlidingLog(window) => run!(SlidingLog, sliding_log, window),
+        }
+    }
+}
+
+/// Where units consumed ahead of their use (a hot-lease block) came from, so
+/// the unused ones can be given back exactly ([`Limits::give_back`]): the
+/// store's clock when it consumed them, and when the state it left would
+/// have been whole again (`at_ms + reset_after_ms` of that decision).
+///
+/// Why a give-back is exact: for a window, the units leave the count of the
+/// window they were counted in, and nothing else. For a bucket, taking `g`
+/// units back at `t` leaves the state it would have had if they had never
+/// been consumed, provided that state could not have filled up in between
+/// (a full bucket discards refill, so the two states would have met). It
+/// cannot while `g` tokens of refill fit in `full_at_ms − 1 − t`: the state
+/// just after the take was more than `(full_at_ms − 1 − at_ms)·n` units
+/// from full, and later decisions only take more. So a bucket gives back at
+/// most that, on the store's own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// The store's clock at the decision that consumed the units.
+    pub at_ms: u64,
+    /// When the state that decision left would have been whole again.
+    pub full_at_ms: u64,
+}
+
+impl Taken {
+    /// The store's decision at `at_ms` that consumed the units.
+    pub fn new(at_ms: u64, decision: &Decision) -> Self {
+        Self {
+            at_ms,
+            full_at_ms: at_ms.saturating_add(decision.reset_after_ms),
+        }
+    }
+
+    /// Refill time a bucket may give back at `now_ms` (see above).
+    fn span_ms(self, now_ms: u64) -> u128 {
+        u128::from(self.full_at_ms.saturating_sub(1).saturating_sub(now_ms))
+    }
 }
 
 /// A u128 intermediate brought back to u64; saturates rather than wraps.

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+use super::Taken;
 use crate::decision::Decision;
 use crate::policy::Window;
 
@@ -73,4 +74,33 @@ pub(super) fn decide(
 
 fn wait(t: u64, w: u128, now: u128) -> u64 {
     super::saturate(u128::from(t) + w - now)
+}
+
+/// Gives back up to `units` from the entry of a [`Taken`]'s millisecond,
+/// while it still counts; returns how many went back.
+pub(super) fn give_back(
+    window: &Window,
+    state: &mut Option<LogState>,
+    now_ms: u64,
+    units: u64,
+    taken: Taken,
+) -> u64 {
+    let Some(log) = state.as_mut() else { return 0 };
+    let now_ms = now_ms.max(log.last_ms);
+    if u128::from(taken.at_ms) + u128::from(window.window_ms()) <= u128::from(now_ms) {
+        return 0;
+    }
+    let Some(i) = log.entries.iter().position(|&(t, _)| t == taken.at_ms) else {
+        return 0;
+    };
+    let given = units.min(log.entries[i].1);
+    if given > 0 {
+        log.entries[i].1 -= given;
+        log.counted -= given;
+        log.last_ms = now_ms;
+        if log.entries[i].1 == 0 {
+            log.entries.remove(i);
+        }
+    }
+    given
 }

@@ -1,6 +1,7 @@
 //! sliding_window (counter): the previous window's count weighted by how
 //! much of it still overlaps the sliding window, in integers.
 
+use super::Taken;
 use super::saturate;
 use crate::decision::Decision;
 use crate::policy::Window;
@@ -127,4 +128,49 @@ fn current_counts(s: &SlidingCount, w: u64, index: u64, now_ms: u64) -> (u64, u6
     } else {
         (0, 0)
     }
+}
+
+/// Gives back up to `units` counted in the window of a [`Taken`], while that
+/// window is the current or the previous one (still weighted); returns how
+/// many went back.
+pub(super) fn give_back(
+    window: &Window,
+    state: &mut Option<SlidingCount>,
+    now_ms: u64,
+    units: u64,
+    taken: Taken,
+) -> u64 {
+    let w = window.window_ms();
+    let Some(s) = state.as_mut() else { return 0 };
+    let now_ms = now_ms.max(s.last_ms);
+    let index = now_ms / w;
+    if s.window_ms != w {
+        return 0;
+    }
+    // Bring the counts to the current window first, as a decision would.
+    let (mut prev, mut curr) = current_counts(s, w, index, now_ms);
+    let given = match index.checked_sub(taken.at_ms / w) {
+        Some(0) => {
+            let given = units.min(curr);
+            curr -= given;
+            given
+        }
+        Some(1) => {
+            let given = units.min(prev);
+            prev -= given;
+            given
+        }
+        _ => 0,
+    };
+    // Nothing given back writes nothing, as in the Redis script.
+    if given > 0 {
+        *s = SlidingCount {
+            window_ms: w,
+            index,
+            prev,
+            curr,
+            last_ms: now_ms,
+        };
+    }
+    given
 }

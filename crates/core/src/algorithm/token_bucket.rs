@@ -1,5 +1,6 @@
 //! token_bucket: (units, last_ms) in the policy's fixed-point scale.
 
+use super::Taken;
 use super::saturate;
 use crate::decision::Decision;
 use crate::policy::Rate;
@@ -70,4 +71,36 @@ fn carry_over(s: &BucketState, rate: &Rate) -> u128 {
         u128::from(s.units) * u128::from(rate.units_per_token()) / u128::from(s.units_per_token)
     };
     units.min(rate.capacity_units())
+}
+
+/// Gives back up to `units` tokens consumed at a [`Taken`]; returns how many
+/// went back. Only while the bucket, had they never been consumed, could not
+/// have filled since (`full_at_ms − 1` from now, in refill): then the state
+/// is exactly what it would be without them. Never past full; a state in
+/// another scale takes nothing back.
+pub(super) fn give_back(
+    rate: &Rate,
+    state: &mut Option<BucketState>,
+    now_ms: u64,
+    units: u64,
+    taken: Taken,
+) -> u64 {
+    let Some(s) = state.as_mut() else { return 0 };
+    if s.units_per_token != rate.units_per_token() {
+        return 0;
+    }
+    let full = rate.capacity_units();
+    let n = u128::from(rate.units_per_ms());
+    let p = u128::from(rate.units_per_token());
+    let now_ms = now_ms.max(s.last_ms);
+    let refill = u128::from(now_ms - s.last_ms) * n;
+    let avail = full.min(u128::from(s.units).saturating_add(refill));
+    let room = (full - avail).min(taken.span_ms(now_ms) * n);
+    let given = u128::from(units).min(room / p);
+    // Nothing given back writes nothing, as in the Redis script.
+    if given > 0 {
+        s.units = saturate(avail + given * p);
+        s.last_ms = now_ms;
+    }
+    saturate(given)
 }

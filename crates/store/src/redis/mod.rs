@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tollgate_core::{Decision, Identity, Policy};
+use tollgate_core::{Decision, Identity, Policy, Taken};
 
 pub use config::{BatchConfig, RedisConfig, SentinelConfig, redact_url};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
@@ -43,7 +43,7 @@ pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
 
 use connection::{Connection, Reply};
-use script::{At, Item, Lua, Once, SCRIPTS, decisions};
+use script::{At, Item, Lua, Once, SCRIPTS, decision, decisions};
 
 use crate::check;
 use crate::request_id::{Replay, Retried, Retry};
@@ -302,6 +302,113 @@ impl RedisStore {
             .await?;
         check::mark_never_fits(&check::never_fit_in_batch(checks), &mut decisions);
         Ok(decisions)
+    }
+
+    /// Decides `check` as [`Store::decide`] does, unbatched and never from
+    /// the rejected-until cache, and says where its units came from, so the
+    /// ones never used can be given back ([`RedisStore::give_back`]): a
+    /// hot-lease block.
+    pub async fn take(&self, check: Check<'_>) -> Result<(Decision, Taken), StoreError> {
+        self.take_with(check, At::StoreClock, self.shared.margin_ms)
+            .await
+    }
+
+    /// [`RedisStore::take`] at `now_ms` instead of Redis's clock (tests).
+    pub async fn take_at(
+        &self,
+        check: Check<'_>,
+        now_ms: u64,
+    ) -> Result<(Decision, Taken), StoreError> {
+        self.take_with(check, At::Ms(now_ms), self.given_margin())
+            .await
+    }
+
+    /// [`RedisStore::give_back`] at `now_ms` instead of Redis's clock (tests).
+    pub async fn give_back_at(
+        &self,
+        check: Check<'_>,
+        taken: Taken,
+        now_ms: u64,
+    ) -> Result<u64, StoreError> {
+        self.give_back_with(check, taken, At::Ms(now_ms), self.given_margin())
+            .await
+    }
+
+    async fn take_with(
+        &self,
+        check: Check<'_>,
+        at: At,
+        margin_ms: u64,
+    ) -> Result<(Decision, Taken), StoreError> {
+        let mut item = self.item(&check);
+        let reply = self
+            .timed(async {
+                self.shared.tag(&mut item).await;
+                self.shared
+                    .run(
+                        &self.shared.connection,
+                        &SCRIPTS.take,
+                        &[&item],
+                        at,
+                        margin_ms,
+                        None,
+                        &[],
+                    )
+                    .await
+            })
+            .await
+            .and_then(Answer::integers)?;
+        let [decided @ .., now] = &reply[..] else {
+            return Err(StoreError::Protocol("a take answered nothing".into()));
+        };
+        let decision = decision(&item, decided)?;
+        let now = u64::try_from(*now)
+            .map_err(|_| StoreError::Protocol(format!("a take answered the time {now}")))?;
+        Ok((decision, Taken::new(now, &decision)))
+    }
+
+    /// Gives back up to `check.cost` units consumed by a [`RedisStore::take`]
+    /// and never used, as far as the key's state can take them back exactly
+    /// (`Limits::give_back`); returns how many went back.
+    pub async fn give_back(&self, check: Check<'_>, taken: Taken) -> Result<u64, StoreError> {
+        self.give_back_with(check, taken, At::StoreClock, self.shared.margin_ms)
+            .await
+    }
+
+    async fn give_back_with(
+        &self,
+        check: Check<'_>,
+        taken: Taken,
+        at: At,
+        margin_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let mut item = self.item(&check);
+        let mode = format!("{}:{}", taken.at_ms, taken.full_at_ms);
+        let reply = self
+            .timed(async {
+                self.shared.tag(&mut item).await;
+                self.shared
+                    .run(
+                        &self.shared.connection,
+                        &SCRIPTS.give_back,
+                        &[&item],
+                        at,
+                        margin_ms,
+                        Some(&mode),
+                        &[],
+                    )
+                    .await
+            })
+            .await
+            .and_then(Answer::integers)?;
+        match reply[..] {
+            [given] => u64::try_from(given)
+                .map_err(|_| StoreError::Protocol(format!("a give-back answered {given}"))),
+            _ => Err(StoreError::Protocol(format!(
+                "a give-back answered {} integers",
+                reply.len()
+            ))),
+        }
     }
 
     /// Deletes `policy`'s state for `identity` (an operator's reset): the

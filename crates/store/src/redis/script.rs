@@ -2,8 +2,10 @@
 //!
 //! Every script is `common.lua`, one or all algorithms, then a main part:
 //! `decide.lua` (each key on its own: one key, or a batch of independent
-//! decisions), `decide_all.lua` (all-or-nothing) or `decide_once.lua`
-//! (all-or-nothing under a request id). They share one argument layout,
+//! decisions), `decide_all.lua` (all-or-nothing), `decide_once.lua`
+//! (all-or-nothing under a request id), or `take.lua` and `give_back.lua`
+//! (a hot-lease block taken on the store's clock, and its unused units
+//! given back). They share one argument layout,
 //! described at the top of `common.lua`.
 
 use std::sync::{Arc, LazyLock};
@@ -56,6 +58,10 @@ pub mod source {
         every_algorithm!("all_or_nothing.lua", "record.lua", "decide_once.lua");
     /// Independent decisions of any algorithms, each under its request id.
     pub const DECIDE_EACH_ONCE: &str = every_algorithm!("record.lua", "decide_each_once.lua");
+    /// One decision that also answers the store's clock (a hot-lease block).
+    pub const TAKE: &str = every_algorithm!("take.lua");
+    /// Gives back the unused units of a hot-lease block.
+    pub const GIVE_BACK: &str = every_algorithm!("give_back.lua");
     /// Gives a gcra scale its tag in the policy's registry.
     pub const REGISTER_SCALE: &str = include_str!("../../lua/register_scale.lua");
     /// A leased policy's ledger: asks for a region's share.
@@ -87,6 +93,8 @@ pub struct Scripts {
     pub decide_all: Lua,
     pub decide_once: Lua,
     pub decide_each_once: Lua,
+    pub take: Lua,
+    pub give_back: Lua,
     pub register_scale: Lua,
     pub lease: Lua,
 }
@@ -111,6 +119,8 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     decide_all: Lua::new(source::DECIDE_ALL),
     decide_once: Lua::new(source::DECIDE_ONCE),
     decide_each_once: Lua::new(source::DECIDE_EACH_ONCE),
+    take: Lua::new(source::TAKE),
+    give_back: Lua::new(source::GIVE_BACK),
     register_scale: Lua::new(source::REGISTER_SCALE),
     lease: Lua::new(source::LEASE),
 });

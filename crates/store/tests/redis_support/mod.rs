@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tollgate_core::{Decision, Identity, Limits, ManualClock, Policy, PolicySet, Rate, Window};
+use tollgate_core::{
+    Decision, Identity, Limits, ManualClock, Policy, PolicySet, Rate, Taken, Window,
+};
 use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, RedisConfig, RedisStore};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
@@ -88,6 +90,16 @@ impl Reference {
     pub fn decide_all(&self, checks: &[Check<'_>], t_ms: u64) -> Vec<Decision> {
         self.clock.set(t_ms);
         self.store.decide_all_now(checks)
+    }
+
+    pub fn take(&self, check: Check<'_>, t_ms: u64) -> (Decision, Taken) {
+        self.clock.set(t_ms);
+        self.store.take(check)
+    }
+
+    pub fn give_back(&self, check: Check<'_>, taken: Taken, t_ms: u64) -> u64 {
+        self.clock.set(t_ms);
+        self.store.give_back(check, taken)
     }
 }
 
