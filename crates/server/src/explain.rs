@@ -467,17 +467,24 @@ fn hot_lease(serve: &ServePolicy, instances: Option<u64>) -> (Option<String>, Va
         ),
         None => format!("up to (N − 1) × {} units for N instances", rule.max_block),
     };
+    let takes_back = if rule.windowed {
+        "a window's count takes it back while that window counts"
+    } else {
+        "a bucket takes back what could not have refilled since the block was taken"
+    };
     let text = format!(
-        "an identity deciding above {} a second on an instance takes a block of its budget in one store decision (what it spends in {}, at most {}) and admits from it locally; blocks are consumed before they are spent, so never admitted beyond the limit. The error: units a block holds when its term ends are lost (at most {} an instance a term), and a request can be rejected while other instances hold unspent blocks ({early}).",
+        "an identity deciding above {} a second on an instance takes a block of its budget in one store decision (what it spends in {}, at most {}) and admits from it locally; blocks are consumed before they are spent, so never admitted beyond the limit. What a block did not spend goes back to the key's state within {} ms of its end, as far as the state can take it exactly ({takes_back}); the rest is lost (at most {} an instance a term, and what an instance killed held). The error: a request can be rejected while other instances hold unspent blocks ({early}).",
         rule.above,
         format_duration_ms(rule.term_ms),
         rule.max_block,
+        crate::limiter::GIVE_BACK_INTERVAL_MS,
         rule.max_block,
     );
     let json = json!({
         "above_per_second": rule.above,
         "term_ms": rule.term_ms,
         "largest_block": rule.max_block,
+        "given_back_within_ms": crate::limiter::GIVE_BACK_INTERVAL_MS,
         "lost_at_most_per_instance_and_term": rule.max_block,
     });
     (Some(text), json)

@@ -31,8 +31,9 @@ pub struct LivePolicy {
     pub shards: Vec<Policy>,
     /// Which shard the next request of this instance tries first.
     pub shard_cursor: std::sync::atomic::AtomicU64,
-    /// Under `hot_lease`: this instance's blocks (new on each load).
-    pub hot_leases: Option<HotLeases>,
+    /// Under `hot_lease`: this instance's blocks (a reload keeps them while
+    /// the policy, its rule and its store are unchanged).
+    pub hot_leases: Option<Arc<HotLeases>>,
 }
 
 /// One loaded config, live.
@@ -65,6 +66,24 @@ impl LiveConfig {
                     Arc::new(Lease::new(&serve.declared, terms, &region, metrics))
                 }))
             };
+        let hot_leases = |serve: &ServePolicy| {
+            let rule = serve.hot_lease?;
+            let kept = previous
+                .and_then(|p| p.policy(serve.declared.name()))
+                .filter(|p| {
+                    p.serve.policy == serve.policy
+                        && p.serve.store == serve.store
+                        && p.serve.hot_lease == serve.hot_lease
+                })
+                .and_then(|p| p.hot_leases.clone());
+            Some(kept.unwrap_or_else(|| {
+                Arc::new(HotLeases::new(
+                    rule,
+                    metrics.hot_lease_lost.clone(),
+                    metrics.hot_lease_returned.clone(),
+                ))
+            }))
+        };
         let policies: Vec<LivePolicy> = config
             .policies
             .iter()
@@ -75,9 +94,7 @@ impl LiveConfig {
                 lease: lease(serve),
                 shards: shard_policies(&serve.policy, serve.shards),
                 shard_cursor: std::sync::atomic::AtomicU64::new(0),
-                hot_leases: serve
-                    .hot_lease
-                    .map(|rule| HotLeases::new(rule, metrics.hot_lease_lost.clone())),
+                hot_leases: hot_leases(serve),
                 serve: serve.clone(),
             })
             .collect();

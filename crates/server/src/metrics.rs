@@ -87,8 +87,10 @@ pub struct Metrics {
     pub hot_lease_local: Counter,
     /// Blocks taken from the store for hot identities.
     pub hot_lease_blocks: Counter,
-    /// Units dropped unspent with their block.
+    /// Units of blocks neither spent nor given back.
     pub hot_lease_lost: Counter,
+    /// Units of blocks given back to the store.
+    pub hot_lease_returned: Counter,
     pub store_evictions: Gauge,
     pub reloads: Counter,
     pub reload_failures: Counter,
@@ -201,8 +203,14 @@ impl Metrics {
         let hot_lease_lost = Counter::default();
         registry.register(
             "hot_lease_lost_units",
-            "Units of the budget taken in a hot identity's block but dropped unspent (its term or window ended, or a cost did not fit): consumed, never admitted",
+            "Units of the budget taken in a hot identity's block, never spent and not given back (the key's state could not take them back exactly, the store did not answer, or the instance dropped the block): consumed, never admitted",
             hot_lease_lost.clone(),
+        );
+        let hot_lease_returned = Counter::default();
+        registry.register(
+            "hot_lease_returned_units",
+            "Units of a hot identity's block never spent and given back to the key's state when the block ended (hot_lease)",
+            hot_lease_returned.clone(),
         );
         let hot_lease_blocks = Counter::default();
         registry.register(
@@ -376,6 +384,7 @@ impl Metrics {
             hot_lease_local,
             hot_lease_blocks,
             hot_lease_lost,
+            hot_lease_returned,
             store_evictions,
             reloads,
             reload_failures,

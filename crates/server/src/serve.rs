@@ -20,6 +20,8 @@ use crate::workers::serve_http;
 
 /// How often idle keys are swept from the memory store.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How often ended hot-lease blocks are given back.
+const GIVE_BACK_INTERVAL: Duration = Duration::from_millis(crate::limiter::GIVE_BACK_INTERVAL_MS);
 /// How long gRPC connections may drain after HTTP has: a client that never
 /// acknowledges HTTP/2's GOAWAY would otherwise hold the process forever.
 const GRPC_DRAIN: Duration = Duration::from_secs(5);
@@ -213,8 +215,21 @@ pub async fn serve_app(
         }
     });
     upkeep.spawn(Arc::clone(&app).keep_leases());
-    let served = serve_http(app, listener, shutdown).await;
+    let returns = Arc::clone(&app);
+    upkeep.spawn(async move {
+        let mut tick = tokio::time::interval(GIVE_BACK_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let live = returns.live.load_full();
+            returns.limiter.give_back_unspent(&live, false).await;
+        }
+    });
+    let served = serve_http(Arc::clone(&app), listener, shutdown).await;
     upkeep.abort_all();
+    // In-flight requests are done: what hot-lease blocks hold goes back.
+    let live = app.live.load_full();
+    app.limiter.give_back_unspent(&live, true).await;
     served
 }
 

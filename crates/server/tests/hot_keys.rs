@@ -306,6 +306,7 @@ policies:
             "above_per_second": 50,
             "term_ms": 200,
             "largest_block": 100,
+            "given_back_within_ms": 50,
             "lost_at_most_per_instance_and_term": 100,
         })
     );
@@ -332,33 +333,26 @@ policies:
             admitted += 1;
         }
     }
-    let state: Value = client
-        .get(format!(
-            "{}/v1/state?policy=blocks&key=tenant-hot",
-            bases[0]
-        ))
-        .send()
-        .await
-        .expect("state")
-        .json()
-        .await
-        .expect("JSON");
-    let left = state["remaining"].as_u64().expect("remaining");
-    let (mut lost, mut local, mut blocks) = (0, 0, 0);
+    // Every block has ended (its term) and gone back (the upkeep's next turn).
+    tokio::time::sleep(std::time::Duration::from_millis(200 + 150)).await;
+    let left = remaining(&bases[0], "blocks", "tenant-hot").await;
+    let (mut lost, mut local, mut blocks, mut returned) = (0, 0, 0, 0);
     for base in &bases {
         lost += metric(base, "tollgate_hot_lease_lost_units_total").await;
         local += metric(base, "tollgate_hot_lease_local_decisions_total").await;
         blocks += metric(base, "tollgate_hot_lease_blocks_total").await;
+        returned += metric(base, "tollgate_hot_lease_returned_units_total").await;
     }
     eprintln!(
-        "admitted {admitted}, lost {lost}, left {left}; {blocks} blocks, {local} local decisions, {evals} script calls for 3000 decisions"
+        "admitted {admitted}, lost {lost}, returned {returned}, left {left}; {blocks} blocks, {local} local decisions, {evals} script calls for 3000 decisions"
     );
-    // Every unit is accounted for: admitted, lost with a block, or still
-    // in the bucket — never more than the limit.
+    // Every unit is admitted or back in the bucket — never more than the
+    // limit, and nothing lost: an hour from full, the bucket takes every
+    // unspent unit back.
     assert_eq!(
-        admitted + lost + left,
-        1_000,
-        "admitted {admitted}, lost {lost}, left {left}"
+        (admitted + left, lost),
+        (1_000, 0),
+        "admitted {admitted}, lost {lost}, returned {returned}, left {left}"
     );
     assert!(
         blocks > 0 && local > 0,
@@ -368,6 +362,74 @@ policies:
         evals < 3_000,
         "{evals} script calls for 3000 decisions: blocks saved none"
     );
+}
+
+/// What a peek at `key`'s state under `policy` says is left.
+async fn remaining(base: &str, policy: &str, key: &str) -> u64 {
+    let state: Value = reqwest::Client::new()
+        .get(format!("{base}/v1/state?policy={policy}&key={key}"))
+        .send()
+        .await
+        .expect("state")
+        .json()
+        .await
+        .expect("JSON");
+    state["remaining"].as_u64().expect("remaining")
+}
+
+/// A block's unspent units go back to the key's state when its term ends
+/// (docs/config.md, `hot_lease`), on Redis and on the memory store: a
+/// hot identity takes a block, spends one unit of it, and goes quiet; a
+/// term later, what it did not spend is back in the store, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocks_unspent_units_go_back_to_the_store_when_its_term_ends() {
+    let redis = RedisServer::start().expect("redis-server");
+    for store in [
+        format!("{{redis: {{url: \"{}\"}}}}", redis.url()),
+        "{memory: {}}".to_owned(),
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("tollgate.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"server: {{watch_interval_ms: 0}}
+store: {store}
+policies:
+  - {{name: logged, algorithm: sliding_log, limit: 1000, window: 1h, hot_lease: {{above: 50, term: 300ms}}}}
+"#
+            ),
+        )
+        .expect("write config");
+        let process = TollgateProcess::spawn(&path, &[]);
+        let base = &process.base;
+        let client = reqwest::Client::new();
+        let url = format!("{base}/v1/check");
+        let body = r#"{"policy":"logged","key":"tenant-hot"}"#;
+        let mut admitted = 0;
+        // Hot: until this instance takes a block, then one from the block.
+        while metric(base, "tollgate_hot_lease_blocks_total").await == 0 {
+            assert!(check(&client, url.clone(), body).await["allowed"] == true);
+            admitted += 1;
+            assert!(admitted < 1_000, "{store}: no block taken");
+        }
+        assert!(check(&client, url.clone(), body).await["allowed"] == true);
+        admitted += 1;
+        assert_eq!(
+            metric(base, "tollgate_hot_lease_local_decisions_total").await,
+            1
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300 + 150)).await;
+        let left = remaining(base, "logged", "tenant-hot").await;
+        let returned = metric(base, "tollgate_hot_lease_returned_units_total").await;
+        let lost = metric(base, "tollgate_hot_lease_lost_units_total").await;
+        assert!(returned > 0, "{store}: nothing went back");
+        assert_eq!(
+            (admitted + left, lost),
+            (1_000, 0),
+            "{store}: admitted {admitted}, returned {returned}, left {left}"
+        );
+    }
 }
 
 /// EVALSHA and EVAL calls the server has answered so far.

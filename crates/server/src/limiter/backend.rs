@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use tollgate_core::Clock;
+use tollgate_core::{Clock, Decision, Taken};
 use tollgate_store::{
-    BreakerConfig, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
+    BreakerConfig, Check, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
     MemoryStore, MemoryStoreConfig, RedisStore, Replay, Retry, StoreError,
 };
 
@@ -180,6 +180,37 @@ impl Backend {
             Backend::Memory(_) => Err(StoreError::Config(
                 "a lease ledger lives in a Redis store, not a memory one".into(),
             )),
+        }
+    }
+
+    /// Decides `check` and says where its units came from, so the unused
+    /// ones can go back ([`Backend::give_back`]): a hot-lease block. The
+    /// caller asks only while the store is [`trusted`](Backend::trusted);
+    /// a failure is its to handle (the request decides as usual).
+    pub(super) async fn take(
+        &self,
+        check: Check<'_>,
+        clock: &dyn Clock,
+    ) -> Result<(Decision, Taken), StoreError> {
+        match self {
+            Backend::Memory(store) => Ok(store.take(check)),
+            Backend::Redis(guarded) => guarded.shared().take(check).await,
+            Backend::RedisAtClock(store) => store.take_at(check, clock.now_ms()).await,
+        }
+    }
+
+    /// Gives back up to `check.cost` units of a [`Backend::take`] that were
+    /// never used; how many went back.
+    pub(super) async fn give_back(
+        &self,
+        check: Check<'_>,
+        taken: Taken,
+        clock: &dyn Clock,
+    ) -> Result<u64, StoreError> {
+        match self {
+            Backend::Memory(store) => Ok(store.give_back(check, taken)),
+            Backend::Redis(guarded) => guarded.shared().give_back(check, taken).await,
+            Backend::RedisAtClock(store) => store.give_back_at(check, taken, clock.now_ms()).await,
         }
     }
 

@@ -6,25 +6,41 @@
 //! Why the limit still holds exactly: a block's units are consumed from the
 //! shared state *before* any of them is spent, so whatever the instances do
 //! with their blocks, the store never admitted more than the limit. What a
-//! block costs instead is the other direction: units left in a block when
-//! its term ends are not given back (the key's state moved on; a return
-//! could land in another window or past a full bucket), so they are lost —
-//! at most one block per instance per term — and a request can be rejected
-//! while other instances hold unspent units. Both are stated by `explain`.
+//! block costs instead is the other direction: a request can be rejected
+//! while other instances hold unspent units. Units left when a block ends
+//! (its term, its window, or a cost it cannot cover) are set aside here and
+//! given back to the key's state by the limiter's upkeep, exactly as far as
+//! the state can take them (`Limits::give_back`: a window's count while it
+//! counts, a bucket what could not have refilled since); the rest is lost
+//! and counted. Both are stated by `explain`.
 //!
-//! Pure: time comes in as arguments; the map is bounded.
+//! Pure: time comes in as arguments; the maps and the set-aside list are
+//! bounded.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use prometheus_client::metrics::counter::Counter;
-use tollgate_core::{Decision, Identity};
+use tollgate_core::{Decision, Identity, Taken};
 
 use crate::config::HotLeaseRule;
 
 /// Identities a policy may hold blocks for on one instance; past it, no
 /// new block is taken (decisions go to the store as usual).
 pub const MAX_BLOCKS: usize = 1024;
+
+/// Units of ended blocks waiting to be given back, at most; past it an
+/// ended block's units are lost (counted).
+pub const MAX_UNSPENT: usize = MAX_BLOCKS;
+
+/// Units of an ended block, to give back to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unspent {
+    pub identity: Identity,
+    pub units: u64,
+    /// Where the store consumed them.
+    pub taken: Taken,
+}
 
 /// One identity's decisions in whole seconds.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +61,9 @@ struct Block {
     until_ms: u64,
     /// The store's decision when the block was taken: its reset carries
     /// over, its `remaining` counts down with the block.
-    taken: Decision,
+    decision: Decision,
+    /// Where the store consumed it, for the give-back (none while taking).
+    taken: Option<Taken>,
 }
 
 /// One policy's blocks on this instance.
@@ -56,18 +74,79 @@ pub struct HotLeases {
     /// Each identity's decisions per second here: the second being counted
     /// (its start, its count) and the whole one before.
     rates: Mutex<HashMap<Identity, Rate, foldhash::fast::RandomState>>,
-    /// Units dropped unspent with their block (`tollgate_hot_lease_lost_units`).
+    /// Ended blocks' units, waiting for the upkeep to give them back.
+    unspent: Mutex<Vec<Unspent>>,
+    /// Units neither spent nor given back (`tollgate_hot_lease_lost_units`).
     lost: Counter,
+    /// Units given back (`tollgate_hot_lease_returned_units`).
+    returned: Counter,
 }
 
 impl HotLeases {
-    pub fn new(rule: HotLeaseRule, lost: Counter) -> Self {
+    pub fn new(rule: HotLeaseRule, lost: Counter, returned: Counter) -> Self {
         Self {
             rule,
             blocks: Mutex::new(HashMap::default()),
             rates: Mutex::new(HashMap::default()),
+            unspent: Mutex::new(Vec::new()),
             lost,
+            returned,
         }
+    }
+
+    /// Sets an ended block's units aside to be given back (lost when the
+    /// list is full or the block has no receipt).
+    fn set_aside(&self, identity: &Identity, block: &Block) {
+        if block.left == 0 {
+            return;
+        }
+        let kept = block.taken.is_some_and(|taken| {
+            self.unspent.lock().is_ok_and(|mut unspent| {
+                let room = unspent.len() < MAX_UNSPENT;
+                if room {
+                    unspent.push(Unspent {
+                        identity: identity.clone(),
+                        units: block.left,
+                        taken,
+                    });
+                }
+                room
+            })
+        });
+        if !kept {
+            self.lost.inc_by(block.left);
+        }
+    }
+
+    /// Ends the blocks whose term has run out at `now_ms` and hands over
+    /// every ended block's units, to give back. A block being taken stays.
+    pub fn take_unspent(&self, now_ms: u64) -> Vec<Unspent> {
+        if let Ok(mut blocks) = self.blocks.lock() {
+            blocks.retain(|identity, block| {
+                let live = block.taking || now_ms < block.until_ms;
+                if !live {
+                    self.set_aside(identity, block);
+                }
+                live
+            });
+        }
+        self.unspent
+            .lock()
+            .map(|mut unspent| std::mem::take(&mut *unspent))
+            .unwrap_or_default()
+    }
+
+    /// Ends every block now (the instance is stopping) and hands over
+    /// their units, to give back.
+    pub fn take_all_unspent(&self) -> Vec<Unspent> {
+        self.take_unspent(u64::MAX)
+    }
+
+    /// Counts what a give-back of `units` came to: `given` went back to
+    /// the store, the rest is lost.
+    pub fn given_back(&self, units: u64, given: u64) {
+        self.returned.inc_by(given);
+        self.lost.inc_by(units.saturating_sub(given));
     }
 
     /// Admits `cost` from `identity`'s live block, if it holds that much:
@@ -80,19 +159,20 @@ impl HotLeases {
             return None;
         }
         if now_ms >= block.until_ms || block.left < cost {
-            // Run out: what is left is lost (see the module's note).
-            self.lost.inc_by(block.left);
-            blocks.remove(identity);
+            // Run out: what is left goes back (see the module's note).
+            if let Some(block) = blocks.remove(identity) {
+                self.set_aside(identity, &block);
+            }
             return None;
         }
         block.left -= cost;
         let elapsed = now_ms.saturating_sub(block.taken_at_ms);
         Some(Decision {
             allowed: true,
-            remaining: block.taken.remaining.saturating_add(signed(block.left)),
+            remaining: block.decision.remaining.saturating_add(signed(block.left)),
             retry_after_ms: Some(0),
-            reset_after_ms: block.taken.reset_after_ms.saturating_sub(elapsed),
-            ..block.taken
+            reset_after_ms: block.decision.reset_after_ms.saturating_sub(elapsed),
+            ..block.decision
         })
     }
 
@@ -112,7 +192,7 @@ impl HotLeases {
             if block.taking && now_ms < block.until_ms {
                 return false;
             }
-            self.lost.inc_by(block.left);
+            self.set_aside(identity, block);
         } else if blocks.len() >= MAX_BLOCKS {
             return false;
         }
@@ -123,13 +203,14 @@ impl HotLeases {
                 left: 0,
                 taken_at_ms: now_ms,
                 until_ms: now_ms.saturating_add(self.rule.term_ms),
-                taken: Decision {
+                decision: Decision {
                     allowed: false,
                     limit: 0,
                     remaining: 0,
                     retry_after_ms: None,
                     reset_after_ms: 0,
                 },
+                taken: None,
             },
         );
         true
@@ -145,57 +226,54 @@ impl HotLeases {
     }
 
     /// Keeps a block of `block` units just taken at `now_ms` for a request
-    /// of `cost`, whose decision the store gave as `taken`; returns the
-    /// request's own decision.
+    /// of `cost`, whose decision the store gave as `decision`, consuming
+    /// them where `taken` says; returns the request's own decision.
     pub fn keep(
         &self,
         identity: &Identity,
         block: u64,
         cost: u64,
-        taken: &Decision,
+        (decision, taken): (&Decision, Taken),
         now_ms: u64,
     ) -> Decision {
         let left = block.saturating_sub(cost);
         // Spent within its term; a window's block never past the window it
         // was taken from (its reset, for an admitted decision).
         let term_ms = if self.rule.windowed {
-            self.rule.term_ms.min(taken.reset_after_ms)
+            self.rule.term_ms.min(decision.reset_after_ms)
         } else {
             self.rule.term_ms
         };
         let until_ms = now_ms.saturating_add(term_ms);
         if let Ok(mut blocks) = self.blocks.lock() {
             if blocks.len() >= MAX_BLOCKS {
-                let lost = &self.lost;
-                blocks.retain(|_, b| {
+                blocks.retain(|identity, b| {
                     let live = now_ms < b.until_ms;
                     if !live {
-                        lost.inc_by(b.left);
+                        self.set_aside(identity, b);
                     }
                     live
                 });
             }
-            let kept = blocks.len() < MAX_BLOCKS || blocks.contains_key(identity);
-            let replaced = kept
-                .then(|| {
-                    blocks.insert(
-                        identity.clone(),
-                        Block {
-                            taking: false,
-                            left,
-                            taken_at_ms: now_ms,
-                            until_ms,
-                            taken: *taken,
-                        },
-                    )
-                })
-                .flatten();
-            let dropped = replaced.map_or(0, |b| b.left) + if kept { 0 } else { left };
-            self.lost.inc_by(dropped);
+            let block = Block {
+                taking: false,
+                left,
+                taken_at_ms: now_ms,
+                until_ms,
+                decision: *decision,
+                taken: Some(taken),
+            };
+            if blocks.len() < MAX_BLOCKS || blocks.contains_key(identity) {
+                if let Some(replaced) = blocks.insert(identity.clone(), block) {
+                    self.set_aside(identity, &replaced);
+                }
+            } else {
+                self.set_aside(identity, &block);
+            }
         }
         Decision {
-            remaining: taken.remaining.saturating_add(signed(left)),
-            ..*taken
+            remaining: decision.remaining.saturating_add(signed(left)),
+            ..*decision
         }
     }
 
@@ -235,6 +313,16 @@ impl HotLeases {
     /// Blocks held now (for tests and the bound).
     pub fn held(&self) -> usize {
         self.blocks.lock().map_or(0, |b| b.len())
+    }
+}
+
+impl Drop for HotLeases {
+    /// A reload that changed the policy drops its blocks: what they and
+    /// the set-aside list held is lost, and counted.
+    fn drop(&mut self) {
+        for unspent in self.take_all_unspent() {
+            self.lost.inc_by(unspent.units);
+        }
     }
 }
 

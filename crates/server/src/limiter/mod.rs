@@ -26,12 +26,17 @@ use tollgate_store::{
 use crate::config::RetryRule;
 
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
-use crate::live::LivePolicy;
+use crate::live::{LiveConfig, LivePolicy};
 use crate::metrics::{DegradedLabels, ErrorLabels, Metrics, PolicyCounters};
 use crate::stopwatch::Stopwatch;
 
 pub use backend::Backend;
-pub use hot_lease::{HotLeases, MAX_BLOCKS};
+pub use hot_lease::{HotLeases, MAX_BLOCKS, MAX_UNSPENT, Unspent};
+
+/// How often the upkeep gives back what ended hot-lease blocks left
+/// unspent ([`Limiter::give_back_unspent`]): their units reach the store
+/// within this of a block's end.
+pub const GIVE_BACK_INTERVAL_MS: u64 = 50;
 pub use lease::{Lease, instance_id, share_of};
 
 /// One check as an adapter hands it to the limiter.
@@ -82,7 +87,7 @@ impl<'a> Check<'a> {
             lease: live.lease.as_deref(),
             shards: &live.shards,
             shard_cursor: Some(&live.shard_cursor),
-            hot_lease: live.hot_leases.as_ref(),
+            hot_lease: live.hot_leases.as_deref(),
             retry: live.serve.retry,
         }
     }
@@ -486,24 +491,81 @@ impl Limiter {
             return None;
         }
         let block = hot.rule.block(rate).max(check.cost);
-        let whole = Check {
+        let whole = tollgate_store::Check {
+            policy: check.policy,
+            identity: check.identity,
             cost: block,
-            ..*check
         };
-        let taken = self.call(backend, &[whole], &[None], 0, now_ms, None).await;
-        let decision = match taken.decisions.as_slice() {
-            [d] if d.allowed && taken.by == DecidedBy::Shared => d,
-            _ => {
+        let taken = backend.take(whole, &*self.clock).await;
+        let store_ms = Some(self.clock.now_ms().saturating_sub(now_ms));
+        let (decision, receipt) = match taken {
+            Ok((decision, receipt)) if decision.allowed => (decision, receipt),
+            Ok(_) => {
                 hot.abandon(check.identity);
+                return None;
+            }
+            Err(error) => {
+                // The request decides as usual, under its failure mode.
+                hot.abandon(check.identity);
+                self.observe_store(&Decided {
+                    decisions: Vec::new(),
+                    by: DecidedBy::Shared,
+                    error: Some(error),
+                    store_ms,
+                    replay: Replay::Fresh,
+                });
                 return None;
             }
         };
         self.metrics.hot_lease_blocks.inc();
-        let decision = hot.keep(check.identity, block, check.cost, decision, now_ms);
+        let decision = hot.keep(
+            check.identity,
+            block,
+            check.cost,
+            (&decision, receipt),
+            now_ms,
+        );
         Some(Decided {
-            store_ms: taken.store_ms,
+            store_ms,
             ..local(decision)
         })
+    }
+
+    /// Gives back what ended hot-lease blocks left unspent (docs/config.md,
+    /// `hot_lease`), for every policy of `live`: one store call a block,
+    /// each bounded by the store's timeout. `stopping`: every block ends
+    /// now. Counted as returned, or lost where the store did not take them.
+    pub async fn give_back_unspent(&self, live: &LiveConfig, stopping: bool) {
+        let now_ms = self.clock.now_ms();
+        for policy in &live.policies {
+            let Some(hot) = &policy.hot_leases else {
+                continue;
+            };
+            let unspent = if stopping {
+                hot.take_all_unspent()
+            } else {
+                hot.take_unspent(now_ms)
+            };
+            let Some(backend) = self.backends.get(policy.serve.store) else {
+                unspent.iter().for_each(|u| hot.given_back(u.units, 0));
+                continue;
+            };
+            for u in unspent {
+                let check = tollgate_store::Check {
+                    policy: &policy.serve.policy,
+                    identity: &u.identity,
+                    cost: u.units,
+                };
+                let given = match backend.give_back(check, u.taken, &*self.clock).await {
+                    Ok(given) => given,
+                    Err(error) => {
+                        tracing::debug!(policy = policy.serve.policy.name(), %error, "a hot-lease give-back failed: its units are lost");
+                        0
+                    }
+                };
+                hot.given_back(u.units, given);
+            }
+        }
     }
 
     /// A store's latency, its errors, and decisions made without it.

@@ -341,6 +341,16 @@ impl RedisStore {
         margin_ms: u64,
     ) -> Result<(Decision, Taken), StoreError> {
         let mut item = self.item(&check);
+        // On the store's clock a take is a decision like any other: a
+        // rejection it already knows stands (a store restarted empty gives
+        // this instance nothing more until then), and one it meets is kept.
+        let sent = Instant::now();
+        if at == At::StoreClock
+            && let Some(decision) = self.shared.rejected.get(&item, sent)
+        {
+            self.shared.answered_locally.fetch_add(1, Ordering::Relaxed);
+            return Ok((decision, Taken::new(0, &decision)));
+        }
         let reply = self
             .timed(async {
                 self.shared.tag(&mut item).await;
@@ -364,6 +374,11 @@ impl RedisStore {
         let decision = decision(&item, decided)?;
         let now = u64::try_from(*now)
             .map_err(|_| StoreError::Protocol(format!("a take answered the time {now}")))?;
+        if at == At::StoreClock && !decision.allowed {
+            self.shared
+                .rejected
+                .remember(&item, &decision, sent, Instant::now());
+        }
         Ok((decision, Taken::new(now, &decision)))
     }
 
@@ -402,8 +417,16 @@ impl RedisStore {
             .await
             .and_then(Answer::integers)?;
         match reply[..] {
-            [given] => u64::try_from(given)
-                .map_err(|_| StoreError::Protocol(format!("a give-back answered {given}"))),
+            [given] => {
+                let given = u64::try_from(given)
+                    .map_err(|_| StoreError::Protocol(format!("a give-back answered {given}")))?;
+                if given > 0 {
+                    // Room came back: this instance's cached rejections of
+                    // the key no longer hold.
+                    self.shared.rejected.forget(&item.key);
+                }
+                Ok(given)
+            }
             _ => Err(StoreError::Protocol(format!(
                 "a give-back answered {} integers",
                 reply.len()

@@ -9,6 +9,10 @@
 //! count down from when the answer *arrived*, so they are never early;
 //! `remaining` repeats the store's answer.
 //!
+//! A hot-lease give-back (another instance's) can add room meanwhile: then
+//! the cache may reject what the store would admit, never the reverse; an
+//! instance's own give-back forgets the key's entries.
+//!
 //! Entries are keyed by the policy's parameters too, so a changed limit
 //! misses at once. The map is bounded: full shards drop expired entries,
 //! and when none has expired the new entry is simply not cached.

@@ -177,7 +177,7 @@ pub struct Once {
 }
 
 /// When a script decides: on the store's clock, or at a given time.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum At {
     StoreClock,
     Ms(u64),

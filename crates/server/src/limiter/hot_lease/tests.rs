@@ -1,7 +1,25 @@
 use prometheus_client::metrics::counter::Counter;
-use tollgate_core::{Decision, Identity};
+use tollgate_core::{Decision, Identity, Taken};
 
 use super::*;
+
+/// Where the store consumed a block (the give-back's receipt).
+const TAKEN: Taken = Taken {
+    at_ms: 1_000,
+    full_at_ms: 11_000,
+};
+
+fn leases(rule: HotLeaseRule) -> HotLeases {
+    HotLeases::new(rule, Counter::default(), Counter::default())
+}
+
+/// Units set aside to give back, by identity.
+fn unspent(hot: &HotLeases, now_ms: u64) -> Vec<(String, u64)> {
+    hot.take_unspent(now_ms)
+        .into_iter()
+        .map(|u| (u.identity.to_string(), u.units))
+        .collect()
+}
 
 fn rule() -> HotLeaseRule {
     HotLeaseRule {
@@ -33,11 +51,11 @@ fn a_block_is_what_the_rate_spends_in_a_term_within_its_bounds() {
 
 #[test]
 fn a_block_admits_locally_until_it_or_its_term_runs_out() {
-    let hot = HotLeases::new(rule(), Counter::default());
+    let hot = leases(rule());
     let id = Identity::value("hot");
     assert!(hot.spend(&id, 1, 0).is_none(), "no block yet");
     // A block of 5 taken for a request of 1: the store had 60 left after it.
-    let first = hot.keep(&id, 5, 1, &taken(60), 1_000);
+    let first = hot.keep(&id, 5, 1, (&taken(60), TAKEN), 1_000);
     assert_eq!((first.allowed, first.remaining), (true, 64));
     let spent: Vec<i64> = (0..4)
         .map(|_| hot.spend(&id, 1, 1_100).expect("from the block").remaining)
@@ -45,62 +63,67 @@ fn a_block_admits_locally_until_it_or_its_term_runs_out() {
     assert_eq!(spent, [63, 62, 61, 60]);
     assert!(hot.spend(&id, 1, 1_100).is_none(), "the block is spent");
     assert_eq!(hot.held(), 0);
-    hot.keep(&id, 5, 1, &taken(40), 2_000);
+    hot.keep(&id, 5, 1, (&taken(40), TAKEN), 2_000);
     let d = hot.spend(&id, 2, 2_050).expect("from the block");
     assert_eq!((d.remaining, d.reset_after_ms), (42, 9_950));
     assert!(
         hot.spend(&id, 1, 2_200).is_none(),
         "the term ended: the rest is lost"
     );
-    hot.keep(&id, 5, 1, &taken(40), 3_000);
+    hot.keep(&id, 5, 1, (&taken(40), TAKEN), 3_000);
     assert!(
         hot.spend(&id, 5, 3_010).is_none(),
         "a cost above what is left goes to the store"
     );
-    // Lost: 2 when the term ended at 2 200, 4 when the cost did not fit.
-    assert_eq!(hot.lost.get(), 6);
+    // Set aside to give back: 2 when the term ended at 2 200, 4 when the
+    // cost did not fit; nothing lost.
+    assert_eq!(unspent(&hot, 3_010), [("hot".into(), 2), ("hot".into(), 4)]);
+    assert_eq!(hot.lost.get(), 0);
 }
 
 #[test]
 fn a_block_is_never_spent_past_the_states_reset() {
-    let hot = HotLeases::new(rule(), Counter::default());
+    let hot = leases(rule());
     let id = Identity::value("w");
     // A fixed window ending 50 ms after the block was taken.
     let ending = Decision {
         reset_after_ms: 50,
         ..taken(10)
     };
-    hot.keep(&id, 5, 1, &ending, 1_000);
+    hot.keep(&id, 5, 1, (&ending, TAKEN), 1_000);
     assert!(hot.spend(&id, 1, 1_049).is_some());
     assert!(hot.spend(&id, 1, 1_050).is_none(), "the window ended");
-    assert_eq!(hot.lost.get(), 3);
+    assert_eq!(unspent(&hot, 1_050), [("w".into(), 3)]);
     // A bucket's block keeps its term whatever the bucket's reset.
-    let bucket = HotLeases::new(
-        HotLeaseRule {
-            windowed: false,
-            ..rule()
-        },
-        Counter::default(),
-    );
-    bucket.keep(&id, 5, 1, &ending, 1_000);
+    let bucket = leases(HotLeaseRule {
+        windowed: false,
+        ..rule()
+    });
+    bucket.keep(&id, 5, 1, (&ending, TAKEN), 1_000);
     assert!(bucket.spend(&id, 1, 1_150).is_some());
 }
 
 #[test]
 fn blocks_are_bounded() {
-    let hot = HotLeases::new(rule(), Counter::default());
+    let hot = leases(rule());
     for i in 0..MAX_BLOCKS + 10 {
-        hot.keep(&Identity::value(&format!("k{i}")), 5, 1, &taken(10), 0);
+        hot.keep(
+            &Identity::value(&format!("k{i}")),
+            5,
+            1,
+            (&taken(10), TAKEN),
+            0,
+        );
     }
     assert_eq!(hot.held(), MAX_BLOCKS);
     // Once they expire, room is made again.
-    hot.keep(&Identity::value("late"), 5, 1, &taken(10), 1_000);
+    hot.keep(&Identity::value("late"), 5, 1, (&taken(10), TAKEN), 1_000);
     assert_eq!(hot.held(), 1);
 }
 
 #[test]
 fn an_identitys_rate_is_its_last_whole_second_or_this_one_when_higher() {
-    let hot = HotLeases::new(rule(), Counter::default());
+    let hot = leases(rule());
     let id = Identity::value("r");
     let rates: Vec<u64> = (0..3).map(|i| hot.observe(&id, 5_000 + i)).collect();
     assert_eq!(rates, [1, 2, 3]);
@@ -110,12 +133,12 @@ fn an_identitys_rate_is_its_last_whole_second_or_this_one_when_higher() {
 
 #[test]
 fn one_request_takes_a_block_while_the_others_go_to_the_store() {
-    let hot = HotLeases::new(rule(), Counter::default());
+    let hot = leases(rule());
     let id = Identity::value("burst");
     assert!(hot.begin_taking(&id, 0));
     assert!(!hot.begin_taking(&id, 1), "another is taking it");
     assert!(hot.spend(&id, 1, 1).is_none(), "nothing to spend yet");
-    hot.keep(&id, 5, 1, &taken(10), 2);
+    hot.keep(&id, 5, 1, (&taken(10), TAKEN), 2);
     assert!(hot.spend(&id, 1, 3).is_some());
     // A refused block lets the next request try.
     let other = Identity::value("other");
@@ -125,4 +148,41 @@ fn one_request_takes_a_block_while_the_others_go_to_the_store() {
     // A taker that never came back lapses after a term.
     assert!(hot.begin_taking(&other, 201));
     assert_eq!(hot.lost.get(), 0);
+}
+
+#[test]
+fn a_block_whose_term_ran_out_is_set_aside_by_the_upkeep_and_counted_once_given_back() {
+    let hot = leases(rule());
+    let (a, b) = (Identity::value("a"), Identity::value("b"));
+    hot.keep(&a, 10, 1, (&taken(50), TAKEN), 1_000);
+    hot.keep(&b, 10, 4, (&taken(50), TAKEN), 1_100);
+    assert!(hot.spend(&a, 2, 1_050).is_some());
+    assert_eq!(unspent(&hot, 1_199), [], "a's term ends at 1 200");
+    assert_eq!(unspent(&hot, 1_200), [("a".into(), 7)]);
+    assert_eq!(hot.held(), 1, "b's block lives on");
+    assert_eq!(unspent(&hot, 1_200), [], "handed over once");
+    hot.given_back(7, 5);
+    assert_eq!((hot.returned.get(), hot.lost.get()), (5, 2));
+    // Stopping ends every block.
+    assert_eq!(hot.take_all_unspent().len(), 1);
+    assert_eq!(hot.held(), 0);
+}
+
+#[test]
+fn the_set_aside_list_is_bounded_and_a_dropped_policy_counts_what_it_held() {
+    let lost = Counter::default();
+    let hot = HotLeases::new(rule(), lost.clone(), Counter::default());
+    for i in 0..MAX_UNSPENT + 3 {
+        let id = Identity::value(&format!("k{i}"));
+        hot.keep(&id, 5, 1, (&taken(10), TAKEN), 0);
+        // A cost the block cannot cover ends it: its 4 are set aside.
+        assert!(hot.spend(&id, 5, 1).is_none());
+    }
+    assert_eq!(lost.get(), 3 * 4, "past the bound, lost");
+    drop(hot);
+    assert_eq!(
+        lost.get(),
+        (MAX_UNSPENT as u64 + 3) * 4,
+        "the rest went with the policy"
+    );
 }
