@@ -302,7 +302,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
             let this = deployment.region.as_deref().unwrap_or("?");
             let largest = shares.iter().copied().max().unwrap_or(0);
             split_text = Some(format!(
-                "shares of {limit}: {} (largest remainder, ties to the first region by name; they sum to {limit}; a bucket's refill splits exactly by weight); this instance ({this}) enforces {}. With all traffic in one region at most its share is admitted: at least {} of the {limit} strands in the quiet regions.",
+                "shares of {limit}: {} (largest remainder, ties to the first region by name; they sum to {limit}; a bucket's refill splits exactly by weight); this instance ({this}) enforces {}. With all traffic in one region at most its share is admitted: at least {} of the {limit} strands in the quiet regions (what a busy region's share turns away: tollgate_split_turned_away_units_total).",
                 listed.join(", "),
                 admits(&serve.policy, 1),
                 limit - largest.min(limit)

@@ -88,7 +88,11 @@ impl LiveConfig {
             .policies
             .iter()
             .map(|serve| LivePolicy {
-                counters: metrics.policy_counters(serve.policy.name()),
+                counters: PolicyCounters {
+                    split_turned_away: matches!(serve.scope, Scope::Split { .. })
+                        .then(|| metrics.split_turned_away(serve.policy.name(), &region)),
+                    ..metrics.policy_counters(serve.policy.name())
+                },
                 local: local_share(&serve.policy, serve.on_store_failure),
                 policy_item: policy_item(&serve.policy),
                 lease: lease(serve),

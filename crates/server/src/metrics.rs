@@ -114,6 +114,8 @@ pub struct Metrics {
     pub state_resets: Family<PolicyLabels, Counter>,
     /// What each policy's scope leaves this instance to enforce.
     pub scope_limit: Family<ScopeLabels, Gauge>,
+    /// Under `split`: units each region's share rejected, by policy.
+    split_turned_away: Family<LeaseLabels, Counter>,
     /// The identities behind the most decisions and rejections, per policy.
     pub hot: Arc<HotIdentities>,
     lease: LeaseFamilies,
@@ -168,6 +170,9 @@ pub struct PolicyCounters {
     /// Admissions answered from a request id's record, consuming nothing
     /// (also counted in `allowed`).
     pub replayed: Counter,
+    /// Under `split`: units this region's share rejected
+    /// (`tollgate_split_turned_away_units`).
+    pub split_turned_away: Option<Counter>,
 }
 
 impl Metrics {
@@ -297,6 +302,12 @@ impl Metrics {
             "The limit (C or L) each policy's scope leaves this instance's store to enforce: the whole limit, or under split this region's share",
             scope_limit.clone(),
         );
+        let split_turned_away = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "split_turned_away_units",
+            "Units a split policy's share for this region rejected (not while degraded): demand above the region's share, which a global scope would have admitted as far as the other regions left their shares unused — the capacity split strands, as this region's demand meets it",
+            split_turned_away.clone(),
+        );
         let degraded = Family::<DegradedLabels, Counter>::default();
         registry.register(
             "degraded_decisions",
@@ -374,6 +385,7 @@ impl Metrics {
             store_up,
             state_resets,
             scope_limit,
+            split_turned_away,
             degraded,
             decisions,
             replayed,
@@ -427,7 +439,18 @@ impl Metrics {
                     policy: policy.to_owned(),
                 })
                 .clone(),
+            split_turned_away: None,
         }
+    }
+
+    /// A split policy's count of units its region's share rejected here.
+    pub fn split_turned_away(&self, policy: &str, region: &str) -> Counter {
+        self.split_turned_away
+            .get_or_create(&LeaseLabels {
+                policy: policy.to_owned(),
+                region: region.to_owned(),
+            })
+            .clone()
     }
 
     pub fn encode(&self) -> String {

@@ -125,8 +125,28 @@ async fn each_scope_admits_exactly_what_explain_bounds_it_to_across_two_regions(
             "missing {line}:\n{metrics}"
         );
     }
-    // All traffic in region a first: split gives it its share, 5 of 10.
+    // All traffic in region a first: split gives it its share, 5 of 10,
+    // and counts what the share turned away while b's 5 stayed unused.
     assert_eq!(admitted(&client, &bases[..2], "s", 10).await, 5);
+    let mut turned_away = 0;
+    for base in &bases[..2] {
+        let text = client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        let prefix = r#"tollgate_split_turned_away_units_total{policy="s",region="a"} "#;
+        turned_away += text
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix}:\n{text}"))
+            .parse::<u64>()
+            .expect("a count");
+    }
+    assert_eq!(turned_away, 15, "20 asked in region a, 5 admitted");
     // Then everywhere: each scope admits exactly its stated bound.
     for (policy, bound) in &stated {
         let total = admitted(&client, &bases, policy, 15).await;
@@ -294,8 +314,8 @@ fn the_shipped_regions_example_is_explained_with_numbers() {
         "region: us; regions: ap (1 instance), eu (2 instances), us (2 instances)",
         "  bound: the limit, 5 per 10m, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).",
         "  bound: at most 3 × the limit: a burst of 300 then 300 per 1s, across the 3 regions `regions:` lists.",
-        "  split: shares of 100: ap 34, eu 33, us 33 (largest remainder, ties to the first region by name; they sum to 100; a bucket's refill splits exactly by weight); this instance (us) enforces a burst of 33 then 5 per 3s. With all traffic in one region at most its share is admitted: at least 66 of the 100 strands in the quiet regions.",
-        "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h. With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in the quiet regions.",
+        "  split: shares of 100: ap 34, eu 33, us 33 (largest remainder, ties to the first region by name; they sum to 100; a bucket's refill splits exactly by weight); this instance (us) enforces a burst of 33 then 5 per 3s. With all traffic in one region at most its share is admitted: at least 66 of the 100 strands in the quiet regions (what a busy region's share turns away: tollgate_split_turned_away_units_total).",
+        "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h. With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in the quiet regions (what a busy region's share turns away: tollgate_split_turned_away_units_total).",
         "  bound: at most 5 × the limit: 250 per 1s, across the 5 instances `regions:` lists.",
         "  bound: at most the limit, a burst of 600 then 10 per 1s: floors and live leases never sum above it, and units moving between regions rest first.",
         "  lease: floors (50% of 600, by region weight; never leased away): ap 100, eu 100, us 100; spare 300 leased by demand from the ledger in the global store (standalone, key tollgate:search:lease), for a term of 10s, renewed every 2500ms; units one region lets go rest 1m (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within term + rest + renew = 72500ms. This instance (us) spends its floor 100 plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least 300 of the 600 unused).",

@@ -451,6 +451,11 @@ impl Limiter {
                 }
             } else {
                 counters.rejected.inc();
+                if let Some(split) = &counters.split_turned_away
+                    && !decided.by.is_degraded()
+                {
+                    split.inc_by(check.cost);
+                }
                 self.decision_log
                     .rejected(check.policy.name(), check.identity, now_ms);
             }
