@@ -20,6 +20,30 @@ pub use token_bucket::BucketState;
 use crate::decision::Decision;
 use crate::policy::Limits;
 
+/// Calls `function` of the policy's algorithm module on its own state
+/// (another algorithm's state is taken as absent) and puts the state back.
+macro_rules! on_own_state {
+    ($limits:expr, $state:expr, $function:ident($($arg:expr),*)) => {{
+        let state: &mut Option<State> = $state;
+        match $limits {
+            Limits::TokenBucket(p) => on_own_state!(@ state, TokenBucket, token_bucket, $function, p, $($arg),*),
+            Limits::Gcra(p) => on_own_state!(@ state, Gcra, gcra, $function, p, $($arg),*),
+            Limits::FixedWindow(p) => on_own_state!(@ state, FixedWindow, fixed_window, $function, p, $($arg),*),
+            Limits::SlidingWindow(p) => on_own_state!(@ state, SlidingWindow, sliding_window, $function, p, $($arg),*),
+            Limits::SlidingLog(p) => on_own_state!(@ state, SlidingLog, sliding_log, $function, p, $($arg),*),
+        }
+    }};
+    (@ $state:ident, $variant:ident, $module:ident, $function:ident, $params:expr, $($arg:expr),*) => {{
+        let mut slot = match $state.take() {
+            Some(State::$variant(s)) => Some(s),
+            _ => None,
+        };
+        let out = $module::$function($params, &mut slot, $($arg),*);
+        *$state = slot.map(State::$variant);
+        out
+    }};
+}
+
 /// What a decision may do to the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intent {
@@ -86,26 +110,7 @@ impl Limits {
         intent: Intent,
     ) -> Decision {
         let consume = intent == Intent::Consume;
-        // Each arm: take this algorithm's state (another algorithm's is
-        // treated as absent), decide, and put the new state back.
-        macro_rules! run {
-            ($variant:ident, $module:ident, $params:expr) => {{
-                let mut slot = match state.take() {
-                    Some(State::$variant(s)) => Some(s),
-                    _ => None,
-                };
-                let decision = $module::decide($params, &mut slot, now_ms, cost, consume);
-                *state = slot.map(State::$variant);
-                decision
-            }};
-        }
-        match self {
-            Limits::TokenBucket(rate) => run!(TokenBucket, token_bucket, rate),
-            Limits::Gcra(rate) => run!(Gcra, gcra, rate),
-            Limits::FixedWindow(window) => run!(FixedWindow, fixed_window, window),
-            Limits::SlidingWindow(window) => run!(SlidingWindow, sliding_window, window),
-            Limits::SlidingLog(window) => run!(SlidingLog, sliding_log, window),
-        }
+        on_own_state!(self, state, decide(now_ms, cost, consume))
     }
 
     /// Gives back up to `units` consumed at `taken` and never used, as far
@@ -119,27 +124,20 @@ impl Limits {
         units: u64,
         taken: Taken,
     ) -> u64 {
-        macro_rules! run {
-            ($variant:ident, $module:ident, $params:expr) => {{
-                let mut slot = match state.take() {
-                    Some(State::$variant(s)) => Some(s),
-                    other => {
-                        *state = other;
-                        return 0;
-                    }
-                };
-                let given = $module::give_back($params, &mut slot, now_ms, units, taken);
-                *state = slot.map(State::$variant);
-                given
-            }};
+        // Another algorithm's state is not this policy's to change.
+        let own = match (self, state.as_ref()) {
+            (_, None)
+            | (Limits::TokenBucket(_), Some(State::TokenBucket(_)))
+            | (Limits::Gcra(_), Some(State::Gcra(_)))
+            | (Limits::FixedWindow(_), Some(State::FixedWindow(_)))
+            | (Limits::SlidingWindow(_), Some(State::SlidingWindow(_)))
+            | (Limits::SlidingLog(_), Some(State::SlidingLog(_))) => true,
+            _ => false,
+        };
+        if !own {
+            return 0;
         }
-        match self {
-            Limits::TokenBucket(rate) => run!(TokenBucket, token_bucket, rate),
-            Limits::Gcra(rate) => run!(Gcra, gcra, rate),
-            Limits::FixedWindow(window) => run!(FixedWindow, fixed_window, window),
-            Limits::SlidingWindow(window) => run!(SlidingWindow, sliding_window, window),
-            Limits::SlidingLog(window) => run!(SlidingLog, sliding_log, window),
-        }
+        on_own_state!(self, state, give_back(now_ms, units, taken))
     }
 }
 

@@ -266,27 +266,13 @@ impl RedisStore {
     pub async fn decide_at(&self, check: Check<'_>, now_ms: u64) -> Result<Decision, StoreError> {
         let mut item = self.item(&check);
         let lua = SCRIPTS.for_algorithm(item.algorithm);
-        self.timed(async {
-            self.shared.tag(&mut item).await;
-            self.shared
-                .run(
-                    &self.shared.connection,
-                    lua,
-                    &[&item],
-                    At::Ms(now_ms),
-                    self.given_margin(),
-                    None,
-                    &[],
-                )
-                .await
-        })
-        .await
-        .and_then(Answer::integers)
-        .and_then(|reply| decisions(&[&item], &reply))
-        .and_then(|mut d| {
-            d.pop()
-                .ok_or_else(|| StoreError::Protocol("a script answered nothing".into()))
-        })
+        self.one_key(lua, &mut item, At::Ms(now_ms), self.given_margin(), None)
+            .await
+            .and_then(|reply| decisions(&[&item], &reply))
+            .and_then(|mut d| {
+                d.pop()
+                    .ok_or_else(|| StoreError::Protocol("a script answered nothing".into()))
+            })
     }
 
     /// [`Store::decide_all`] at `now_ms` instead of Redis's clock.
@@ -334,6 +320,34 @@ impl RedisStore {
             .await
     }
 
+    /// One unbatched script call about one key (its gcra scale tagged
+    /// first), within the store's timeout: the integers it answered.
+    async fn one_key(
+        &self,
+        lua: &Lua,
+        item: &mut Item,
+        at: At,
+        margin_ms: u64,
+        mode: Option<&str>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.timed(async {
+            self.shared.tag(item).await;
+            self.shared
+                .run(
+                    &self.shared.connection,
+                    lua,
+                    &[&*item],
+                    at,
+                    margin_ms,
+                    mode,
+                    &[],
+                )
+                .await
+        })
+        .await
+        .and_then(Answer::integers)
+    }
+
     async fn take_with(
         &self,
         check: Check<'_>,
@@ -352,22 +366,8 @@ impl RedisStore {
             return Ok((decision, Taken::new(0, &decision)));
         }
         let reply = self
-            .timed(async {
-                self.shared.tag(&mut item).await;
-                self.shared
-                    .run(
-                        &self.shared.connection,
-                        &SCRIPTS.take,
-                        &[&item],
-                        at,
-                        margin_ms,
-                        None,
-                        &[],
-                    )
-                    .await
-            })
-            .await
-            .and_then(Answer::integers)?;
+            .one_key(&SCRIPTS.take, &mut item, at, margin_ms, None)
+            .await?;
         let [decided @ .., now] = &reply[..] else {
             return Err(StoreError::Protocol("a take answered nothing".into()));
         };
@@ -400,22 +400,8 @@ impl RedisStore {
         let mut item = self.item(&check);
         let mode = format!("{}:{}", taken.at_ms, taken.full_at_ms);
         let reply = self
-            .timed(async {
-                self.shared.tag(&mut item).await;
-                self.shared
-                    .run(
-                        &self.shared.connection,
-                        &SCRIPTS.give_back,
-                        &[&item],
-                        at,
-                        margin_ms,
-                        Some(&mode),
-                        &[],
-                    )
-                    .await
-            })
-            .await
-            .and_then(Answer::integers)?;
+            .one_key(&SCRIPTS.give_back, &mut item, at, margin_ms, Some(&mode))
+            .await?;
         match reply[..] {
             [given] => {
                 let given = u64::try_from(given)
