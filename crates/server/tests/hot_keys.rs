@@ -475,18 +475,7 @@ async fn a_sharded_request_is_rejected_early_by_at_most_what_explain_states() {
     // What the four shards still hold, read from each shard's state.
     let mut left = 0;
     for _ in 0..4 {
-        let state: Value = client
-            .get(format!(
-                "{}/v1/state?policy=api&key=tenant-big",
-                process.base
-            ))
-            .send()
-            .await
-            .expect("state")
-            .json()
-            .await
-            .expect("JSON");
-        left += state["remaining"].as_u64().expect("remaining");
+        left += remaining(&process.base, "api", "tenant-big").await;
     }
     assert_eq!(left, 20, "rejected while 20 units remained in all");
     assert!(left <= stated);

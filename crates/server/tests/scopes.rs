@@ -65,6 +65,17 @@ async fn check(client: &reqwest::Client, base: &str, body: &str) -> Value {
         .expect("JSON")
 }
 
+async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
 /// Admitted of `tries` single checks of `policy` on each of `bases`.
 async fn admitted(client: &reqwest::Client, bases: &[&str], policy: &str, tries: usize) -> usize {
     let mut admitted = 0;
@@ -107,14 +118,7 @@ async fn each_scope_admits_exactly_what_explain_bounds_it_to_across_two_regions(
     let client = reqwest::Client::new();
 
     // Each instance says what its scopes leave it to enforce.
-    let metrics = client
-        .get(format!("{}/metrics", bases[0]))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = metrics_text(&client, bases[0]).await;
     for line in [
         r#"tollgate_scope_limit{policy="g",scope="global",region="a"} 10"#,
         r#"tollgate_scope_limit{policy="s",scope="split",region="a"} 5"#,
@@ -130,14 +134,7 @@ async fn each_scope_admits_exactly_what_explain_bounds_it_to_across_two_regions(
     assert_eq!(admitted(&client, &bases[..2], "s", 10).await, 5);
     let mut turned_away = 0;
     for base in &bases[..2] {
-        let text = client
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let text = metrics_text(&client, base).await;
         let prefix = r#"tollgate_split_turned_away_units_total{policy="s",region="a"} "#;
         turned_away += text
             .lines()

@@ -1,15 +1,21 @@
 -- fixed_window (docs/design.md §3; Rust twin: crates/core/src/algorithm/fixed_window.rs)
 -- state "W:count:last_ms": the count of window floor(last_ms / W).
+
+-- The state's window length, count and clock.
+local function fixed_window_read(key, state)
+  local sw, sc, last = string.match(state, '^(%d+):(%d+):(%d+)$')
+  if not sw then
+    bad_state(key)
+  end
+  return tonumber(sw), tonumber(sc), tonumber(last)
+end
+
 ALGORITHMS.fixed_window = function(key, state, now, cost, consume, l_text, w_text)
   local limit, w = tonumber(l_text), tonumber(w_text)
   local count = 0
   local sw, sc, last
   if state then
-    sw, sc, last = string.match(state, '^(%d+):(%d+):(%d+)$')
-    if not sw then
-      bad_state(key)
-    end
-    sw, sc, last = tonumber(sw), tonumber(sc), tonumber(last)
+    sw, sc, last = fixed_window_read(key, state)
     if now < last then
       now = last
     end
@@ -49,11 +55,7 @@ end
 -- (Rust twin: fixed_window::give_back).
 GIVE.fixed_window = function(key, state, now, units, taken, _, l_text, w_text)
   local w = tonumber(w_text)
-  local sw, sc, last = string.match(state, '^(%d+):(%d+):(%d+)$')
-  if not sw then
-    bad_state(key)
-  end
-  sw, sc, last = tonumber(sw), tonumber(sc), tonumber(last)
+  local sw, sc, last = fixed_window_read(key, state)
   if now < last then
     now = last
   end

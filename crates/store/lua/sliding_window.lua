@@ -1,15 +1,21 @@
 -- sliding_window (docs/design.md §3; Rust twin: crates/core/src/algorithm/sliding_window.rs)
 -- state "W:prev:curr:last_ms": counts of window floor(last_ms / W) and the one before.
+
+-- The state's window length, counts and clock.
+local function sliding_window_read(key, state)
+  local sw, sp, sc, last = string.match(state, '^(%d+):(%d+):(%d+):(%d+)$')
+  if not sw then
+    bad_state(key)
+  end
+  return tonumber(sw), tonumber(sp), tonumber(sc), tonumber(last)
+end
+
 ALGORITHMS.sliding_window = function(key, state, now, cost, consume, l_text, w_text)
   local limit, w = tonumber(l_text), tonumber(w_text)
   local prev, curr = 0, 0
   local sw, sp, sc, last
   if state then
-    sw, sp, sc, last = string.match(state, '^(%d+):(%d+):(%d+):(%d+)$')
-    if not sw then
-      bad_state(key)
-    end
-    sw, sp, sc, last = tonumber(sw), tonumber(sp), tonumber(sc), tonumber(last)
+    sw, sp, sc, last = sliding_window_read(key, state)
     if now < last then
       now = last
     end
@@ -90,11 +96,7 @@ end
 -- the current or the previous one (Rust twin: sliding_window::give_back).
 GIVE.sliding_window = function(key, state, now, units, taken, _, l_text, w_text)
   local w = tonumber(w_text)
-  local sw, sp, sc, last = string.match(state, '^(%d+):(%d+):(%d+):(%d+)$')
-  if not sw then
-    bad_state(key)
-  end
-  sw, sp, sc, last = tonumber(sw), tonumber(sp), tonumber(sc), tonumber(last)
+  local sw, sp, sc, last = sliding_window_read(key, state)
   if sw ~= w then
     return nil, 0, 0
   end
