@@ -5,20 +5,26 @@
 #
 # The builder is Alpine's Rust, whose native target is
 # x86_64-unknown-linux-musl (no `rustup target add`), linked with
-# +crt-static; Redis's TLS (native-tls) links Alpine's static OpenSSL.
+# +crt-static; Redis's TLS (native-tls) links OpenSSL built from source into
+# the binary (the server's `static-openssl` feature, openssl's `vendored`).
+# scripts/static-build builds with the same command and runs the result from
+# an empty root where no container engine is at hand.
 ARG RUST_VERSION=1.95
 
 FROM rust:${RUST_VERSION}-alpine AS build
-RUN apk add --no-cache build-base musl-dev openssl-dev openssl-libs-static pkgconf perl ca-certificates
+RUN apk add --no-cache build-base musl-dev perl ca-certificates
 WORKDIR /src
 COPY . .
 # No debug info in the image's binary (the profile keeps it for profiling).
-ENV OPENSSL_STATIC=1 \
-    RUSTFLAGS="-C target-feature=+crt-static" \
+# An explicit --target keeps RUSTFLAGS off the build scripts and proc macros:
+# they are built for the host, and a proc macro cannot link its C runtime
+# statically.
+ENV RUSTFLAGS="-C target-feature=+crt-static" \
     CARGO_PROFILE_RELEASE_DEBUG=0
-RUN cargo build --release --locked -p tollgate --bin tollgate \
- && install -D -m 0755 target/release/tollgate /out/tollgate \
+RUN cargo build --release --locked --target x86_64-unknown-linux-musl -p tollgate --bin tollgate --features static-openssl \
+ && install -D -m 0755 target/x86_64-unknown-linux-musl/release/tollgate /out/tollgate \
  && if readelf -l /out/tollgate | grep -q 'program interpreter'; then echo 'tollgate is not static' >&2; exit 1; fi \
+ && if readelf -d /out/tollgate | grep -q '(NEEDED)'; then echo 'tollgate needs shared libraries' >&2; exit 1; fi \
  && /out/tollgate --version
 
 FROM scratch

@@ -50,13 +50,14 @@ pub fn policy_item(policy: &Policy) -> String {
     format!("\"{}\";q={quota};w={window_seconds}", policy.name())
 }
 
-/// `q` and `w` (docs/http-api.md, "The RateLimit fields"): a quota that can
-/// be consumed within any window of `w` seconds, never more than the policy
-/// delivers there. A window algorithm: its limit over its window. A bucket
-/// of capacity C refilling R a second: when R < C, the capacity over the
-/// time to refill it from empty (a burst of C each `w` always fits); when
-/// R ≥ C (a fast bucket), R a second rounded down, since "C per second"
-/// would hold a client to a fraction of its limit.
+/// `q` and `w` (docs/http-api.md, "The RateLimit fields"): a quota that a
+/// client spreading it evenly over every `w` seconds always gets, so never
+/// more than the policy admits there. A bucket of capacity C refilling R a
+/// second: when R < C, C over the time to refill it from empty (a burst of C
+/// each `w` fits too); when R ≥ C (a fast bucket), R a second rounded down,
+/// since "C per second" would hold a client to a fraction of its limit.
+/// Windows: what the whole windows within `w` admit, so a window below a
+/// second is not stated as its limit per second either.
 fn quota_and_window(limits: &Limits) -> (u64, u64) {
     match limits {
         Limits::TokenBucket(r) | Limits::Gcra(r) => {
@@ -68,10 +69,42 @@ fn quota_and_window(limits: &Limits) -> (u64, u64) {
                 (r.capacity(), limits.window_ms().div_ceil(1000).max(1))
             }
         }
-        Limits::FixedWindow(_) | Limits::SlidingWindow(_) | Limits::SlidingLog(_) => {
-            (limits.limit(), limits.window_ms().div_ceil(1000).max(1))
+        Limits::FixedWindow(w) | Limits::SlidingLog(w) => {
+            whole_windows(u128::from(w.limit()), u128::from(w.window_ms()))
         }
+        Limits::SlidingWindow(w) => sliding_counter(w.limit(), w.window_ms()),
     }
+}
+
+/// `per_window` in each whole window within `w`, the window rounded up to
+/// seconds. A fixed window admits its limit from each window's start, and
+/// any `w` seconds hold ⌊1000·w / W⌋ starts; a sliding log admits it again
+/// W after it was spent; spread evenly, that many never put more than the
+/// limit in one window. A window that does not divide whole seconds loses
+/// less than one window a `w`: more than half the rate is stated.
+fn whole_windows(per_window: u128, window_ms: u128) -> (u64, u64) {
+    let w = window_ms.div_ceil(1000).max(1);
+    let windows = w * 1000 / window_ms.max(1);
+    let quota = per_window.saturating_mul(windows);
+    (
+        u64::try_from(quota).unwrap_or(u64::MAX),
+        u64::try_from(w).unwrap_or(u64::MAX),
+    )
+}
+
+/// The sliding window counter weights the previous window as if its count
+/// had been spread evenly but counts the request being decided whole, so a
+/// client spreading L a window evenly is refused about once a window, and
+/// the millisecond clock can cost a unit more: ⌊(L − 1)·W / (W + 1)⌋ a
+/// window (L − 2 unless L > W + 1) always fits. That leaves nothing for a
+/// limit of 1 or 2, which the previous and current windows must then hold
+/// together: L every two windows.
+fn sliding_counter(limit: u64, window_ms: u64) -> (u64, u64) {
+    let (limit, window_ms) = (u128::from(limit), u128::from(window_ms));
+    if limit < 3 {
+        return whole_windows(limit, 2 * window_ms);
+    }
+    whole_windows((limit - 1) * window_ms / (window_ms + 1), window_ms)
 }
 
 /// `"name";r=1;t=4`: what is left and when it is fully restored.
@@ -91,77 +124,4 @@ pub fn retry_after_seconds(ms: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tollgate_core::{Rate, Window};
-
-    #[test]
-    fn retry_after_rounds_up_and_is_never_zero() {
-        assert_eq!(retry_after_seconds(0), 1);
-        assert_eq!(retry_after_seconds(1), 1);
-        assert_eq!(retry_after_seconds(400), 1);
-        assert_eq!(retry_after_seconds(1000), 1);
-        assert_eq!(retry_after_seconds(1001), 2);
-    }
-
-    fn policy(name: &str, limit: u64, window_ms: u64) -> Policy {
-        let window = Window::new(limit, window_ms).unwrap_or_else(|| unreachable!());
-        Policy::new(name, Limits::FixedWindow(window))
-    }
-
-    fn decision(remaining: i64, reset_after_ms: u64) -> Decision {
-        Decision {
-            allowed: true,
-            limit: 0,
-            remaining,
-            retry_after_ms: Some(0),
-            reset_after_ms,
-        }
-    }
-
-    #[test]
-    fn items_join_in_order_and_state_rounds_reset_up() {
-        let (a, b) = (policy("a", 20, 4_000), policy("b", 5, 500));
-        let (item_a, item_b) = (policy_item(&a), policy_item(&b));
-        let (da, db) = (decision(19, 200), decision(-3, 1_001));
-        let fields =
-            ratelimit_fields([(item_a.as_str(), &a, &da), (item_b.as_str(), &b, &db)].into_iter());
-        let Some(fields) = fields else {
-            panic!("two decided policies write both fields");
-        };
-        assert_eq!(fields.policy, "\"a\";q=20;w=4, \"b\";q=5;w=1");
-        assert_eq!(fields.state, "\"a\";r=19;t=1, \"b\";r=0;t=2");
-    }
-
-    fn bucket(name: &str, capacity: u64, tokens: u64, per_ms: u64) -> Policy {
-        let rate = Rate::new(capacity, tokens, per_ms).unwrap_or_else(|| unreachable!());
-        Policy::new(name, Limits::Gcra(rate))
-    }
-
-    #[test]
-    fn a_slow_bucket_states_its_capacity_over_its_refill_time() {
-        assert_eq!(
-            policy_item(&bucket("write-api", 20, 5, 1_000)),
-            "\"write-api\";q=20;w=4"
-        );
-        // 20 at 3/s refills in 6.67 s: w rounds up, so the quota is conservative.
-        assert_eq!(policy_item(&bucket("b", 20, 3, 1_000)), "\"b\";q=20;w=7");
-    }
-
-    #[test]
-    fn a_fast_bucket_states_its_refill_per_second() {
-        assert_eq!(
-            policy_item(&bucket("per-ip", 50, 1000, 1_000)),
-            "\"per-ip\";q=1000;w=1"
-        );
-        // 100 per 300 ms is 333.3 a second: rounded down.
-        assert_eq!(policy_item(&bucket("f", 10, 100, 300)), "\"f\";q=333;w=1");
-        // Refill equal to the capacity: both readings agree.
-        assert_eq!(policy_item(&bucket("e", 50, 50, 1_000)), "\"e\";q=50;w=1");
-    }
-
-    #[test]
-    fn no_decided_policy_writes_no_field() {
-        assert!(ratelimit_fields(std::iter::empty::<(&str, &Policy, &Decision)>()).is_none());
-    }
-}
+mod tests;

@@ -1,8 +1,8 @@
 //! Answers that say what is true: RateLimit fields a client can use for slow
-//! and fast buckets, a batch that can never pass says so, `/v1/policies` and
-//! `explain` agree on the memory store, envoyproxy/ratelimit rules are
-//! listed, one identity has one spelling, and the docs' `curl` examples run
-//! as written.
+//! and fast buckets and sub-second windows, a batch that can never pass says
+//! so, `/v1/policies` and `explain` agree on the memory store,
+//! envoyproxy/ratelimit rules are listed, one identity has one spelling, and
+//! the docs' `curl` examples run as written.
 
 mod support;
 
@@ -58,6 +58,45 @@ async fn a_slow_bucket_states_its_capacity_and_a_fast_one_its_rate_per_second() 
     assert_eq!(
         r.headers()["ratelimit"],
         "\"write-api\";r=19;t=1, \"per-ip\";r=49;t=1"
+    );
+    server.stop().await;
+}
+
+const SUB_SECOND: &str = r#"
+server:
+  trusted_proxies: [127.0.0.1]
+policies:
+  - name: burst
+    algorithm: fixed_window
+    limit: 10
+    window: 100ms
+    identity: [client_ip]
+  - name: burst-log
+    algorithm: sliding_log
+    limit: 10
+    window: 100ms
+    identity: [client_ip]
+  - name: burst-counter
+    algorithm: sliding_window
+    limit: 10
+    window: 100ms
+    identity: [client_ip]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_second_window_states_the_whole_windows_of_a_second() {
+    let server = TestServer::start(SUB_SECOND).await;
+    let r = authorize(&server, "/", "acme").await;
+    assert_eq!(r.status(), 200);
+    // Ten windows of 10 a second, not "10 a second"; the counter states
+    // L − 2 a window, what always fits its weighting.
+    assert_eq!(
+        r.headers()["ratelimit-policy"],
+        "\"burst\";q=100;w=1, \"burst-log\";q=100;w=1, \"burst-counter\";q=80;w=1"
+    );
+    assert_eq!(
+        r.headers()["ratelimit"],
+        "\"burst\";r=9;t=1, \"burst-log\";r=9;t=1, \"burst-counter\";r=9;t=1"
     );
     server.stop().await;
 }

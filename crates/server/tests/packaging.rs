@@ -367,6 +367,61 @@ fn the_image_runs_the_copied_static_binary_from_scratch_as_non_root() {
     assert_eq!(arg("EXPOSE"), "8080");
 }
 
+/// The `cargo build …` command in `text`, up to the end of its line or the
+/// next `&&`.
+fn cargo_build(text: &str) -> String {
+    let from = text.find("cargo build").expect("a cargo build command");
+    let rest = &text[from..];
+    let end = rest.find(['\n', '&']).unwrap_or(rest.len());
+    rest[..end].trim().to_owned()
+}
+
+#[test]
+fn the_image_and_scripts_static_build_build_the_same_static_binary() {
+    let builder = read("Dockerfile").replace("\\\n", " ");
+    let script = read("scripts/static-build");
+    let command = cargo_build(&builder);
+    assert_eq!(
+        command,
+        "cargo build --release --locked --target x86_64-unknown-linux-musl -p tollgate --bin tollgate --features static-openssl"
+    );
+    assert_eq!(cargo_build(&script), command);
+    for setting in [
+        "RUSTFLAGS=\"-C target-feature=+crt-static\"",
+        "CARGO_PROFILE_RELEASE_DEBUG=0",
+        // The final stage's environment and user.
+        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+        "65534:65534",
+    ] {
+        assert!(builder.contains(setting), "the Dockerfile sets {setting}");
+        assert!(
+            script.contains(setting),
+            "scripts/static-build sets {setting}"
+        );
+    }
+    assert!(
+        builder.contains(
+            "install -D -m 0755 target/x86_64-unknown-linux-musl/release/tollgate /out/tollgate"
+        ),
+        "the image takes the binary the command built"
+    );
+    // The script lays out the root as the image's final stage does.
+    for path in [
+        "/tollgate",
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/tollgate/tollgate.yaml",
+    ] {
+        assert!(
+            builder.contains(&format!(" {path}\n")),
+            "the image copies {path}"
+        );
+        assert!(
+            script.contains(&format!("\"$root{path}\"")),
+            "scripts/static-build lays out {path}"
+        );
+    }
+}
+
 /// A container engine that can build and run here: docker or podman, or
 /// why neither can.
 fn container_engine() -> Result<&'static str, String> {

@@ -850,6 +850,121 @@ descriptors:
     );
 }
 
+/// What `response_headers_to_add` holds, in order.
+fn added_headers(r: &RateLimitResponse) -> Vec<(String, String)> {
+    r.response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_fast_bucket_states_its_rate_per_second_over_grpc_as_over_http() {
+    // The HTTP test (answers.rs) states this policy `"per-ip";q=1000;w=1`.
+    let config = "server: {watch_interval_ms: 0, grpc_response_headers: true}
+envoy_ratelimit_configs: [api.yaml]
+policies:
+  - name: per-ip
+    algorithm: gcra
+    capacity: 50
+    refill: {tokens: 1000, per: 1s}
+";
+    let file = "domain: api
+descriptors:
+  - key: ip
+    tollgate: {policy: per-ip}
+  - key: client
+    rate_limit: {unit: second, requests_per_unit: 1000}
+    tollgate: {algorithm: gcra, capacity: 50}
+";
+    let mut rls = Rls::start(config, &[("api.yaml", file)]).await;
+    let r = rls.ask("api", vec![desc(&[("ip", "10.0.0.1")])]).await;
+    assert_eq!(r.overall_code, OK);
+    // 50 at 1000/s refills within a second: 1000 a second, not "50 a second".
+    assert_eq!(
+        added_headers(&r),
+        pairs(&[
+            ("ratelimit-policy", "\"per-ip\";q=1000;w=1"),
+            ("ratelimit", "\"per-ip\";r=49;t=1"),
+        ])
+    );
+    let r = rls.ask("api", vec![desc(&[("client", "c")])]).await;
+    assert_eq!(
+        added_headers(&r),
+        pairs(&[
+            ("ratelimit-policy", "\"api.client\";q=1000;w=1"),
+            ("ratelimit", "\"api.client\";r=49;t=1"),
+        ])
+    );
+    // Sent at once only the burst passes; the quota stated stays the rate.
+    let r = rls.spend("api", &[("ip", "10.0.0.1")], 50).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(
+        added_headers(&r),
+        pairs(&[
+            ("ratelimit-policy", "\"per-ip\";q=1000;w=1"),
+            ("ratelimit", "\"per-ip\";r=0;t=1"),
+            ("retry-after", "1"),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_sub_second_window_states_the_whole_windows_of_a_second_over_grpc() {
+    let file = "domain: api
+descriptors:
+  - key: burst
+    tollgate: {algorithm: fixed_window, limit: 10, window: 100ms}
+  - key: counter
+    tollgate: {algorithm: sliding_window, limit: 10, window: 100ms}
+";
+    let mut rls = Rls::start(
+        "server: {watch_interval_ms: 0, grpc_response_headers: true}\nenvoy_ratelimit_configs: [api.yaml]\n",
+        &[("api.yaml", file)],
+    )
+    .await;
+    let r = rls
+        .ask(
+            "api",
+            vec![desc(&[("burst", "k")]), desc(&[("counter", "k")])],
+        )
+        .await;
+    assert_eq!(r.overall_code, OK);
+    // Ten windows of 10 a second; the counter L − 2 a window (docs/http-api.md).
+    assert_eq!(
+        added_headers(&r),
+        pairs(&[
+            (
+                "ratelimit-policy",
+                "\"api.burst\";q=100;w=1, \"api.counter\";q=80;w=1"
+            ),
+            (
+                "ratelimit",
+                "\"api.burst\";r=9;t=1, \"api.counter\";r=9;t=1"
+            ),
+        ])
+    );
+    // T0 starts a window: the eleventh of it waits for the next, 100 ms on.
+    let r = rls.spend("api", &[("burst", "k")], 10).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(reset_ms(&r.statuses[0]), 100);
+    assert_eq!(
+        added_headers(&r),
+        pairs(&[
+            ("ratelimit-policy", "\"api.burst\";q=100;w=1"),
+            ("ratelimit", "\"api.burst\";r=0;t=1"),
+            ("retry-after", "1"),
+        ])
+    );
+}
+
 #[tokio::test]
 async fn without_the_setting_no_headers_are_added() {
     let mut rls = Rls::envoy_only(&[EXAMPLE_1]).await;
