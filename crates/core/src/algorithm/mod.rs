@@ -125,15 +125,15 @@ impl Limits {
         taken: Taken,
     ) -> u64 {
         // Another algorithm's state is not this policy's to change.
-        let own = match (self, state.as_ref()) {
+        let own = matches!(
+            (self, state.as_ref()),
             (_, None)
-            | (Limits::TokenBucket(_), Some(State::TokenBucket(_)))
-            | (Limits::Gcra(_), Some(State::Gcra(_)))
-            | (Limits::FixedWindow(_), Some(State::FixedWindow(_)))
-            | (Limits::SlidingWindow(_), Some(State::SlidingWindow(_)))
-            | (Limits::SlidingLog(_), Some(State::SlidingLog(_))) => true,
-            _ => false,
-        };
+                | (Limits::TokenBucket(_), Some(State::TokenBucket(_)))
+                | (Limits::Gcra(_), Some(State::Gcra(_)))
+                | (Limits::FixedWindow(_), Some(State::FixedWindow(_)))
+                | (Limits::SlidingWindow(_), Some(State::SlidingWindow(_)))
+                | (Limits::SlidingLog(_), Some(State::SlidingLog(_)))
+        );
         if !own {
             return 0;
         }

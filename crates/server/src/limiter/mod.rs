@@ -15,6 +15,7 @@ mod backend;
 mod hot_lease;
 mod lease;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -540,7 +541,18 @@ impl Limiter {
     /// `hot_lease`), for every policy of `live`: one store call a block,
     /// each bounded by the store's timeout. `stopping`: every block ends
     /// now. Counted as returned, or lost where the store did not take them.
-    pub async fn give_back_unspent(&self, live: &LiveConfig, stopping: bool) {
+    ///
+    /// Type-erased: the store calls' futures are deep, and the server's
+    /// future, which awaits this one, would otherwise nest them all.
+    pub fn give_back_unspent<'a>(
+        &'a self,
+        live: &'a LiveConfig,
+        stopping: bool,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.give_back_all(live, stopping))
+    }
+
+    async fn give_back_all(&self, live: &LiveConfig, stopping: bool) {
         let now_ms = self.clock.now_ms();
         for policy in &live.policies {
             let Some(hot) = &policy.hot_leases else {
