@@ -280,23 +280,29 @@ async fn metric(base: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name}:\n{text}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_identities_decide_from_local_blocks_and_never_pass_the_limit() {
-    let redis = RedisServer::start().expect("redis-server");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tollgate.yaml");
+/// A config in `dir` with one policy, `blocks`: a bucket of 1000 refilling
+/// one an hour under `hot_lease`, on the Redis at `url`.
+fn blocks_config(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("tollgate.yaml");
     std::fs::write(
         &path,
         format!(
             r#"server: {{watch_interval_ms: 0}}
-store: {{redis: {{url: "{}"}}}}
+store: {{redis: {{url: "{url}"}}}}
 policies:
   - {{name: blocks, algorithm: token_bucket, capacity: 1000, refill: {{tokens: 1, per: 1h}}, hot_lease: {{above: 50, term: 200ms}}}}
-"#,
-            redis.url()
+"#
         ),
     )
     .expect("write config");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_identities_decide_from_local_blocks_and_never_pass_the_limit() {
+    let redis = RedisServer::start().expect("redis-server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = blocks_config(dir.path(), &redis.url());
     let explained = explain_json(&path, &[]);
     let scope = &explained["policies"][0]["scope"];
     assert_eq!(scope["bound"]["admitted_at_most"], 1000);
@@ -489,19 +495,7 @@ async fn a_sharded_request_is_rejected_early_by_at_most_what_explain_states() {
 async fn blocks_held_by_a_killed_instance_or_across_a_redis_restart_never_pass_the_bound() {
     let mut redis = RedisServer::start().expect("redis-server");
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tollgate.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"server: {{watch_interval_ms: 0}}
-store: {{redis: {{url: "{}"}}}}
-policies:
-  - {{name: blocks, algorithm: token_bucket, capacity: 1000, refill: {{tokens: 1, per: 1h}}, hot_lease: {{above: 50, term: 200ms}}}}
-"#,
-            redis.url()
-        ),
-    )
-    .expect("write config");
+    let path = blocks_config(dir.path(), &redis.url());
     let mut processes: Vec<TollgateProcess> =
         (0..2).map(|_| TollgateProcess::spawn(&path, &[])).collect();
     let bases: Vec<String> = processes.iter().map(|p| p.base.clone()).collect();

@@ -10,6 +10,18 @@ local function sliding_window_read(key, state)
   return tonumber(sw), tonumber(sp), tonumber(sc), tonumber(last)
 end
 
+-- The (prev, curr) counts that apply in window `index`, for a state of the
+-- same window length.
+local function sliding_window_counts(sp, sc, last, w, index)
+  local gap = index - idiv(last, w)
+  if gap == 0 then
+    return sp, sc
+  elseif gap == 1 then
+    return sc, 0
+  end
+  return 0, 0
+end
+
 ALGORITHMS.sliding_window = function(key, state, now, cost, consume, l_text, w_text)
   local limit, w = tonumber(l_text), tonumber(w_text)
   local prev, curr = 0, 0
@@ -23,12 +35,7 @@ ALGORITHMS.sliding_window = function(key, state, now, cost, consume, l_text, w_t
   local index = idiv(now, w)
   if state then
     if sw == w then
-      local gap = index - idiv(last, w)
-      if gap == 0 then
-        prev, curr = sp, sc
-      elseif gap == 1 then
-        prev = sc
-      end
+      prev, curr = sliding_window_counts(sp, sc, last, w, index)
     else
       -- A changed window length: what was counted stays counted while recent.
       local longer = sw
@@ -104,13 +111,7 @@ GIVE.sliding_window = function(key, state, now, units, taken, _, l_text, w_text)
     now = last
   end
   local index = idiv(now, w)
-  local prev, curr = 0, 0
-  local gap = index - idiv(last, w)
-  if gap == 0 then
-    prev, curr = sp, sc
-  elseif gap == 1 then
-    prev = sc
-  end
+  local prev, curr = sliding_window_counts(sp, sc, last, w, index)
   local given = 0
   local back = index - idiv(taken, w)
   if back == 0 then
