@@ -29,16 +29,16 @@ pub enum ServeError {
         signal: &'static str,
         source: io::Error,
     },
-    #[error("cannot start HTTP worker {index}: {source}")]
-    Worker { index: usize, source: io::Error },
-    #[error("HTTP worker {index} stopped while starting")]
-    WorkerGone { index: usize },
+    #[error("cannot start {protocol} worker {index}: {source}")]
+    Worker {
+        protocol: &'static str,
+        index: usize,
+        source: io::Error,
+    },
+    #[error("{protocol} worker {index} stopped while starting")]
+    WorkerGone { protocol: &'static str, index: usize },
     #[error(transparent)]
     TlsNotLoaded(#[from] TlsNotLoaded),
-    #[error("cannot serve gRPC over TLS: {0}")]
-    GrpcTls(tonic::transport::Error),
-    #[error("gRPC server error: {0}")]
-    Grpc(tonic::transport::Error),
     #[error("gRPC server task failed: {0}")]
     GrpcTask(tokio::task::JoinError),
 }

@@ -1,11 +1,11 @@
 //! TLS at the edge (`server.tls`): one certificate and key, read and checked
 //! when the config loads (so `tollgate validate` refuses what `serve`
 //! would), served on the HTTP listener (ALPN `http/1.1`) and on the gRPC
-//! listener (ALPN `h2`, by tonic).
+//! listener (ALPN `h2`).
 //!
 //! rustls with the `ring` provider, named explicitly, so that the crypto
 //! does not depend on which provider some other crate happened to enable.
-//! The HTTP handshake runs on the worker that owns the connection, never on
+//! Each handshake runs on the worker that owns the connection, never on
 //! the acceptor: one slow client cannot stall accepting. [`EdgeStream`] is
 //! the connection either way, so the code above it is the same for both.
 
@@ -65,12 +65,12 @@ pub enum TlsError {
 pub struct EdgeTls {
     pub paths: TlsPaths,
     http: Arc<ServerConfig>,
-    grpc: tonic::transport::ServerTlsConfig,
+    grpc: Arc<ServerConfig>,
 }
 
 impl fmt::Debug for EdgeTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The key's bytes are in `grpc`; only the paths are shown.
+        // The key's bytes are in the configs; only the paths are shown.
         f.debug_struct("EdgeTls")
             .field("cert", &self.paths.cert)
             .field("key", &self.paths.key)
@@ -116,13 +116,13 @@ impl EdgeTls {
                 key: key_path.clone(),
                 reason: e.to_string(),
             })?;
+        let mut grpc = http.clone();
         http.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let grpc = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
+        grpc.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Self {
             paths: paths.clone(),
             http: Arc::new(http),
-            grpc,
+            grpc: Arc::new(grpc),
         })
     }
 
@@ -131,13 +131,9 @@ impl EdgeTls {
         TlsAcceptor::from(Arc::clone(&self.http))
     }
 
-    /// tonic's TLS config for the gRPC listener; `handshake_timeout` bounds
-    /// each handshake.
-    pub fn grpc(
-        &self,
-        handshake_timeout: std::time::Duration,
-    ) -> tonic::transport::ServerTlsConfig {
-        self.grpc.clone().timeout(handshake_timeout)
+    /// The acceptor for gRPC connections (ALPN `h2`).
+    pub fn grpc_acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(Arc::clone(&self.grpc))
     }
 }
 

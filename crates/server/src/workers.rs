@@ -1,5 +1,7 @@
-//! The HTTP workers: one current-thread runtime per core, each serving the
-//! connections that a single acceptor hands it in turn.
+//! The workers: one current-thread runtime per core, each serving the
+//! connections that a single acceptor hands it in turn, HTTP/1.1 on the
+//! HTTP listener and gRPC (HTTP/2) on the gRPC listener, each listener with
+//! its own workers.
 //!
 //! Why not one work-stealing runtime: a decision is a few hundred
 //! nanoseconds; what costs is moving a request between threads. A worker
@@ -8,9 +10,11 @@
 //! The acceptor deals connections round-robin so workers stay balanced, and
 //! refuses connections beyond `server.max_connections`.
 //!
-//! The hot endpoints (`POST /v1/check`, `/v1/authorize`) go straight to
-//! their handlers; everything else goes through the axum router, so both
-//! paths answer identically.
+//! The hot endpoints (`POST /v1/check`, `/v1/authorize`, `ShouldRateLimit`)
+//! go straight to their handlers; everything else goes through the axum
+//! router (tonic's, for gRPC), so both paths answer identically. A Redis
+//! store batches each runtime's calls on that runtime's own lane
+//! (tollgate_store's `batch`), for both protocols.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,9 +27,9 @@ use axum::Router;
 use axum::http::Request;
 use axum::response::Response;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -34,7 +38,7 @@ use crate::ServeError;
 use crate::app::App;
 use crate::http;
 use crate::linger::{LingerFlag, LingerOnClose, Lingering};
-use crate::tls::{EdgeStream, EdgeTls};
+use crate::tls::EdgeStream;
 
 /// Accepted connections waiting for a busy worker, per worker.
 const HANDOFF_QUEUE: usize = 1024;
@@ -43,6 +47,30 @@ const HANDOFF_QUEUE: usize = 1024;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// hyper's own default read buffer limit (8 KiB + 100 × 4 KiB).
 const MIN_READ_BUFFER: usize = 8192 + 4096 * 100;
+/// Concurrent gRPC calls per HTTP/2 connection (Envoy multiplexes many).
+const MAX_CONCURRENT_STREAMS: u32 = 1_024;
+/// An HTTP/2 connection's receive window: many small calls in flight at
+/// once never wait for a WINDOW_UPDATE (a stream's stays HTTP/2's 64 KiB,
+/// far above one RLS request).
+const CONNECTION_WINDOW: u32 = 1 << 20;
+
+/// What a listener speaks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Protocol {
+    /// HTTP/1.1: the HTTP API and forward auth.
+    Http,
+    /// gRPC over HTTP/2: Envoy's rate limit service and gRPC health.
+    Grpc,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "HTTP",
+            Protocol::Grpc => "gRPC",
+        }
+    }
+}
 
 struct Accepted {
     stream: std::net::TcpStream,
@@ -64,6 +92,17 @@ pub async fn serve_http(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_listener(app, listener, Protocol::Http, shutdown).await
+}
+
+/// Serves `protocol` on `listener` until `shutdown` resolves, as
+/// [`serve_http`] does.
+pub async fn serve_listener(
+    app: Arc<App>,
+    listener: TcpListener,
+    protocol: Protocol,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let (workers, max_connections, limits) = {
         let settings = &app.live.load().config.server;
         (
@@ -76,8 +115,19 @@ pub async fn serve_http(
             },
         )
     };
-    let tls = app.live.load().config.edge_tls()?.map(EdgeTls::acceptor);
-    let router = http::operations_router(Arc::clone(&app));
+    let tls = app
+        .live
+        .load()
+        .config
+        .edge_tls()?
+        .map(|tls| match protocol {
+            Protocol::Http => tls.acceptor(),
+            Protocol::Grpc => tls.grpc_acceptor(),
+        });
+    let routes = match protocol {
+        Protocol::Http => Routes::Http(http::operations_router(Arc::clone(&app))),
+        Protocol::Grpc => Routes::Grpc(crate::rls::other_methods().await),
+    };
     let open = Arc::new(AtomicUsize::new(0));
     let mut handoffs = Vec::with_capacity(workers);
     let mut finished = Vec::with_capacity(workers);
@@ -86,14 +136,14 @@ pub async fn serve_http(
         let (done_tx, done_rx) = oneshot::channel();
         let worker = Worker {
             app: Arc::clone(&app),
-            router: router.clone(),
+            routes: routes.clone(),
             open: Arc::clone(&open),
             limits,
             tls: tls.clone(),
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
-            .name(format!("tollgate-http-{index}"))
+            .name(format!("tollgate-{}-{index}", protocol.name().to_lowercase()))
             .spawn(move || {
                 // Built (and dropped) on its own thread, outside any runtime.
                 match tokio::runtime::Builder::new_current_thread()
@@ -110,11 +160,22 @@ pub async fn serve_http(
                 }
                 let _ = done_tx.send(());
             })
-            .map_err(|source| ServeError::Worker { index, source })?;
+            .map_err(|source| ServeError::Worker {
+                protocol: protocol.name(),
+                index,
+                source,
+            })?;
         ready_rx
             .await
-            .map_err(|_| ServeError::WorkerGone { index })?
-            .map_err(|source| ServeError::Worker { index, source })?;
+            .map_err(|_| ServeError::WorkerGone {
+                protocol: protocol.name(),
+                index,
+            })?
+            .map_err(|source| ServeError::Worker {
+                protocol: protocol.name(),
+                index,
+                source,
+            })?;
         handoffs.push(tx);
         finished.push(done_rx);
     }
@@ -168,9 +229,18 @@ struct HeadLimits {
     max_header_bytes: usize,
 }
 
+/// What a worker routes besides its protocol's hot paths.
+#[derive(Clone)]
+enum Routes {
+    /// The HTTP operations endpoints.
+    Http(Router),
+    /// The gRPC methods other than `ShouldRateLimit`.
+    Grpc(tonic::service::Routes),
+}
+
 struct Worker {
     app: Arc<App>,
-    router: Router,
+    routes: Routes,
     open: Arc<AtomicUsize>,
     limits: HeadLimits,
     /// `server.tls`: every connection is TLS.
@@ -182,6 +252,73 @@ impl Worker {
     /// every connection has finished.
     async fn serve(self, mut handoff: mpsc::Receiver<Accepted>) {
         let graceful = GracefulShutdown::new();
+        let http1 = self.http1();
+        let http2 = self.http2();
+        while let Some(Accepted { stream, peer }) = handoff.recv().await {
+            let Ok(stream) = TcpStream::from_std(stream) else {
+                self.open.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            };
+            let (app, routes, open) = (
+                Arc::clone(&self.app),
+                self.routes.clone(),
+                Arc::clone(&self.open),
+            );
+            // The TLS handshake runs in the connection's own task, bounded
+            // like a request's head; the watcher keeps a shutdown waiting
+            // for it.
+            let (tls, handshake_timeout) = (self.tls.clone(), self.limits.request_timeout);
+            let watcher = graceful.watcher();
+            let (http1, http2) = (http1.clone(), http2.clone());
+            tokio::spawn(async move {
+                let stream = match tls {
+                    None => Some(EdgeStream::Plain(stream)),
+                    Some(acceptor) => match tokio::time::timeout(
+                        handshake_timeout,
+                        acceptor.accept(stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(tls)) => Some(EdgeStream::Tls(Box::new(tls))),
+                        Ok(Err(e)) => {
+                            app.metrics.tls_handshake_failures.inc();
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed; connection dropped");
+                            None
+                        }
+                        Err(_) => {
+                            app.metrics.tls_handshake_failures.inc();
+                            tracing::debug!(%peer, "TLS handshake timed out; connection dropped");
+                            None
+                        }
+                    },
+                };
+                if let Some(stream) = stream {
+                    match routes {
+                        Routes::Http(router) => {
+                            let linger = LingerFlag::default();
+                            let stream = TokioIo::new(Lingering::new(stream, linger.clone()));
+                            let service = service_fn(move |req| {
+                                dispatch(Arc::clone(&app), router.clone(), peer, linger.clone(), req)
+                            });
+                            let _ = watcher.watch(http1.serve_connection(stream, service)).await;
+                        }
+                        Routes::Grpc(others) => {
+                            let service = service_fn(move |req| {
+                                crate::rls::route(Arc::clone(&app), others.clone(), req)
+                            });
+                            let _ = watcher
+                                .watch(http2.serve_connection(TokioIo::new(stream), service))
+                                .await;
+                        }
+                    }
+                }
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+        graceful.shutdown().await;
+    }
+
+    fn http1(&self) -> http1::Builder {
         let mut builder = http1::Builder::new();
         builder
             // One flat buffer and one send(2) a response: its headers and a
@@ -194,56 +331,23 @@ impl Worker {
             .max_header_size(self.limits.max_header_bytes)
             // The read buffer must hold the largest head allowed.
             .max_buf_size(MIN_READ_BUFFER.max(self.limits.max_header_bytes + 8192));
-        while let Some(Accepted { stream, peer }) = handoff.recv().await {
-            let Ok(stream) = TcpStream::from_std(stream) else {
-                self.open.fetch_sub(1, Ordering::Relaxed);
-                continue;
-            };
-            let (app, router) = (Arc::clone(&self.app), self.router.clone());
-            let linger = LingerFlag::default();
-            let close_flag = linger.clone();
-            let service = service_fn(move |req| {
-                dispatch(Arc::clone(&app), router.clone(), peer, linger.clone(), req)
-            });
-            let open = Arc::clone(&self.open);
-            if let Some(acceptor) = &self.tls {
-                // The handshake runs in the connection's own task, bounded
-                // like a request's head; the watcher keeps a shutdown
-                // waiting for it.
-                let handshake =
-                    tokio::time::timeout(self.limits.request_timeout, acceptor.accept(stream));
-                let (builder, watcher) = (builder.clone(), graceful.watcher());
-                let app = Arc::clone(&self.app);
-                tokio::spawn(async move {
-                    match handshake.await {
-                        Ok(Ok(tls)) => {
-                            let stream = Lingering::new(EdgeStream::Tls(Box::new(tls)), close_flag);
-                            let _ = watcher
-                                .watch(builder.serve_connection(TokioIo::new(stream), service))
-                                .await;
-                        }
-                        Ok(Err(e)) => {
-                            app.metrics.tls_handshake_failures.inc();
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed; connection dropped");
-                        }
-                        Err(_) => {
-                            app.metrics.tls_handshake_failures.inc();
-                            tracing::debug!(%peer, "TLS handshake timed out; connection dropped");
-                        }
-                    }
-                    open.fetch_sub(1, Ordering::Relaxed);
-                });
-                continue;
-            }
-            let stream = Lingering::new(EdgeStream::Plain(stream), close_flag);
-            let connection =
-                graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-            tokio::spawn(async move {
-                let _ = connection.await;
-                open.fetch_sub(1, Ordering::Relaxed);
-            });
-        }
-        graceful.shutdown().await;
+        builder
+    }
+
+    /// HTTP/2 for many small unary calls: many streams a connection, a
+    /// connection window that never throttles them, no `date` header
+    /// (gRPC has no use for it).
+    fn http2(&self) -> http2::Builder<TokioExecutor> {
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_header_list_size(
+                u32::try_from(self.limits.max_header_bytes).unwrap_or(u32::MAX),
+            )
+            .auto_date_header(false);
+        builder
     }
 }
 

@@ -11,5 +11,8 @@
 mod answer;
 mod resolve;
 pub mod service;
+mod unary;
 
-pub use service::{RateLimitGrpc, serve_grpc};
+pub(crate) use service::{other_methods, route};
+pub use service::serve_grpc;
+pub use unary::GrpcBody;

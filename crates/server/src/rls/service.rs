@@ -5,122 +5,132 @@
 //! themselves are the limiter's; this adapter counts only RLS requests and
 //! the store failures it turned into errors.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::SERVICE_NAME;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use hyper::body::Incoming;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tollgate_core::Decision;
 use tollgate_store::{DecidedBy, StoreError};
-use tonic::{Request, Response, Status};
+use tonic::Status;
+use tonic::service::Routes;
+use tower::ServiceExt;
 
 use super::answer::answer;
 use super::resolve::{Pending, Resolved, Resolver};
+use super::unary::{self, GrpcBody};
 use crate::ServeError;
 use crate::app::App;
 use crate::limiter::{Check, Decided};
 use crate::metrics::{EndpointLabels, RlsCodeLabels, RlsPathLabels};
 use crate::tokens::Guarded;
+use crate::workers::{Protocol, serve_listener};
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
 /// The most entries one descriptor may carry.
 pub const MAX_ENTRIES: usize = crate::envoy_rules::MAX_DEPTH;
-/// Concurrent requests per HTTP/2 connection (Envoy multiplexes many).
-const MAX_CONCURRENT_STREAMS: u32 = 1_024;
-
-/// The gRPC service over the running app.
-pub struct RateLimitGrpc {
-    app: Arc<App>,
-}
-
-impl RateLimitGrpc {
-    pub fn new(app: Arc<App>) -> Self {
-        Self { app }
-    }
-}
+/// The hot method's path.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// Serves `ShouldRateLimit` and the standard gRPC health service on
-/// `listener` until `shutdown` resolves.
+/// `listener` until `shutdown` resolves: HTTP/2 connections on one
+/// current-thread runtime per core, as HTTP's (crate::workers).
 pub async fn serve_grpc(
     app: Arc<App>,
     listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let mut builder = tonic::transport::Server::builder();
-    let tls = {
-        let live = app.live.load();
-        let timeout = std::time::Duration::from_millis(live.config.server.request_timeout_ms);
-        live.config.edge_tls()?.map(|tls| tls.grpc(timeout))
-    };
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls).map_err(ServeError::GrpcTls)?;
-    }
+    serve_listener(app, listener, Protocol::Grpc, shutdown).await
+}
+
+/// The gRPC methods beside `ShouldRateLimit`: the standard health
+/// service (reporting the rate limit service as serving), and tonic's
+/// `UNIMPLEMENTED` for any other.
+pub(crate) async fn other_methods() -> Routes {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
-        .set_serving::<RateLimitServiceServer<RateLimitGrpc>>()
+        .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
         .await;
-    builder
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .add_service(health)
-        .add_service(RateLimitServiceServer::new(RateLimitGrpc::new(app)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
-        .map_err(ServeError::Grpc)
+    Routes::new(health).prepare()
 }
 
-#[tonic::async_trait]
-impl RateLimitService for RateLimitGrpc {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        let metrics = &self.app.metrics;
-        let authorization = request
-            .metadata()
-            .get("authorization")
-            .map(|v| v.as_bytes());
-        if !self
-            .app
-            .live
-            .load()
-            .config
-            .tokens
-            .admits(Guarded::Check, authorization)
-        {
-            metrics
-                .unauthorized
-                .get_or_create(&EndpointLabels { endpoint: "rls" })
-                .inc();
-            return Err(Status::unauthenticated(format!(
-                "ShouldRateLimit needs the metadata `authorization: Bearer <token>` ({})",
-                Guarded::Check.env()
-            )));
-        }
-        let request = request.into_inner();
-        let result = self.decide(&request).await;
-        metrics
-            .rls
-            .requests
-            .get_or_create(&RlsCodeLabels {
-                code: match &result {
-                    Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
-                    Ok(_) => "ok",
-                    Err(s) if s.code() == tonic::Code::InvalidArgument => "invalid_argument",
-                    Err(_) => "unavailable",
-                },
-            })
+/// One gRPC request: `ShouldRateLimit` answered here, the rest by tonic.
+pub(crate) async fn route(
+    app: Arc<App>,
+    others: Routes,
+    request: hyper::Request<Incoming>,
+) -> Result<hyper::Response<GrpcBody>, Infallible> {
+    if request.uri().path() == SHOULD_RATE_LIMIT {
+        return Ok(should_rate_limit(RateLimitGrpc { app: &app }, request).await);
+    }
+    // Boxed: the router's future is large and this path is cold.
+    let response = Box::pin(others.oneshot(request))
+        .await
+        .unwrap_or_else(|never| match never {});
+    Ok(response.map(GrpcBody::Routed))
+}
+
+/// `ShouldRateLimit`: the token, the one message, the decision, counted by
+/// its answer's code.
+async fn should_rate_limit(
+    rls: RateLimitGrpc<'_>,
+    request: hyper::Request<Incoming>,
+) -> hyper::Response<GrpcBody> {
+    let app = rls.app;
+    let (head, body) = request.into_parts();
+    let (admitted, timeout) = {
+        let live = app.live.load();
+        let authorization = head.headers.get("authorization").map(|v| v.as_bytes());
+        (
+            live.config.tokens.admits(Guarded::Check, authorization),
+            Duration::from_millis(live.config.server.request_timeout_ms),
+        )
+    };
+    if !admitted {
+        app.metrics
+            .unauthorized
+            .get_or_create(&EndpointLabels { endpoint: "rls" })
             .inc();
-        result.map(Response::new)
+        return unary::refuse(Status::unauthenticated(format!(
+            "ShouldRateLimit needs the metadata `authorization: Bearer <token>` ({})",
+            Guarded::Check.env()
+        )));
+    }
+    let result = match unary::read_message::<RateLimitRequest>(body, timeout).await {
+        Ok(request) => rls.decide(&request).await,
+        Err(status) => Err(status),
+    };
+    app.metrics
+        .rls
+        .requests
+        .get_or_create(&RlsCodeLabels {
+            code: match &result {
+                Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
+                Ok(_) => "ok",
+                Err(s) if s.code() == tonic::Code::InvalidArgument => "invalid_argument",
+                Err(_) => "unavailable",
+            },
+        })
+        .inc();
+    match result {
+        Ok(response) => unary::answer(&response),
+        Err(status) => unary::refuse(status),
     }
 }
 
-impl RateLimitGrpc {
+/// The service's decisions over the running app.
+#[derive(Clone, Copy)]
+struct RateLimitGrpc<'a> {
+    app: &'a App,
+}
+
+impl RateLimitGrpc<'_> {
     /// Validate → resolve each descriptor → decide the enforced limits,
     /// then the shadowed ones, through the limiter → answer.
     async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {

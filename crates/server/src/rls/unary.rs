@@ -1,0 +1,247 @@
+//! gRPC's unary call on HTTP/2, framed here for the one hot method.
+//!
+//! Why by hand: a `ShouldRateLimit` call is one small message each way,
+//! and tonic's generic server path (codec streams, compression
+//! negotiation, boxed bodies, a tower stack per call) cost more than the
+//! decision behind it (docs/benchmarks.md, "Envoy's rate limit service").
+//! The framing is small and fixed: a message is a flag byte (0:
+//! uncompressed), its length (4 bytes, big-endian) and its protobuf bytes;
+//! a success answers with headers, one message and the trailer
+//! `grpc-status: 0`; an error answers with headers alone, carrying
+//! `grpc-status` and `grpc-message` (tonic's [`Status::into_http`]).
+//! Every other method (the health service, unknown ones) still goes
+//! through tonic.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use prost::Message;
+use tonic::Status;
+
+/// The largest request message accepted: far above what the protocol's
+/// bounds let a request carry (64 descriptors of 16 entries of keys of at
+/// most `server.max_key_bytes`), far below tonic's 4 MiB default.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// The length prefix before each message.
+const PREFIX: usize = 5;
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
+/// The one request message of a unary call, read within `timeout`.
+pub async fn read_message<M: Message + Default>(
+    body: Incoming,
+    timeout: Duration,
+) -> Result<M, Status> {
+    let collected = tokio::time::timeout(
+        timeout,
+        Limited::new(body, PREFIX + MAX_MESSAGE_BYTES).collect(),
+    )
+    .await
+    .map_err(|_| {
+        Status::deadline_exceeded(
+            "the request message did not arrive within server.request_timeout_ms",
+        )
+    })?
+    .map_err(|e| {
+        if e.is::<LengthLimitError>() {
+            Status::resource_exhausted(too_large())
+        } else {
+            Status::cancelled("the request stream ended before its message")
+        }
+    })?;
+    let message = unframe(collected.to_bytes())?;
+    M::decode(message).map_err(|e| Status::invalid_argument(format!("the request message: {e}")))
+}
+
+fn too_large() -> String {
+    format!("the request message exceeds {MAX_MESSAGE_BYTES} bytes")
+}
+
+/// The message bytes of a request body holding exactly one uncompressed
+/// message.
+fn unframe(mut bytes: Bytes) -> Result<Bytes, Status> {
+    let Some(prefix) = bytes.get(..PREFIX) else {
+        return Err(Status::invalid_argument(
+            "the request carries no gRPC message",
+        ));
+    };
+    let (flag, length) = (
+        prefix[0],
+        u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]),
+    );
+    match flag {
+        0 => {}
+        1 => {
+            return Err(Status::unimplemented(
+                "compressed messages are not accepted: send the request uncompressed",
+            ));
+        }
+        other => {
+            return Err(Status::invalid_argument(format!(
+                "the gRPC message's flag byte is {other}, not 0 or 1"
+            )));
+        }
+    }
+    let carried = bytes.len() - PREFIX;
+    if usize::try_from(length).map_or(true, |l| l > MAX_MESSAGE_BYTES) {
+        return Err(Status::resource_exhausted(too_large()));
+    }
+    if u64::from(length) != carried as u64 {
+        return Err(Status::invalid_argument(format!(
+            "the gRPC message declares {length} bytes but the request carries {carried} after it (a unary call holds one message)"
+        )));
+    }
+    Ok(bytes.split_off(PREFIX))
+}
+
+/// The success answer carrying `message`.
+pub fn answer<M: Message>(message: &M) -> hyper::Response<GrpcBody> {
+    let length = message.encoded_len();
+    let mut framed = BytesMut::with_capacity(PREFIX + length);
+    framed.put_u8(0);
+    // A response is a few hundred bytes; u32 holds any tollgate writes.
+    framed.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
+    message.encode_raw(&mut framed);
+    let mut response = hyper::Response::new(GrpcBody::Message {
+        data: Some(framed.freeze()),
+        trailers: true,
+    });
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    response
+}
+
+/// The error answer: headers only (gRPC's trailers-only form).
+pub fn refuse(status: Status) -> hyper::Response<GrpcBody> {
+    status.into_http()
+}
+
+/// A gRPC response body: one message then the OK trailer, nothing (an
+/// error's trailers-only answer), or what tonic wrote for another method.
+#[derive(Default)]
+pub enum GrpcBody {
+    Message {
+        data: Option<Bytes>,
+        trailers: bool,
+    },
+    #[default]
+    Empty,
+    Routed(tonic::body::Body),
+}
+
+impl Body for GrpcBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        match self.get_mut() {
+            GrpcBody::Message { data, trailers } => {
+                if let Some(data) = data.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                if std::mem::take(trailers) {
+                    let mut ok = HeaderMap::with_capacity(1);
+                    ok.insert(GRPC_STATUS, HeaderValue::from_static("0"));
+                    return Poll::Ready(Some(Ok(Frame::trailers(ok))));
+                }
+                Poll::Ready(None)
+            }
+            GrpcBody::Empty => Poll::Ready(None),
+            GrpcBody::Routed(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            GrpcBody::Message { data, trailers } => data.is_none() && !trailers,
+            GrpcBody::Empty => true,
+            GrpcBody::Routed(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            GrpcBody::Message { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            GrpcBody::Empty => SizeHint::with_exact(0),
+            GrpcBody::Routed(body) => body.size_hint(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(flag: u8, declared: u32, body: &[u8]) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_u8(flag);
+        b.put_u32(declared);
+        b.put_slice(body);
+        b.freeze()
+    }
+
+    #[test]
+    fn one_uncompressed_message_is_unframed() {
+        let message = unframe(framed(0, 3, b"abc")).expect("one message");
+        assert_eq!(&message[..], b"abc");
+        let empty = unframe(framed(0, 0, b"")).expect("an empty message");
+        assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn malformed_framing_is_refused_with_its_fault() {
+        let refused = |bytes: Bytes| unframe(bytes).expect_err("refused");
+        let short = refused(Bytes::from_static(&[0, 0, 0]));
+        assert_eq!(short.code(), tonic::Code::InvalidArgument);
+        assert_eq!(short.message(), "the request carries no gRPC message");
+        let compressed = refused(framed(1, 3, b"abc"));
+        assert_eq!(compressed.code(), tonic::Code::Unimplemented);
+        let flag = refused(framed(7, 3, b"abc"));
+        assert_eq!(flag.message(), "the gRPC message's flag byte is 7, not 0 or 1");
+        let two = refused(framed(0, 1, b"ab"));
+        assert_eq!(
+            two.message(),
+            "the gRPC message declares 1 bytes but the request carries 2 after it (a unary call holds one message)"
+        );
+        let cut = refused(framed(0, 9, b"ab"));
+        assert_eq!(cut.code(), tonic::Code::InvalidArgument);
+        let huge = refused(framed(0, u32::MAX, b"ab"));
+        assert_eq!(huge.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(huge.message(), "the request message exceeds 1048576 bytes");
+    }
+
+    #[test]
+    fn an_answer_is_one_prefixed_message_then_the_ok_trailer() {
+        use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+        let response = RateLimitResponse {
+            overall_code: 1,
+            ..RateLimitResponse::default()
+        };
+        let answered = answer(&response);
+        assert_eq!(answered.headers()[CONTENT_TYPE], "application/grpc");
+        let mut body = answered.into_body();
+        let cx = &mut Context::from_waker(std::task::Waker::noop());
+        let Poll::Ready(Some(Ok(data))) = Pin::new(&mut body).poll_frame(cx) else {
+            panic!("a data frame first");
+        };
+        let data = data.into_data().expect("data");
+        assert_eq!(&data[..], &[0, 0, 0, 0, 2, 8, 1]);
+        let Poll::Ready(Some(Ok(trailers))) = Pin::new(&mut body).poll_frame(cx) else {
+            panic!("then the trailers");
+        };
+        assert_eq!(trailers.into_trailers().expect("trailers")["grpc-status"], "0");
+        assert!(body.is_end_stream());
+        assert!(matches!(Pin::new(&mut body).poll_frame(cx), Poll::Ready(None)));
+    }
+}
