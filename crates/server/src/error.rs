@@ -36,7 +36,10 @@ pub enum ServeError {
         source: io::Error,
     },
     #[error("{protocol} worker {index} stopped while starting")]
-    WorkerGone { protocol: &'static str, index: usize },
+    WorkerGone {
+        protocol: &'static str,
+        index: usize,
+    },
     #[error(transparent)]
     TlsNotLoaded(#[from] TlsNotLoaded),
     #[error("gRPC server task failed: {0}")]

@@ -143,7 +143,10 @@ pub async fn serve_listener(
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
-            .name(format!("tollgate-{}-{index}", protocol.name().to_lowercase()))
+            .name(format!(
+                "tollgate-{}-{index}",
+                protocol.name().to_lowercase()
+            ))
             .spawn(move || {
                 // Built (and dropped) on its own thread, outside any runtime.
                 match tokio::runtime::Builder::new_current_thread()
@@ -273,24 +276,22 @@ impl Worker {
             tokio::spawn(async move {
                 let stream = match tls {
                     None => Some(EdgeStream::Plain(stream)),
-                    Some(acceptor) => match tokio::time::timeout(
-                        handshake_timeout,
-                        acceptor.accept(stream),
-                    )
-                    .await
-                    {
-                        Ok(Ok(tls)) => Some(EdgeStream::Tls(Box::new(tls))),
-                        Ok(Err(e)) => {
-                            app.metrics.tls_handshake_failures.inc();
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed; connection dropped");
-                            None
+                    Some(acceptor) => {
+                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
+                        {
+                            Ok(Ok(tls)) => Some(EdgeStream::Tls(Box::new(tls))),
+                            Ok(Err(e)) => {
+                                app.metrics.tls_handshake_failures.inc();
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed; connection dropped");
+                                None
+                            }
+                            Err(_) => {
+                                app.metrics.tls_handshake_failures.inc();
+                                tracing::debug!(%peer, "TLS handshake timed out; connection dropped");
+                                None
+                            }
                         }
-                        Err(_) => {
-                            app.metrics.tls_handshake_failures.inc();
-                            tracing::debug!(%peer, "TLS handshake timed out; connection dropped");
-                            None
-                        }
-                    },
+                    }
                 };
                 if let Some(stream) = stream {
                     match routes {
@@ -298,7 +299,13 @@ impl Worker {
                             let linger = LingerFlag::default();
                             let stream = TokioIo::new(Lingering::new(stream, linger.clone()));
                             let service = service_fn(move |req| {
-                                dispatch(Arc::clone(&app), router.clone(), peer, linger.clone(), req)
+                                dispatch(
+                                    Arc::clone(&app),
+                                    router.clone(),
+                                    peer,
+                                    linger.clone(),
+                                    req,
+                                )
                             });
                             let _ = watcher.watch(http1.serve_connection(stream, service)).await;
                         }
@@ -343,9 +350,7 @@ impl Worker {
             .timer(TokioTimer::new())
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
             .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_header_list_size(
-                u32::try_from(self.limits.max_header_bytes).unwrap_or(u32::MAX),
-            )
+            .max_header_list_size(u32::try_from(self.limits.max_header_bytes).unwrap_or(u32::MAX))
             .auto_date_header(false);
         builder
     }

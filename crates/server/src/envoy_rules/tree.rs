@@ -46,6 +46,8 @@ pub struct EnvoyRules {
 #[derive(Debug)]
 pub struct Matched<'a> {
     pub rule: usize,
+    /// Each entry's `share_threshold` pattern, by position; empty when no
+    /// entry has one (the common case, which allocates nothing).
     pub shared: Vec<Option<&'a str>>,
 }
 
@@ -64,14 +66,19 @@ impl EnvoyRules {
 
     /// The rule for one descriptor's entries, most specific first, as
     /// envoyproxy/ratelimit matches it.
-    pub fn find<'a>(&'a self, domain: &str, entries: &[(&str, &str)]) -> Option<Matched<'a>> {
+    pub fn find<'a, 'e>(
+        &'a self,
+        domain: &str,
+        entries: impl ExactSizeIterator<Item = (&'e str, &'e str)>,
+    ) -> Option<Matched<'a>> {
         let mut node = *self.domains.get(domain)?;
-        let mut shared = Vec::with_capacity(entries.len());
-        for (i, (key, value)) in entries.iter().enumerate() {
-            let children = self.nodes[node].children.get(*key)?;
+        let mut shared = Vec::new();
+        let depth = entries.len();
+        for (i, (key, value)) in entries.enumerate() {
+            let children = self.nodes[node].children.get(key)?;
             let next = children
                 .exact
-                .get(*value)
+                .get(value)
                 .copied()
                 .or_else(|| {
                     children
@@ -81,8 +88,11 @@ impl EnvoyRules {
                         .map(|(_, n)| *n)
                 })
                 .or(children.any)?;
-            shared.push(self.nodes[next].shared_pattern.as_deref());
-            if i + 1 == entries.len() {
+            if let Some(pattern) = self.nodes[next].shared_pattern.as_deref() {
+                shared.resize(i, None);
+                shared.push(Some(pattern));
+            }
+            if i + 1 == depth {
                 return self.nodes[next].rule.map(|rule| Matched { rule, shared });
             }
             if self.nodes[next].children.is_empty() {

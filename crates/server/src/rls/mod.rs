@@ -13,6 +13,6 @@ mod resolve;
 pub mod service;
 mod unary;
 
-pub(crate) use service::{other_methods, route};
 pub use service::serve_grpc;
+pub(crate) use service::{other_methods, route};
 pub use unary::GrpcBody;

@@ -111,12 +111,11 @@ impl<'a> Resolver<'a> {
         if !self.known || descriptor.limit.is_some() {
             return None;
         }
-        let entries: Vec<(&str, &str)> = descriptor
+        let entries = descriptor
             .entries
             .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
-            .collect();
-        self.live.envoy.rules.find(self.domain, &entries)
+            .map(|e| (e.key.as_str(), e.value.as_str()));
+        self.live.envoy.rules.find(self.domain, entries)
     }
 
     fn resolve(
@@ -278,15 +277,26 @@ fn descriptor_identity<'a>(
     shared: Option<&[Option<&str>]>,
     max_bytes: usize,
 ) -> Result<Identity, String> {
-    use std::fmt::Write as _;
     let mut text = String::with_capacity(64);
-    let _ = write!(text, "rls:{}:{domain}", domain.len());
+    let mut digits = itoa::Buffer::new();
+    // `{len}:{text}`, written piece by piece (no formatting machinery on
+    // the hot path).
+    let mut prefixed = |text: &mut String, piece: &str| {
+        text.push_str(digits.format(piece.len()));
+        text.push(':');
+        text.push_str(piece);
+    };
+    text.push_str("rls:");
+    prefixed(&mut text, domain);
     for (i, (key, value)) in entries.enumerate() {
         let value = shared
             .and_then(|s| s.get(i))
-            .and_then(|s| *s)
-            .map_or(value, |pattern| pattern);
-        let _ = write!(text, "|{}:{key}{}:{value}", key.len(), value.len());
+            .copied()
+            .flatten()
+            .unwrap_or(value);
+        text.push('|');
+        prefixed(&mut text, key);
+        prefixed(&mut text, value);
     }
     if text.len() > max_bytes {
         return Err(format!(
@@ -295,4 +305,36 @@ fn descriptor_identity<'a>(
         ));
     }
     Ok(Identity::value(&text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The identity's text is part of every Redis key an RLS limit has
+    /// written: it must not change between versions.
+    #[test]
+    fn a_descriptor_identity_is_the_length_prefixed_domain_and_entries() {
+        let entries = [("key", "value"), ("remote_address", "10.0.0.1")];
+        let identity = descriptor_identity("edge", entries.into_iter(), None, 1024);
+        assert_eq!(
+            identity,
+            Ok(Identity::value(
+                "rls:4:edge|3:key5:value|14:remote_address8:10.0.0.1"
+            ))
+        );
+        let shared = [None, Some("10.*")];
+        let identity = descriptor_identity("edge", entries.into_iter(), Some(&shared), 1024);
+        assert_eq!(
+            identity,
+            Ok(Identity::value(
+                "rls:4:edge|3:key5:value|14:remote_address4:10.*"
+            ))
+        );
+        let refused = descriptor_identity("edge", entries.into_iter(), None, 40);
+        assert_eq!(
+            refused,
+            Err("the descriptor's entries take 51 bytes; at most 40 are accepted (server.max_key_bytes)".to_owned())
+        );
+    }
 }

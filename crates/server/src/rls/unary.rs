@@ -110,10 +110,9 @@ pub fn answer<M: Message>(message: &M) -> hyper::Response<GrpcBody> {
         data: Some(framed.freeze()),
         trailers: true,
     });
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     response
 }
 
@@ -208,7 +207,10 @@ mod tests {
         let compressed = refused(framed(1, 3, b"abc"));
         assert_eq!(compressed.code(), tonic::Code::Unimplemented);
         let flag = refused(framed(7, 3, b"abc"));
-        assert_eq!(flag.message(), "the gRPC message's flag byte is 7, not 0 or 1");
+        assert_eq!(
+            flag.message(),
+            "the gRPC message's flag byte is 7, not 0 or 1"
+        );
         let two = refused(framed(0, 1, b"ab"));
         assert_eq!(
             two.message(),
@@ -240,8 +242,14 @@ mod tests {
         let Poll::Ready(Some(Ok(trailers))) = Pin::new(&mut body).poll_frame(cx) else {
             panic!("then the trailers");
         };
-        assert_eq!(trailers.into_trailers().expect("trailers")["grpc-status"], "0");
+        assert_eq!(
+            trailers.into_trailers().expect("trailers")["grpc-status"],
+            "0"
+        );
         assert!(body.is_end_stream());
-        assert!(matches!(Pin::new(&mut body).poll_frame(cx), Poll::Ready(None)));
+        assert!(matches!(
+            Pin::new(&mut body).poll_frame(cx),
+            Poll::Ready(None)
+        ));
     }
 }
