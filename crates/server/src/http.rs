@@ -5,7 +5,6 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use axum::Router;
@@ -349,17 +348,9 @@ where
         }
         Ok(rest.map_or(first, BytesMut::freeze))
     };
-    // A body that came with its headers is whole at the first poll; the
-    // timer, costly to arm (docs/benchmarks.md), is armed only for a body
-    // still on its way.
-    let mut collect = std::pin::pin!(collect);
-    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
-    if let Poll::Ready(body) = first {
-        return body;
-    }
-    tokio::time::timeout(timeout, collect)
+    crate::deadline::within(timeout, collect)
         .await
-        .unwrap_or_else(|_| {
+        .unwrap_or_else(|| {
             Err(Problem::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "Request Timeout",

@@ -38,6 +38,7 @@ pub mod tokens;
 
 // 2. limiter
 pub mod app;
+mod deadline;
 pub mod decision_log;
 pub mod hot;
 pub mod limiter;

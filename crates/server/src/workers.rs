@@ -29,7 +29,7 @@ use axum::response::Response;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -344,8 +344,8 @@ impl Worker {
     /// HTTP/2 for many small unary calls: many streams a connection, a
     /// connection window that never throttles them, no `date` header
     /// (gRPC has no use for it).
-    fn http2(&self) -> http2::Builder<TokioExecutor> {
-        let mut builder = http2::Builder::new(TokioExecutor::new());
+    fn http2(&self) -> http2::Builder<SpawnBoxed> {
+        let mut builder = http2::Builder::new(SpawnBoxed);
         builder
             .timer(TokioTimer::new())
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
@@ -353,6 +353,27 @@ impl Worker {
             .max_header_list_size(u32::try_from(self.limits.max_header_bytes).unwrap_or(u32::MAX))
             .auto_date_header(false);
         builder
+    }
+}
+
+/// hyper's HTTP/2 executor: each stream's future (its call, from headers
+/// to trailers) boxed, then spawned on the worker's runtime.
+///
+/// Why boxed: spawning moves the future by value through several layers
+/// of tokio before it lands in its task, one copy each; a call's future is
+/// a few kilobytes, and those copies cost more than the decision
+/// (docs/benchmarks.md). Boxed, it is copied once and the rest move a
+/// pointer.
+#[derive(Clone, Copy)]
+struct SpawnBoxed;
+
+impl<F> hyper::rt::Executor<F> for SpawnBoxed
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        tokio::spawn(Box::pin(future));
     }
 }
 

@@ -176,19 +176,28 @@ impl<S: Store> Guarded<S> {
                     .decide(one.check)
                     .await
                     .map(|d| (vec![d], Replay::Fresh)),
+                // Boxed: several checks, or a request id, take a deeper
+                // path than one plain check; inline, their futures would
+                // widen every decision's, which the servers move per call.
                 (_, None) => {
-                    let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
-                    self.shared
-                        .decide_all(&plain)
-                        .await
-                        .map(|d| (d, Replay::Fresh))
+                    Box::pin(async {
+                        let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
+                        self.shared
+                            .decide_all(&plain)
+                            .await
+                            .map(|d| (d, Replay::Fresh))
+                    })
+                    .await
                 }
                 (_, Some(retry)) => {
-                    let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
-                    self.shared
-                        .decide_once(&plain, retry)
-                        .await
-                        .map(|r| (r.decisions, r.replay))
+                    Box::pin(async {
+                        let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
+                        self.shared
+                            .decide_once(&plain, retry)
+                            .await
+                            .map(|r| (r.decisions, r.replay))
+                    })
+                    .await
                 }
             };
             let ended = self.clock.now_ms();

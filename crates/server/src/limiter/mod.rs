@@ -209,7 +209,7 @@ impl Limiter {
         let decided = if checks.iter().all(|c| c.store == first) {
             self.decide_on(first, checks, id).await
         } else {
-            self.decide_across(checks, id).await
+            Box::pin(self.decide_across(checks, id)).await
         };
         self.metrics.decision_seconds.observe(stopwatch.seconds());
         decided
@@ -241,7 +241,7 @@ impl Limiter {
             });
         if let ([one], None) = (checks, retry)
             && let Some(hot) = one.hot_lease
-            && let Some(decided) = self.decide_by_block(backend, one, hot, now_ms).await
+            && let Some(decided) = Box::pin(self.decide_by_block(backend, one, hot, now_ms)).await
         {
             self.observe_store(&decided);
             self.count(checks, &decided, false, now_ms);

@@ -4,43 +4,89 @@
 //! configured, the RateLimit fields for Envoy to add to its response —
 //! written by the same writer as HTTP's.
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tollgate_core::Decision;
 use tonic::Status;
 
 use super::resolve::{Pending, Report, Resolved};
+use super::unary::{self, GrpcBody};
+use super::wire::{self, Code, CurrentLimit, DescriptorStatus, Header};
 use crate::envoy_rules::Unit;
 use crate::metrics::RlsCounters;
-use crate::ratelimit_fields::{ratelimit_draft, ratelimit_fields, retry_after_seconds};
+use crate::ratelimit_fields::{
+    RateLimitFields, ratelimit_draft, ratelimit_fields, retry_after_seconds,
+};
+
+/// The answer to one call, its parts borrowed from the resolved
+/// descriptors: written straight into its gRPC frame.
+pub(super) struct Answer<'a> {
+    pub over: bool,
+    statuses: Vec<DescriptorStatus<'a>>,
+    /// The RateLimit fields, when configured and some enforced limit was
+    /// decided.
+    fields: Option<RateLimitFields>,
+    /// `Retry-After`, in seconds, when configured, over, and a wait helps.
+    retry_after: Option<u64>,
+}
+
+impl Answer<'_> {
+    /// The gRPC response carrying this answer.
+    pub fn into_response(self) -> hyper::Response<GrpcBody> {
+        let mut seconds = itoa::Buffer::new();
+        let mut headers = [Header::default(); 3];
+        let mut n = 0;
+        if let Some(fields) = &self.fields {
+            headers[0] = Header {
+                key: ratelimit_draft::POLICY_FIELD,
+                value: &fields.policy,
+            };
+            headers[1] = Header {
+                key: ratelimit_draft::STATE_FIELD,
+                value: &fields.state,
+            };
+            n = 2;
+        }
+        if let Some(s) = self.retry_after {
+            headers[n] = Header {
+                key: "retry-after",
+                value: seconds.format(s),
+            };
+            n += 1;
+        }
+        let headers = &headers[..n];
+        let overall = if self.over { Code::OverLimit } else { Code::Ok };
+        let length = wire::response_len(overall, &self.statuses, headers);
+        unary::answer(length, |out| {
+            wire::write_response(out, overall, &self.statuses, headers);
+        })
+    }
+}
 
 /// The answer to the request whose descriptors were `resolved` and, where
 /// the store decided them, `decided` (same order). `now_ms` dates blocked
 /// limits' windows.
-pub(super) fn answer(
-    resolved: &[Resolved<'_>],
+pub(super) fn answer<'a>(
+    resolved: &'a [Resolved<'a>],
     decided: &[Option<Decision>],
     now_ms: u64,
     with_headers: bool,
-) -> Result<RateLimitResponse, Status> {
+) -> Result<Answer<'a>, Status> {
     let mut verdict = Verdict::default();
     let mut statuses = Vec::with_capacity(resolved.len());
     for (r, decision) in resolved.iter().zip(decided) {
         statuses.push(match r {
             Resolved::None => DescriptorStatus {
-                code: Code::Ok as i32,
-                ..DescriptorStatus::default()
+                code: Code::Ok,
+                current_limit: None,
+                limit_remaining: 0,
+                reset_ms: None,
             },
             Resolved::Unlimited { rls, hits } => {
                 rls.unlimited.inc_by(*hits);
                 DescriptorStatus {
-                    code: Code::Ok as i32,
+                    code: Code::Ok,
+                    current_limit: None,
                     limit_remaining: u32::MAX,
-                    ..DescriptorStatus::default()
+                    reset_ms: None,
                 }
             }
             Resolved::Blocked {
@@ -57,23 +103,21 @@ pub(super) fn answer(
             }
         });
     }
-    let response_headers_to_add = if with_headers {
-        ratelimit_headers(resolved, decided, verdict.retry_after_ms())
+    let (fields, retry_after) = if with_headers {
+        (
+            enforced_fields(resolved, decided),
+            verdict.retry_after_ms().map(retry_after_seconds),
+        )
     } else {
-        Vec::new()
+        (None, None)
     };
-    Ok(RateLimitResponse {
-        overall_code: if verdict.over {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        } as i32,
+    Ok(Answer {
+        over: verdict.over,
         statuses,
-        response_headers_to_add,
-        ..RateLimitResponse::default()
+        fields,
+        retry_after,
     })
 }
-
 /// The request's overall answer, gathered descriptor by descriptor.
 struct Verdict {
     /// Some enforced limit is over.
@@ -109,14 +153,14 @@ impl Verdict {
 
 /// A `requests_per_unit: 0` limit: over for any positive cost, until its
 /// window ends.
-fn blocked_status(
+fn blocked_status<'a>(
     unit: Unit,
-    report: &Report<'_>,
+    report: &Report<'a>,
     shadow: bool,
     hits: u64,
     now_ms: u64,
     verdict: &mut Verdict,
-) -> DescriptorStatus {
+) -> DescriptorStatus<'a> {
     let rejected = hits > 0;
     count(report.rls, rejected, shadow, hits);
     let over = rejected && !shadow;
@@ -124,20 +168,19 @@ fn blocked_status(
         verdict.over(None);
     }
     DescriptorStatus {
-        code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        code: if over { Code::OverLimit } else { Code::Ok },
         current_limit: Some(current_limit(report)),
         limit_remaining: 0,
-        duration_until_reset: Some(duration(unit.ms() - now_ms % unit.ms())),
-        ..DescriptorStatus::default()
+        reset_ms: Some(unit.ms() - now_ms % unit.ms()),
     }
 }
 
 /// A limit the store decided (a shadow-mode one is never over).
-fn decided_status(
-    pending: &Pending<'_>,
+fn decided_status<'a>(
+    pending: &Pending<'a>,
     decision: &Decision,
     verdict: &mut Verdict,
-) -> DescriptorStatus {
+) -> DescriptorStatus<'a> {
     let rejected = !decision.allowed;
     count(pending.report.rls, rejected, pending.shadow, pending.cost);
     let over = rejected && !pending.shadow;
@@ -145,11 +188,10 @@ fn decided_status(
         verdict.over(decision.retry_after_ms);
     }
     DescriptorStatus {
-        code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        code: if over { Code::OverLimit } else { Code::Ok },
         current_limit: Some(current_limit(&pending.report)),
         limit_remaining: u32::try_from(decision.remaining.max(0)).unwrap_or(u32::MAX),
-        duration_until_reset: Some(duration(decision.reset_after_ms)),
-        ..DescriptorStatus::default()
+        reset_ms: Some(decision.reset_after_ms),
     }
 }
 
@@ -164,30 +206,20 @@ fn count(rls: Option<&RlsCounters>, rejected: bool, shadow: bool, hits: u64) {
     }
 }
 
-fn current_limit(report: &Report<'_>) -> RateLimit {
-    RateLimit {
-        name: report.name.to_owned(),
+fn current_limit<'a>(report: &Report<'a>) -> CurrentLimit<'a> {
+    CurrentLimit {
+        name: report.name,
         requests_per_unit: report.requests_per_unit,
         unit: report.unit.proto(),
     }
 }
 
-fn duration(ms: u64) -> ProtoDuration {
-    ProtoDuration {
-        seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
-        // Below 10^9: ms % 1000 is below 1000.
-        nanos: i32::try_from((ms % 1000) * 1_000_000).unwrap_or(0),
-    }
-}
-
 /// `RateLimit-Policy` and `RateLimit` for the enforced limits the store
-/// decided and, when over the limit and a wait can help, `Retry-After`.
-fn ratelimit_headers(
+/// decided.
+fn enforced_fields(
     resolved: &[Resolved<'_>],
     decided: &[Option<Decision>],
-    retry_ms: Option<u64>,
-) -> Vec<HeaderValue> {
-    let mut headers = Vec::with_capacity(3);
+) -> Option<RateLimitFields> {
     let enforced = resolved
         .iter()
         .zip(decided)
@@ -197,20 +229,5 @@ fn ratelimit_headers(
             }
             _ => None,
         });
-    if let Some(fields) = ratelimit_fields(enforced) {
-        headers.push(header(ratelimit_draft::POLICY_FIELD, fields.policy));
-        headers.push(header(ratelimit_draft::STATE_FIELD, fields.state));
-    }
-    if let Some(ms) = retry_ms {
-        headers.push(header("retry-after", retry_after_seconds(ms).to_string()));
-    }
-    headers
-}
-
-fn header(key: &str, value: String) -> HeaderValue {
-    HeaderValue {
-        key: key.to_owned(),
-        value,
-        ..HeaderValue::default()
-    }
+    ratelimit_fields(enforced)
 }

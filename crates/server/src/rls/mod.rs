@@ -12,6 +12,7 @@ mod answer;
 mod resolve;
 pub mod service;
 mod unary;
+mod wire;
 
 pub use service::serve_grpc;
 pub(crate) use service::{other_methods, route};

@@ -8,13 +8,11 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_core::{Identity, Limits, Policy, Window};
 use tollgate_store::OnStoreFailure;
 use tonic::Status;
 
+use super::wire::{Descriptor, Entry, Override, RateLimitCall};
 use crate::envoy_rules::{EnvoyRules, Matched, RuleKind, Unit};
 use crate::live::LiveConfig;
 use crate::metrics::{PolicyCounters, RlsCounters};
@@ -74,6 +72,7 @@ impl Pending<'_> {
 /// One request's descriptors against one live config.
 pub(super) struct Resolver<'a> {
     live: &'a LiveConfig,
+    call: &'a RateLimitCall<'a>,
     domain: &'a str,
     /// Whether the domain is configured; an unknown one limits nothing.
     known: bool,
@@ -82,20 +81,19 @@ pub(super) struct Resolver<'a> {
 }
 
 impl<'a> Resolver<'a> {
-    pub fn new(live: &'a LiveConfig, request: &'a RateLimitRequest) -> Self {
+    pub fn new(live: &'a LiveConfig, call: &'a RateLimitCall<'a>) -> Self {
         Self {
             live,
-            domain: &request.domain,
-            known: live.envoy.rules.has_domain(&request.domain),
-            hits: u64::from(request.hits_addend.max(1)),
+            call,
+            domain: call.domain,
+            known: live.envoy.rules.has_domain(call.domain),
+            hits: u64::from(call.hits_addend.max(1)),
         }
     }
 
     /// Every descriptor resolved, in the request's order.
-    pub fn resolve_all(
-        &self,
-        descriptors: &'a [RateLimitDescriptor],
-    ) -> Result<Vec<Resolved<'a>>, Status> {
+    pub fn resolve_all(&self) -> Result<Vec<Resolved<'a>>, Status> {
+        let descriptors = self.call.descriptors();
         let matched: Vec<Option<Matched<'a>>> = descriptors.iter().map(|d| self.find(d)).collect();
         let replaced = replaced_names(&self.live.envoy.rules, &matched);
         descriptors
@@ -107,28 +105,26 @@ impl<'a> Resolver<'a> {
     }
 
     /// The configured rule for a descriptor without its own `limit`.
-    fn find(&self, descriptor: &RateLimitDescriptor) -> Option<Matched<'a>> {
+    fn find(&self, descriptor: &Descriptor) -> Option<Matched<'a>> {
         if !self.known || descriptor.limit.is_some() {
             return None;
         }
-        let entries = descriptor
-            .entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()));
+        let entries = self.entries(descriptor).iter().map(|e| (e.key, e.value));
         self.live.envoy.rules.find(self.domain, entries)
+    }
+
+    fn entries(&self, descriptor: &Descriptor) -> &'a [Entry<'a>] {
+        self.call.entries(descriptor)
     }
 
     fn resolve(
         &self,
         i: usize,
-        descriptor: &RateLimitDescriptor,
+        descriptor: &Descriptor,
         matched: Option<Matched<'a>>,
         replaced: &HashSet<&str>,
     ) -> Result<Resolved<'a>, Status> {
-        let hits = descriptor
-            .hits_addend
-            .as_ref()
-            .map_or(self.hits, |v| v.value);
+        let hits = descriptor.hits_addend.unwrap_or(self.hits);
         if let Some(limit) = descriptor.limit.as_ref().filter(|_| self.known) {
             return self.resolve_override(i, descriptor, limit, hits);
         }
@@ -146,7 +142,7 @@ impl<'a> Resolver<'a> {
     fn resolve_rule(
         &self,
         i: usize,
-        descriptor: &RateLimitDescriptor,
+        descriptor: &Descriptor,
         matched: &Matched<'a>,
         hits: u64,
     ) -> Result<Resolved<'a>, Status> {
@@ -198,8 +194,8 @@ impl<'a> Resolver<'a> {
     fn resolve_override(
         &self,
         i: usize,
-        descriptor: &RateLimitDescriptor,
-        limit: &RateLimitOverride,
+        descriptor: &Descriptor,
+        limit: &Override,
         hits: u64,
     ) -> Result<Resolved<'a>, Status> {
         let unit = Unit::from_proto(limit.unit).ok_or_else(|| {
@@ -242,15 +238,12 @@ impl<'a> Resolver<'a> {
     fn identity(
         &self,
         i: usize,
-        descriptor: &RateLimitDescriptor,
+        descriptor: &Descriptor,
         shared: Option<&[Option<&str>]>,
     ) -> Result<Identity, Status> {
         descriptor_identity(
             self.domain,
-            descriptor
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str())),
+            self.entries(descriptor).iter().map(|e| (e.key, e.value)),
             shared,
             self.live.config.server.max_key_bytes,
         )

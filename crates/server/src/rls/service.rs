@@ -10,9 +10,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::SERVICE_NAME;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use futures_util::future::Either;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tollgate_core::Decision;
@@ -21,9 +20,10 @@ use tonic::Status;
 use tonic::service::Routes;
 use tower::ServiceExt;
 
-use super::answer::answer;
+use super::answer::{Answer, answer};
 use super::resolve::{Pending, Resolved, Resolver};
 use super::unary::{self, GrpcBody};
+use super::wire::{self, MAX_DESCRIPTORS, MAX_ENTRIES, RateLimitCall};
 use crate::ServeError;
 use crate::app::App;
 use crate::limiter::{Check, Decided};
@@ -31,10 +31,6 @@ use crate::metrics::{EndpointLabels, RlsCodeLabels, RlsPathLabels};
 use crate::tokens::Guarded;
 use crate::workers::{Protocol, serve_listener};
 
-/// The most descriptors one request may carry.
-pub const MAX_DESCRIPTORS: usize = 64;
-/// The most entries one descriptor may carry.
-pub const MAX_ENTRIES: usize = crate::envoy_rules::MAX_DEPTH;
 /// The hot method's path.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -61,28 +57,34 @@ pub(crate) async fn other_methods() -> Routes {
 }
 
 /// One gRPC request: `ShouldRateLimit` answered here, the rest by tonic.
-pub(crate) async fn route(
+///
+/// Not an `async fn`: one awaiting the other would hold both the request
+/// and the call's future that took it, twice the size of either, and the
+/// stream's future is moved when it is spawned.
+pub(crate) fn route(
     app: Arc<App>,
     others: Routes,
     request: hyper::Request<Incoming>,
-) -> Result<hyper::Response<GrpcBody>, Infallible> {
+) -> impl Future<Output = Result<hyper::Response<GrpcBody>, Infallible>> + Send {
     if request.uri().path() == SHOULD_RATE_LIMIT {
-        return Ok(should_rate_limit(RateLimitGrpc { app: &app }, request).await);
+        return Either::Left(async move { Ok(should_rate_limit(&app, request).await) });
     }
     // Boxed: the router's future is large and this path is cold.
-    let response = Box::pin(others.oneshot(request))
-        .await
-        .unwrap_or_else(|never| match never {});
-    Ok(response.map(GrpcBody::Routed))
+    Either::Right(async move {
+        let response = Box::pin(others.oneshot(request))
+            .await
+            .unwrap_or_else(|never| match never {});
+        Ok(response.map(GrpcBody::Routed))
+    })
 }
 
 /// `ShouldRateLimit`: the token, the one message, the decision, counted by
 /// its answer's code.
 async fn should_rate_limit(
-    rls: RateLimitGrpc<'_>,
+    app: &App,
     request: hyper::Request<Incoming>,
 ) -> hyper::Response<GrpcBody> {
-    let app = rls.app;
+    let rls = RateLimitGrpc { app };
     let (head, body) = request.into_parts();
     let (admitted, timeout) = {
         let live = app.live.load();
@@ -102,26 +104,32 @@ async fn should_rate_limit(
             Guarded::Check.env()
         )));
     }
-    let result = match unary::read_message::<RateLimitRequest>(body, timeout).await {
-        Ok(request) => rls.decide(&request).await,
+    let result = match unary::read_message(body, timeout).await {
+        Ok(bytes) => match wire::read_request(&bytes) {
+            Ok(call) => rls.decide(&call).await,
+            Err(e) => Err(Status::invalid_argument(format!(
+                "the request message: {e}"
+            ))),
+        },
         Err(status) => Err(status),
+    };
+    let (code, response) = match result {
+        Ok((over, response)) => (if over { "over_limit" } else { "ok" }, response),
+        Err(status) => (
+            if status.code() == tonic::Code::InvalidArgument {
+                "invalid_argument"
+            } else {
+                "unavailable"
+            },
+            unary::refuse(status),
+        ),
     };
     app.metrics
         .rls
         .requests
-        .get_or_create(&RlsCodeLabels {
-            code: match &result {
-                Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
-                Ok(_) => "ok",
-                Err(s) if s.code() == tonic::Code::InvalidArgument => "invalid_argument",
-                Err(_) => "unavailable",
-            },
-        })
+        .get_or_create(&RlsCodeLabels { code })
         .inc();
-    match result {
-        Ok(response) => unary::answer(&response),
-        Err(status) => unary::refuse(status),
-    }
+    response
 }
 
 /// The service's decisions over the running app.
@@ -133,19 +141,24 @@ struct RateLimitGrpc<'a> {
 impl RateLimitGrpc<'_> {
     /// Validate → resolve each descriptor → decide the enforced limits,
     /// then the shadowed ones, through the limiter → answer.
-    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        validate(request)?;
+    /// Whether the call is over a limit, and its response.
+    async fn decide(
+        &self,
+        call: &RateLimitCall<'_>,
+    ) -> Result<(bool, hyper::Response<GrpcBody>), Status> {
+        validate(call)?;
         let live = self.app.live.load();
-        let resolved = Resolver::new(&live, request).resolve_all(&request.descriptors)?;
+        let resolved = Resolver::new(&live, call).resolve_all()?;
         let decided = self.decide_resolved(&resolved).await?;
         // Blocked (`requests_per_unit: 0`) limits end with their window.
         let now_ms = self.app.limiter.clock().now_ms();
-        answer(
+        let answer: Answer<'_> = answer(
             &resolved,
             &decided,
             now_ms,
             live.config.server.grpc_response_headers,
-        )
+        )?;
+        Ok((answer.over, answer.into_response()))
     }
 
     /// The store's decisions, in `resolved`'s order (`None` where the store
@@ -272,33 +285,33 @@ impl Batch {
 }
 
 /// The request as the protocol bounds it, before anything is looked up.
-fn validate(request: &RateLimitRequest) -> Result<(), Status> {
-    if request.domain.is_empty() {
+fn validate(call: &RateLimitCall<'_>) -> Result<(), Status> {
+    if call.domain.is_empty() {
         return Err(Status::invalid_argument(
             "rate limit domain must not be empty",
         ));
     }
-    if request.descriptors.is_empty() {
+    if call.descriptor_count == 0 {
         return Err(Status::invalid_argument(
             "rate limit descriptor list must not be empty",
         ));
     }
-    if request.descriptors.len() > MAX_DESCRIPTORS {
+    if call.descriptor_count > MAX_DESCRIPTORS {
         return Err(Status::invalid_argument(format!(
             "{} descriptors; at most {MAX_DESCRIPTORS} are accepted",
-            request.descriptors.len()
+            call.descriptor_count
         )));
     }
-    for (i, descriptor) in request.descriptors.iter().enumerate() {
-        if descriptor.entries.is_empty() {
+    for (i, descriptor) in call.descriptors().iter().enumerate() {
+        if descriptor.entry_count == 0 {
             return Err(Status::invalid_argument(format!(
                 "descriptors[{i}] has no entries"
             )));
         }
-        if descriptor.entries.len() > MAX_ENTRIES {
+        if descriptor.entry_count > MAX_ENTRIES {
             return Err(Status::invalid_argument(format!(
                 "descriptors[{i}] has {} entries; at most {MAX_ENTRIES} are accepted",
-                descriptor.entries.len()
+                descriptor.entry_count
             )));
         }
     }

@@ -16,11 +16,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use prost::Message;
 use tonic::Status;
 
 /// The largest request message accepted: far above what the protocol's
@@ -31,30 +30,43 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
 const PREFIX: usize = 5;
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
-/// The one request message of a unary call, read within `timeout`.
-pub async fn read_message<M: Message + Default>(
-    body: Incoming,
-    timeout: Duration,
-) -> Result<M, Status> {
-    let collected = tokio::time::timeout(
-        timeout,
-        Limited::new(body, PREFIX + MAX_MESSAGE_BYTES).collect(),
-    )
-    .await
-    .map_err(|_| {
-        Status::deadline_exceeded(
-            "the request message did not arrive within server.request_timeout_ms",
-        )
-    })?
-    .map_err(|e| {
-        if e.is::<LengthLimitError>() {
-            Status::resource_exhausted(too_large())
-        } else {
-            Status::cancelled("the request stream ended before its message")
+/// The bytes of the one request message of a unary call (its prefix
+/// checked and taken off), read within `timeout`.
+pub async fn read_message(body: Incoming, timeout: Duration) -> Result<Bytes, Status> {
+    let body = crate::deadline::within(timeout, read_body(body))
+        .await
+        .ok_or_else(|| {
+            Status::deadline_exceeded(
+                "the request message did not arrive within server.request_timeout_ms",
+            )
+        })??;
+    unframe(body)
+}
+
+/// The request body, frame by frame: one DATA frame is taken as it is, and
+/// more are joined, up to one message's bound.
+async fn read_body(body: Incoming) -> Result<Bytes, Status> {
+    let mut body = std::pin::pin!(body);
+    let mut first = Bytes::new();
+    let mut rest: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|_| Status::cancelled("the request stream ended before its message"))?;
+        let Ok(mut data) = frame.into_data() else {
+            continue;
+        };
+        let seen = first.len() + rest.as_ref().map_or(0, BytesMut::len) + data.remaining();
+        if seen > PREFIX + MAX_MESSAGE_BYTES {
+            return Err(Status::resource_exhausted(too_large()));
         }
-    })?;
-    let message = unframe(collected.to_bytes())?;
-    M::decode(message).map_err(|e| Status::invalid_argument(format!("the request message: {e}")))
+        if first.is_empty() && rest.is_none() {
+            first = data.copy_to_bytes(data.remaining());
+        } else {
+            rest.get_or_insert_with(|| BytesMut::from(&first[..]))
+                .extend_from_slice(&data);
+        }
+    }
+    Ok(rest.map_or(first, BytesMut::freeze))
 }
 
 fn too_large() -> String {
@@ -98,14 +110,14 @@ fn unframe(mut bytes: Bytes) -> Result<Bytes, Status> {
     Ok(bytes.split_off(PREFIX))
 }
 
-/// The success answer carrying `message`.
-pub fn answer<M: Message>(message: &M) -> hyper::Response<GrpcBody> {
-    let length = message.encoded_len();
+/// The success answer carrying the message that `write` writes, of
+/// `length` bytes.
+pub fn answer(length: usize, write: impl FnOnce(&mut BytesMut)) -> hyper::Response<GrpcBody> {
     let mut framed = BytesMut::with_capacity(PREFIX + length);
     framed.put_u8(0);
     // A response is a few hundred bytes; u32 holds any tollgate writes.
     framed.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
-    message.encode_raw(&mut framed);
+    write(&mut framed);
     let mut response = hyper::Response::new(GrpcBody::Message {
         data: Some(framed.freeze()),
         trailers: true,
@@ -225,12 +237,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_one_prefixed_message_then_the_ok_trailer() {
-        use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-        let response = RateLimitResponse {
-            overall_code: 1,
-            ..RateLimitResponse::default()
-        };
-        let answered = answer(&response);
+        let answered = answer(2, |b| b.put_slice(&[8, 1]));
         assert_eq!(answered.headers()[CONTENT_TYPE], "application/grpc");
         let mut body = answered.into_body();
         let cx = &mut Context::from_waker(std::task::Waker::noop());
