@@ -8,8 +8,9 @@
 # not counted; `bench/http.sh` gives the CPU time a request, kernel included.
 # The RLS rows do the same for ShouldRateLimit with rls_load (tonic, 8
 # HTTP/2 connections, one call in flight each) in place of wrk, beside a
-# plain tonic server that answers OK without deciding; `bench/rls.sh` gives
-# their CPU time.
+# plain tonic server that answers OK without deciding and the floor of
+# tollgate's own stack (hyper's HTTP/2 on a runtime per core, a canned
+# answer: examples/plain_h2.rs); `bench/rls.sh` gives their CPU time.
 #
 #   bash bench/instructions.sh          # DURATION=8s
 #   ROWS=rls bash bench/instructions.sh # only the RLS rows
@@ -20,7 +21,7 @@ for tool in wrk valgrind callgrind_control; do
 done
 DURATION=${DURATION:-8s}
 cargo build --release -q -p tollgate --bin tollgate --example plain_axum --example plain_hyper --example plain_tcp \
-  --example plain_tonic --example rls_load
+  --example plain_tonic --example plain_h2 --example rls_load
 
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -86,4 +87,5 @@ count "/v1/authorize" authorize.lua ./target/release/tollgate serve --config ben
 fi
 echo "callgrind, rls_load $RLS_CALLS calls (8 connections x 1 stream) after $RLS_WARMUP warm-up calls, 100,000 keys"
 count_rls "baseline plain tonic (OK, no decision)" ./target/release/examples/plain_tonic
+count_rls "floor: hyper HTTP/2, canned answer" ./target/release/examples/plain_h2
 count_rls "ShouldRateLimit" ./target/release/tollgate serve --config bench/bench.yaml --listen 127.0.0.1:0 --grpc-listen "127.0.0.1:$(free_port)"

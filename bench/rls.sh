@@ -5,18 +5,24 @@
 # same server spends on a /v1/check request under wrk in the same run, and
 # beside a plain tonic server that answers OK without deciding
 # (crates/server/examples/plain_tonic.rs: the stack most Rust RLS servers
-# are built on). The client is crates/server/examples/rls_load.rs (tonic),
-# on the memory store and on a redis-server started here on a free port.
+# are built on) and the floor of tollgate's own stack (plain_h2.rs: hyper's
+# HTTP/2 on a runtime per core, a canned answer). Two load clients:
+# crates/server/examples/rls_load.rs (tonic; 100k keys), and h2load
+# (nghttp2, C: a lighter client, so the server's share of the two cores is
+# truer) replaying one serialized call (one key). On the memory store and
+# on a redis-server started here on a free port; the last lines give each
+# store's RLS server CPU a call over its /v1/check server CPU a request.
 #
-#   bash bench/rls.sh                       # 200k calls, 100k keys
+#   bash bench/rls.sh                       # 200k calls a row, 100k keys
 #   REQUESTS=500000 bash bench/rls.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { echo "bench/rls.sh needs wrk: apt-get install -y wrk" >&2; exit 1; }
+command -v h2load >/dev/null || { echo "bench/rls.sh needs h2load: apt-get install -y nghttp2-client" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "bench/rls.sh needs redis-server: apt-get install -y redis-server" >&2; exit 1; }
 REQUESTS=${REQUESTS:-200000}
 DURATION=${DURATION:-8s}
-cargo build --release -q -p tollgate --bin tollgate --example rls_load --example plain_tonic
+cargo build --release -q -p tollgate --bin tollgate --example rls_load --example plain_tonic --example plain_h2
 
 work=$(mktemp -d)
 pids=()
@@ -70,6 +76,26 @@ rls() { # rls NAME KEYS CONNECTIONS STREAMS
   row "$1" "$calls" "$((after - before))" "$client" "$rate" "$p50" "$p99" "$note"
 }
 
+# One ShouldRateLimit message, gRPC-framed: domain "bench", one descriptor
+# (user, 1).
+printf '\x00\x00\x00\x00\x14\x0a\x05bench\x12\x0b\x0a\x09\x0a\x04user\x12\x011' >"$work/call.bin"
+
+h2() { # h2 NAME CONNECTIONS STREAMS: h2load replaying call.bin
+  local times="$work/times" before after out
+  before=$(cpu_ticks "$pid")
+  out=$( { TIMEFORMAT='%U %S'; time h2load -n "$REQUESTS" -c "$2" -m "$3" -d "$work/call.bin" \
+    -H 'content-type: application/grpc' -H 'te: trailers' \
+    "http://$grpc/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"; } 2>"$times")
+  after=$(cpu_ticks "$pid")
+  local calls rate mean client note
+  calls=$(awk '/^requests:/ {print $8}' <<<"$out")
+  rate=$(awk '/^finished in/ {gsub(",", ""); printf "%.0f", $4}' <<<"$out")
+  mean=$(awk '/^time for request:/ {print $5}' <<<"$out")
+  client=$(awk '{print $1 + $2}' "$times")
+  note="mean $mean; $(awk '/^status codes:/ {print $3, $4}' <<<"$out" | tr -d ,)"
+  row "$1" "$calls" "$((after - before))" "$client" "$rate" "-" "-" "$note"
+}
+
 check() { # check NAME KEYS: /v1/check under wrk -t1 -c64
   local times="$work/times" before after out
   before=$(cpu_ticks "$pid")
@@ -89,15 +115,27 @@ echo "$REQUESTS ShouldRateLimit calls a row (rls_load), /v1/check under wrk -t1 
 printf '%-44s %10s %8s %8s %8s %8s\n' workload "calls/s" p50 p99 server client
 printf '%-44s %10s %8s %8s %8s %8s\n' "" "" "" "" "µs/call" "µs/call"
 
+server_us() { # server_us NAME: the server µs a call of the row NAME
+  awk -v n="$1" '{name = substr($0, 1, 44); sub(/ +$/, "", name); split(substr($0, 45), f, " ")} name == n {print f[4]}' "$work/rows" | tail -1
+}
+exec > >(tee "$work/rows")
+
 started plain ./target/release/examples/plain_tonic
 rls "baseline plain tonic (OK, no decision) 64x1" 100000 64 1
 rls "baseline plain tonic (OK, no decision) 8x8" 100000 8 8
+h2 "baseline plain tonic, h2load 8x8" 8 8
+started floor ./target/release/examples/plain_h2
+rls "floor hyper HTTP/2, canned answer 64x1" 100000 64 1
+rls "floor hyper HTTP/2, canned answer 8x8" 100000 8 8
+h2 "floor hyper HTTP/2, canned, h2load 8x8" 8 8
 
 tollgate memory "store: {memory: {}}"
 check "/v1/check, memory, 100k keys" 100000
 rls "RLS, memory, 100k keys, 64 conns x 1" 100000 64 1
 rls "RLS, memory, 100k keys, 8 conns x 8" 100000 8 8
 rls "RLS, memory, 1 hot key, 8 conns x 8" 1 8 8
+h2 "RLS, memory, 1 key, h2load 64x1" 64 1
+h2 "RLS, memory, 1 key, h2load 8x8" 8 8
 
 rport=$(free_port)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null &
@@ -107,3 +145,16 @@ tollgate redis "store: {redis: {url: \"redis://127.0.0.1:$rport\"}}"
 check "/v1/check, redis, 100k keys" 100000
 rls "RLS, redis, 100k keys, 64 conns x 1" 100000 64 1
 rls "RLS, redis, 100k keys, 8 conns x 8" 100000 8 8
+h2 "RLS, redis, 1 key, h2load 8x8" 8 8
+
+ratio() { # ratio RLS_ROW CHECK_ROW
+  awk -v a="$(server_us "$1")" -v b="$(server_us "$2")" -v n="$1" -v m="$2" \
+    'BEGIN {printf "server CPU: %s / %s = %.2fx\n", n, m, a / b}'
+}
+echo
+for r in "RLS, memory, 100k keys, 64 conns x 1" "RLS, memory, 100k keys, 8 conns x 8" "RLS, memory, 1 key, h2load 8x8"; do
+  ratio "$r" "/v1/check, memory, 100k keys"
+done
+for r in "RLS, redis, 100k keys, 64 conns x 1" "RLS, redis, 100k keys, 8 conns x 8" "RLS, redis, 1 key, h2load 8x8"; do
+  ratio "$r" "/v1/check, redis, 100k keys"
+done

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use tokio::net::{TcpListener, TcpSocket};
 
 #[derive(Deserialize)]
+#[allow(dead_code)]
 pub struct CheckBody<'a> {
     #[allow(dead_code)]
     pub policy: &'a str,
@@ -32,6 +33,16 @@ where
     S: Fn(TcpListener) -> F + Clone + Send + 'static,
     F: Future<Output = ()>,
 {
+    serve_per_core_as("listening on http://", serve)
+}
+
+/// [`serve_per_core`], printing the address after `announce`.
+#[allow(dead_code)]
+pub fn serve_per_core_as<S, F>(announce: &str, serve: S) -> std::io::Result<()>
+where
+    S: Fn(TcpListener) -> F + Clone + Send + 'static,
+    F: Future<Output = ()>,
+{
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let runtime = || {
         tokio::runtime::Builder::new_current_thread()
@@ -49,7 +60,7 @@ where
         let serve = serve.clone();
         threads.push(std::thread::spawn(move || rt.block_on(serve(other))));
     }
-    println!("listening on http://{addr}");
+    println!("{announce}{addr}");
     first.block_on(serve(bound));
     for t in threads {
         let _ = t.join();

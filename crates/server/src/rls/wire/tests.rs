@@ -28,9 +28,7 @@ type Read = (
 
 /// What prost read, in the shape this module keeps: descriptors and
 /// entries beyond the bounds counted, not kept.
-fn as_prost_reads(
-    bytes: &[u8],
-) -> Option<Read> {
+fn as_prost_reads(bytes: &[u8]) -> Option<Read> {
     let request = RateLimitRequest::decode(bytes).ok()?;
     let descriptors = request
         .descriptors
@@ -60,9 +58,7 @@ fn as_prost_reads(
     ))
 }
 
-fn as_read_here(
-    bytes: &[u8],
-) -> Option<Read> {
+fn as_read_here(bytes: &[u8]) -> Option<Read> {
     let call = read_request(bytes).ok()?;
     let descriptors = call
         .descriptors()
