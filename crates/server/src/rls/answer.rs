@@ -53,7 +53,7 @@ impl Answer<'_> {
             n += 1;
         }
         let headers = &headers[..n];
-        let overall = if self.over { Code::OverLimit } else { Code::Ok };
+        let overall = Code::of(self.over);
         let length = wire::response_len(overall, &self.statuses, headers);
         unary::answer(length, |out| {
             wire::write_response(out, overall, &self.statuses, headers);
@@ -168,7 +168,7 @@ fn blocked_status<'a>(
         verdict.over(None);
     }
     DescriptorStatus {
-        code: if over { Code::OverLimit } else { Code::Ok },
+        code: Code::of(over),
         current_limit: Some(current_limit(report)),
         limit_remaining: 0,
         reset_ms: Some(unit.ms() - now_ms % unit.ms()),
@@ -188,7 +188,7 @@ fn decided_status<'a>(
         verdict.over(decision.retry_after_ms);
     }
     DescriptorStatus {
-        code: if over { Code::OverLimit } else { Code::Ok },
+        code: Code::of(over),
         current_limit: Some(current_limit(&pending.report)),
         limit_remaining: u32::try_from(decision.remaining.max(0)).unwrap_or(u32::MAX),
         reset_ms: Some(decision.reset_after_ms),

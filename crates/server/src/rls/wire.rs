@@ -413,6 +413,12 @@ pub enum Code {
     OverLimit = 2,
 }
 
+impl Code {
+    pub fn of(over: bool) -> Self {
+        if over { Code::OverLimit } else { Code::Ok }
+    }
+}
+
 /// A descriptor's `current_limit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CurrentLimit<'a> {
