@@ -1,22 +1,42 @@
 //! Time enters the core only through a [`Clock`], so every decision can be
 //! replayed at a chosen instant and every edge case is a deterministic test.
+//!
+//! A clock tells two times. The wall clock (`now_ms`, Unix milliseconds)
+//! dates decisions, because windows are aligned to the epoch and every
+//! instance must agree on them. The monotonic clock (`monotonic_us`) never
+//! steps: durations that must hold whatever an operator or NTP does to the
+//! wall clock — a lease's term, a store call's latency — are measured on it.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// A source of Unix time in whole milliseconds.
+/// A source of Unix time in whole milliseconds, and of monotonic time.
 pub trait Clock: Send + Sync {
     /// The current time as milliseconds since the Unix epoch, the unit every
     /// decision counts in.
     fn now_ms(&self) -> u64;
+
+    /// Microseconds since an arbitrary start, never stepping back and never
+    /// 0: for durations (lease terms, latency), never for dating a decision.
+    fn monotonic_us(&self) -> u64;
+
+    /// [`Clock::monotonic_us`] in whole milliseconds.
+    fn monotonic_ms(&self) -> u64 {
+        self.monotonic_us() / 1_000
+    }
 }
 
-/// The operating system's wall clock.
+/// The operating system's wall clock and its monotonic clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
+/// Where [`SystemClock`]'s monotonic time starts: one second before the
+/// first read, so no reading is 0 (0 stands for "never" in the callers).
+const MONOTONIC_START_US: u64 = 1_000_000;
+
 impl Clock for SystemClock {
-    // The one read of the system clock in core and store (clippy.toml bans
+    // The reads of the system clocks in core and store (clippy.toml bans
     // the rest): everything else is handed a `Clock`.
     #[allow(clippy::disallowed_methods)]
     fn now_ms(&self) -> u64 {
@@ -25,12 +45,25 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
+
+    #[allow(clippy::disallowed_methods)]
+    fn monotonic_us(&self) -> u64 {
+        static START: OnceLock<Instant> = OnceLock::new();
+        let start = START.get_or_init(Instant::now);
+        let elapsed = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX / 2);
+        elapsed.saturating_add(MONOTONIC_START_US)
+    }
 }
 
 /// A clock that moves only when told to: tests and `tollgate replay`.
+///
+/// Its monotonic time starts at the wall time it is made with and moves
+/// forward with it; [`set`](Self::set) backward steps the wall clock alone,
+/// as an operator or NTP stepping a real clock would.
 #[derive(Debug, Default)]
 pub struct ManualClock {
     now_ms: AtomicU64,
+    monotonic_us: AtomicU64,
 }
 
 impl ManualClock {
@@ -39,17 +72,32 @@ impl ManualClock {
     pub fn new(now_ms: u64) -> Self {
         Self {
             now_ms: AtomicU64::new(now_ms),
+            monotonic_us: AtomicU64::new(now_ms.saturating_mul(1_000)),
         }
     }
 
-    /// Sets the time, forward or backward (a stepping clock is a case to test).
+    /// Sets the wall time, forward or backward (a stepping clock is a case
+    /// to test). Forward, the monotonic time moves by as much; backward, it
+    /// stays where it is.
     pub fn set(&self, now_ms: u64) {
-        self.now_ms.store(now_ms, Ordering::Relaxed);
+        let before = self.now_ms.swap(now_ms, Ordering::Relaxed);
+        if now_ms > before {
+            self.monotonic_us
+                .fetch_add((now_ms - before).saturating_mul(1_000), Ordering::Relaxed);
+        }
     }
 
-    /// Moves the time forward, as a trace's next event would.
+    /// Moves both times forward, as a trace's next event would.
     pub fn advance(&self, by_ms: u64) {
         self.now_ms.fetch_add(by_ms, Ordering::Relaxed);
+        self.monotonic_us
+            .fetch_add(by_ms.saturating_mul(1_000), Ordering::Relaxed);
+    }
+
+    /// Moves the monotonic time alone forward by `by_us`: a call that took
+    /// that long within one wall-clock millisecond.
+    pub fn advance_monotonic_us(&self, by_us: u64) {
+        self.monotonic_us.fetch_add(by_us, Ordering::Relaxed);
     }
 }
 
@@ -57,10 +105,43 @@ impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now_ms.load(Ordering::Relaxed)
     }
+
+    fn monotonic_us(&self) -> u64 {
+        self.monotonic_us.load(Ordering::Relaxed).max(1)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     fn now_ms(&self) -> u64 {
         (**self).now_ms()
+    }
+
+    fn monotonic_us(&self) -> u64 {
+        (**self).monotonic_us()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wall_clock_stepped_back_leaves_the_monotonic_time_where_it_was() {
+        let clock = ManualClock::new(100_000);
+        assert_eq!(clock.monotonic_ms(), 100_000);
+        clock.advance(500);
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (100_500, 100_500));
+        clock.set(70_500);
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (70_500, 100_500));
+        clock.set(71_000);
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (71_000, 101_000));
+    }
+
+    #[test]
+    fn the_system_monotonic_clock_never_reads_zero_and_never_steps_back() {
+        let a = SystemClock.monotonic_us();
+        let b = SystemClock.monotonic_us();
+        assert!(a >= MONOTONIC_START_US);
+        assert!(b >= a);
     }
 }

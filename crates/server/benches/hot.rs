@@ -8,8 +8,8 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use prometheus_client::metrics::counter::Counter;
-use tollgate::hot::HotIdentities;
 use tollgate_core::Identity;
+use tollgate_limiter::HotIdentities;
 
 fn record(c: &mut Criterion) {
     let hot = HotIdentities::default();

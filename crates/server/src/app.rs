@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use tollgate_core::Clock;
 
-use crate::config::{ConfigLoadError, Overrides, ServeConfig, ServerSettings};
+use crate::config::{ConfigLoadError, Overrides, ServeConfig, ServerSettings, StoreSettings};
 use crate::limiter::{Backend, Limiter};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
-use tollgate_store::StoreError;
+use tollgate_store::{RedisStore, StoreError};
 
 pub struct App {
     pub live: ArcSwap<LiveConfig>,
@@ -90,12 +90,12 @@ impl App {
         let metrics = Arc::new(Metrics::new(Arc::clone(&clock)));
         let mut backends = Vec::with_capacity(config.stores.list.len());
         for (_, settings) in &config.stores.list {
-            backends.push(Backend::open(settings, Arc::clone(&clock)).await?);
+            backends.push(open_store(settings, Arc::clone(&clock)).await?);
         }
         let live = LiveConfig::new(config, &metrics, None);
         Ok(Self {
             live: ArcSwap::from_pointee(live),
-            limiter: Limiter::new(backends, Arc::clone(&metrics), clock),
+            limiter: Limiter::new(backends, Arc::clone(&metrics.limiter), clock),
             metrics,
             config_path,
             overrides: Overrides::default(),
@@ -116,7 +116,8 @@ impl App {
         loop {
             while renewals.try_join_next().is_some() {}
             let live = self.live.load_full();
-            let now_ms = self.limiter.clock().now_ms();
+            // Lease terms run on the monotonic clock (tollgate_limiter::Lease).
+            let now_ms = self.limiter.clock().monotonic_ms();
             let mut next_ms = now_ms.saturating_add(IDLE_LOOK_MS);
             if let Some(ledger) = live.ledger {
                 for lease in live.leases() {
@@ -239,4 +240,16 @@ impl App {
             *last = None;
         }
     }
+}
+
+/// Opens a configured store; Redis is connected (and its scripts loaded)
+/// before the server starts answering.
+async fn open_store(
+    settings: &StoreSettings,
+    clock: Arc<dyn Clock>,
+) -> Result<Backend, StoreError> {
+    Ok(match settings {
+        StoreSettings::Memory { max_keys } => Backend::memory(*max_keys, clock),
+        StoreSettings::Redis(config) => Backend::redis(RedisStore::connect(config).await?, clock),
+    })
 }

@@ -429,29 +429,7 @@ pub struct ServePolicy {
     pub retry: Option<RetryRule>,
 }
 
-/// A policy's `hot_lease` settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HotLeaseRule {
-    /// Decisions a second on this instance above which an identity is hot.
-    pub above: u64,
-    /// How long a block may be spent.
-    pub term_ms: u64,
-    /// The largest block: a share of the limit, so no instance takes the
-    /// whole budget in one call.
-    pub max_block: u64,
-    /// A window algorithm: a block is never spent past the window it was
-    /// taken from (a bucket's block only within its term).
-    pub windowed: bool,
-}
-
-impl HotLeaseRule {
-    /// The block for an identity deciding `rate` a second: what it spends in
-    /// a term, at least 2 (a block of 1 saves no call), at most the cap.
-    pub fn block(&self, rate: u64) -> u64 {
-        let per_term = rate.saturating_mul(self.term_ms).div_ceil(1_000);
-        per_term.clamp(2, self.max_block.max(2))
-    }
-}
+pub use tollgate_limiter::HotLeaseRule;
 
 /// The most shards a policy may split an identity over.
 pub const MAX_SHARDS: u64 = 256;

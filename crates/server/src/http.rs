@@ -468,7 +468,7 @@ async fn check_one(
         .policy(name)
         .ok_or_else(|| unknown_policy(name))?;
     let identity = key.identity(max_key)?;
-    let checks = [Check::of(live, &identity, cost)];
+    let checks = [Check::new(&live.plan, &identity, cost)];
     let decided = match id {
         None => app.limiter.decide(&checks).await,
         Some(id) => app.limiter.decide_request(&checks, Some(id)).await,
@@ -539,7 +539,7 @@ async fn check_batch(
         .iter()
         .zip(&identities)
         .zip(items)
-        .map(|((live, identity), item)| Check::of(live, identity, item.cost))
+        .map(|((live, identity), item)| Check::new(&live.plan, identity, item.cost))
         .collect();
     let decided = app.limiter.decide_request(&checks, id).await;
     let replayed = replayed(&decided.replay, &checks)?;
@@ -694,7 +694,7 @@ pub(crate) async fn authorize_request<B>(
     }
     let checks: Vec<Check<'_>> = matched
         .iter()
-        .map(|(live, identity, cost)| Check::of(live, identity, *cost))
+        .map(|(live, identity, cost)| Check::new(&live.plan, identity, *cost))
         .collect();
     let decided = app.limiter.decide_request(&checks, id.as_ref()).await;
     let replayed = match replayed(&decided.replay, &checks) {
@@ -864,10 +864,7 @@ async fn peek_state(
         Ok(target) => target,
         Err(refusal) => return *refusal,
     };
-    let peek = Check {
-        counters: None,
-        ..Check::of(live, &identity, 0)
-    };
+    let peek = Check::new(&live.plan, &identity, 0).uncounted();
     let decided = app.limiter.decide(&[peek]).await;
     match decided.decisions.first() {
         Some(decision) => {
@@ -894,16 +891,7 @@ async fn reset_state(
         Err(refusal) => return *refusal,
     };
     let policy = live.serve.policy.name();
-    match app
-        .limiter
-        .forget(
-            live.serve.store,
-            &live.serve.policy,
-            &live.shards,
-            &identity,
-        )
-        .await
-    {
+    match app.limiter.forget_plan(&live.plan, &identity).await {
         Ok(existed) => {
             app.metrics
                 .state_resets
@@ -954,7 +942,7 @@ async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         return refusal;
     }
     let now_ms = app.limiter.clock().now_ms();
-    let window_ms = crate::hot::HOT_WINDOW_MS;
+    let window_ms = tollgate_limiter::HOT_WINDOW_MS;
     let started_ms = now_ms - now_ms % window_ms;
     // Rates over the window's length, or what of the current one passed
     // (at least a second, so a fresh window does not inflate them).
@@ -974,6 +962,7 @@ async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let elapsed_ms = now_ms - started_ms;
     let policies: Vec<serde_json::Value> = app
         .metrics
+        .limiter
         .hot
         .report(now_ms)
         .iter()
@@ -993,7 +982,7 @@ async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         "window_ms": window_ms,
         "window_start_ms": started_ms.saturating_sub(window_ms),
         "now_start_ms": started_ms,
-        "top": crate::hot::HOT_IDENTITIES,
+        "top": tollgate_limiter::HOT_IDENTITIES,
         "policies": policies,
     });
     json_response(body.to_string())

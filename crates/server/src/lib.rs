@@ -39,12 +39,10 @@ pub mod tokens;
 // 2. limiter
 pub mod app;
 mod deadline;
-pub mod decision_log;
-pub mod hot;
-pub mod limiter;
 pub mod live;
 pub mod metrics;
-mod stopwatch;
+/// The limiter, its own crate: a Rust service can depend on it alone.
+pub use tollgate_limiter as limiter;
 
 // 3. protocol adapters
 mod check_fault;

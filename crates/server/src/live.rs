@@ -1,44 +1,37 @@
 //! The config as it serves: a loaded [`ServeConfig`] with what serving it
-//! needs precomputed once per load — each policy's counters, its
-//! `RateLimit-Policy` item and its local share, envoyproxy/ratelimit rules
-//! with theirs — so a request looks things up and never builds them.
-//! Replaced whole on reload; never mutated.
+//! needs built once per load — each policy's [`Plan`] (store, scope,
+//! failure mode, lease, shards, hot lease, request ids, counters) and its
+//! `RateLimit-Policy` item, envoyproxy/ratelimit rules with theirs — so a
+//! request looks things up and never builds them. Replaced whole on
+//! reload; never mutated.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tollgate_core::Policy;
-use tollgate_store::{OnStoreFailure, local_policy};
+use tollgate_limiter::{HotLeases, Lease, Plan};
 
 use crate::config::{ServeConfig, ServePolicy};
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
-use crate::limiter::{HotLeases, Lease};
 use crate::metrics::{Metrics, PolicyCounters, RlsCounters, ScopeLabels};
 use crate::ratelimit_fields::policy_item;
 use crate::scope::Scope;
 
-/// A policy ready to serve: config, counters and its precomputed
+/// A policy ready to serve: its config, its plan and its precomputed
 /// `RateLimit-Policy` item.
 pub struct LivePolicy {
+    /// The policy as the config states it.
     pub serve: ServePolicy,
-    pub counters: PolicyCounters,
+    /// How its checks are decided, whichever door asks.
+    pub plan: Plan,
+    /// Its `RateLimit-Policy` item.
     pub policy_item: String,
-    /// The policy scaled to its local share, for `on_store_failure: local`.
-    pub local: Option<Policy>,
-    /// Under `leased`: the share this instance holds.
-    pub lease: Option<Arc<Lease>>,
-    /// Under `shards: N`: each shard's policy (empty when not sharded).
-    pub shards: Vec<Policy>,
-    /// Which shard the next request of this instance tries first.
-    pub shard_cursor: std::sync::atomic::AtomicU64,
-    /// Under `hot_lease`: this instance's blocks (a reload keeps them while
-    /// the policy, its rule and its store are unchanged).
-    pub hot_leases: Option<Arc<HotLeases>>,
 }
 
 /// One loaded config, live.
 pub struct LiveConfig {
+    /// The config.
     pub config: ServeConfig,
+    /// Its policies, in the config's order.
     pub policies: Vec<LivePolicy>,
     by_name: HashMap<String, usize, foldhash::fast::RandomState>,
     /// envoyproxy/ratelimit descriptor rules, for the gRPC service.
@@ -50,59 +43,20 @@ pub struct LiveConfig {
 impl LiveConfig {
     /// `previous`: the config this one replaces, whose leases carry over
     /// where a policy's limit, terms and region are unchanged (a reload
-    /// does not drop a region to its floor).
+    /// does not drop a region to its floor), and whose hot-lease blocks
+    /// carry over where the policy, its rule and its store are unchanged.
     pub fn new(config: ServeConfig, metrics: &Metrics, previous: Option<&LiveConfig>) -> Self {
         let region = config.deployment.region.clone().unwrap_or_default();
-        let lease =
-            |serve: &ServePolicy| {
-                let Scope::Leased(terms) = &serve.scope else {
-                    return None;
-                };
-                let kept = previous
-                    .and_then(|p| p.policy(serve.declared.name()))
-                    .and_then(|p| p.lease.as_ref())
-                    .filter(|l| l.serves(&serve.declared, terms, &region));
-                Some(kept.cloned().unwrap_or_else(|| {
-                    Arc::new(Lease::new(&serve.declared, terms, &region, metrics))
-                }))
-            };
-        let hot_leases = |serve: &ServePolicy| {
-            let rule = serve.hot_lease?;
-            let kept = previous
-                .and_then(|p| p.policy(serve.declared.name()))
-                .filter(|p| {
-                    p.serve.policy == serve.policy
-                        && p.serve.store == serve.store
-                        && p.serve.hot_lease == serve.hot_lease
-                })
-                .and_then(|p| p.hot_leases.clone());
-            Some(kept.unwrap_or_else(|| {
-                Arc::new(HotLeases::new(
-                    rule,
-                    metrics.hot_lease_lost.clone(),
-                    metrics.hot_lease_returned.clone(),
-                ))
-            }))
-        };
         let policies: Vec<LivePolicy> = config
             .policies
             .iter()
             .map(|serve| LivePolicy {
-                counters: PolicyCounters {
-                    split_turned_away: matches!(serve.scope, Scope::Split { .. })
-                        .then(|| metrics.split_turned_away(serve.policy.name(), &region)),
-                    ..metrics.policy_counters(serve.policy.name())
-                },
-                local: local_share(&serve.policy, serve.on_store_failure),
+                plan: plan_of(serve, &region, metrics, previous),
                 policy_item: policy_item(&serve.policy),
-                lease: lease(serve),
-                shards: shard_policies(&serve.policy, serve.shards),
-                shard_cursor: std::sync::atomic::AtomicU64::new(0),
-                hot_leases: hot_leases(serve),
                 serve: serve.clone(),
             })
             .collect();
-        let by_name = policies
+        let by_name: HashMap<String, usize, foldhash::fast::RandomState> = policies
             .iter()
             .enumerate()
             .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
@@ -117,7 +71,16 @@ impl LiveConfig {
                 })
                 .set(i64::try_from(serve.policy.limits().limit()).unwrap_or(i64::MAX));
         }
-        let envoy = LiveRules::new(Arc::clone(&config.envoy), metrics);
+        let envoy = LiveRules::new(
+            Arc::clone(&config.envoy),
+            metrics,
+            config.stores.default_index(),
+            |name| {
+                by_name
+                    .get(name)
+                    .map(|&i| (i, policies[i].policy_item.as_str()))
+            },
+        );
         let ledger = config.stores.index("global");
         Self {
             config,
@@ -130,43 +93,78 @@ impl LiveConfig {
 
     /// The leases of this config's leased policies.
     pub fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
-        self.policies.iter().filter_map(|p| p.lease.as_ref())
+        self.policies.iter().filter_map(|p| p.plan.lease())
     }
 
+    /// Every policy's plan.
+    pub fn plans(&self) -> Vec<&Plan> {
+        self.policies.iter().map(|p| &p.plan).collect()
+    }
+
+    /// The policy named `name`.
     pub fn policy(&self, name: &str) -> Option<&LivePolicy> {
         self.by_name.get(name).map(|&i| &self.policies[i])
     }
 }
 
-/// Each shard's policy: an integer share of the limit (they sum to it),
-/// the refill split exactly; none when not sharded.
-fn shard_policies(policy: &Policy, shards: u16) -> Vec<Policy> {
-    if shards <= 1 {
-        return Vec::new();
+/// A configured policy's plan: its scope's store, failure mode, lease
+/// (kept from `previous` where it still serves), shards, hot lease (kept
+/// likewise), request ids and counters.
+fn plan_of(
+    serve: &ServePolicy,
+    region: &str,
+    metrics: &Metrics,
+    previous: Option<&LiveConfig>,
+) -> Plan {
+    let before = previous.and_then(|p| p.policy(serve.declared.name()));
+    let counters = PolicyCounters {
+        split_turned_away: matches!(serve.scope, Scope::Split { .. }).then(|| {
+            metrics
+                .limiter
+                .split_turned_away(serve.policy.name(), region)
+        }),
+        ..metrics.policy_counters(serve.policy.name())
+    };
+    let mut plan = Plan::new(serve.policy.clone(), serve.store)
+        .with_failure_mode(serve.on_store_failure)
+        .with_shards(serve.shards)
+        .with_retry(serve.retry)
+        .with_counters(counters);
+    if let Scope::Leased(terms) = &serve.scope {
+        let kept = before
+            .and_then(|p| p.plan.lease())
+            .filter(|l| l.serves(&serve.declared, terms, region));
+        plan = plan.with_lease(kept.cloned().unwrap_or_else(|| {
+            Arc::new(Lease::new(&serve.declared, terms, region, &metrics.limiter))
+        }));
     }
-    let weights = vec![1; usize::from(shards)];
-    (0..usize::from(shards))
-        // Load refused a count that leaves a shard nothing.
-        .filter_map(|i| tollgate_core::split_policy(policy, &weights, i))
-        .collect()
+    if let Some(rule) = serve.hot_lease {
+        let kept = before
+            .filter(|p| {
+                p.serve.policy == serve.policy
+                    && p.serve.store == serve.store
+                    && p.serve.hot_lease == serve.hot_lease
+            })
+            .and_then(|p| p.plan.hot_lease().cloned());
+        plan = plan.with_hot_lease(kept.unwrap_or_else(|| {
+            Arc::new(HotLeases::new(
+                rule,
+                metrics.limiter.hot_lease_lost.clone(),
+                metrics.limiter.hot_lease_returned.clone(),
+            ))
+        }));
+    }
+    plan
 }
 
-/// The policy scaled to its local share, when it fails over to one.
-fn local_share(policy: &Policy, on_failure: OnStoreFailure) -> Option<Policy> {
-    match on_failure {
-        OnStoreFailure::Local { share_percent } => Some(local_policy(policy, share_percent)),
-        _ => None,
-    }
-}
-
-/// The loaded envoyproxy/ratelimit rules with their metric counters,
-/// resolved once per load.
+/// The loaded envoyproxy/ratelimit rules with their metric counters and
+/// plans, resolved once per load.
 pub struct LiveRules {
+    /// The rules.
     pub rules: Arc<EnvoyRules>,
+    /// Each rule's envoyproxy-style hit counters.
     pub counters: Vec<RlsCounters>,
-    /// For `on_store_failure: local` rules: the limit scaled to its share.
-    pub local: Vec<Option<Policy>>,
-    /// For limited rules: their policy's outcomes and `RateLimit-Policy` item.
+    /// For limited rules: how they are decided and announced.
     pub limits: Vec<Option<RuleLimit>>,
     /// Counters of `limit` overrides, per configured domain.
     pub overrides: HashMap<String, RlsCounters>,
@@ -174,15 +172,39 @@ pub struct LiveRules {
     pub override_policies: [OverridePolicy; 7],
 }
 
-/// What a limited rule's decisions are counted and announced as.
+/// How a limited rule's checks are decided.
+pub enum RulePlan {
+    /// An unbound rule: its own plan, on the config's most shared store,
+    /// in its own namespace (as envoyproxy/ratelimit keeps it).
+    Own(Box<Plan>),
+    /// A rule bound to a tollgate policy (`tollgate: {policy: p}`): that
+    /// policy's plan, by its index in [`LiveConfig::policies`] — the same
+    /// store, scope, shards, hot lease and budget as every other door.
+    Bound(usize),
+}
+
+/// What a limited rule's decisions are decided, counted and announced as.
 pub struct RuleLimit {
-    pub counters: PolicyCounters,
+    /// Its plan.
+    pub plan: RulePlan,
+    /// Its `RateLimit-Policy` item (a bound rule's policy's).
     pub policy_item: String,
+}
+
+impl RuleLimit {
+    /// The plan its checks are decided under, in `live`.
+    pub fn plan<'a>(&'a self, live: &'a LiveConfig) -> &'a Plan {
+        match &self.plan {
+            RulePlan::Own(plan) => plan,
+            RulePlan::Bound(i) => &live.policies[*i].plan,
+        }
+    }
 }
 
 /// A request's `limit` override is a fixed window named
 /// `limit-override-<unit>`, its outcomes counted under that name.
 pub struct OverridePolicy {
+    /// `limit-override-<unit>`.
     pub name: Arc<str>,
     /// `None` when no domain is configured (no override can apply), so a
     /// config without RLS rules shows no override series.
@@ -190,28 +212,43 @@ pub struct OverridePolicy {
 }
 
 impl LiveRules {
-    pub fn new(rules: Arc<EnvoyRules>, metrics: &Metrics) -> Self {
+    /// `store`: where unbound rules decide (the most shared store);
+    /// `policy`: a configured policy's index and `RateLimit-Policy` item
+    /// by name, for bound rules.
+    pub fn new<'p>(
+        rules: Arc<EnvoyRules>,
+        metrics: &Metrics,
+        store: usize,
+        policy_by_name: impl Fn(&str) -> Option<(usize, &'p str)>,
+    ) -> Self {
         let counters = rules
             .rules
             .iter()
             .map(|r| metrics.rls.counters(&r.domain, &r.key))
             .collect();
-        let local = rules
-            .rules
-            .iter()
-            .map(|r| match (&r.kind, r.on_store_failure) {
-                (RuleKind::Limited { policy, .. }, Some(mode)) => local_share(policy, mode),
-                _ => None,
-            })
-            .collect();
         let limits = rules
             .rules
             .iter()
             .map(|r| match &r.kind {
-                RuleKind::Limited { policy, .. } => Some(RuleLimit {
-                    counters: metrics.policy_counters(policy.name()),
-                    policy_item: policy_item(policy),
-                }),
+                RuleKind::Limited { policy, bound } => {
+                    let bound = bound.as_deref().and_then(&policy_by_name);
+                    if let Some((i, item)) = bound {
+                        return Some(RuleLimit {
+                            plan: RulePlan::Bound(i),
+                            policy_item: item.to_owned(),
+                        });
+                    }
+                    let plan = Plan::new(policy.clone(), store)
+                        .with_counters(metrics.policy_counters(policy.name()));
+                    let plan = RulePlan::Own(Box::new(match r.on_store_failure {
+                        Some(mode) => plan.with_failure_mode(mode),
+                        None => plan,
+                    }));
+                    Some(RuleLimit {
+                        plan,
+                        policy_item: policy_item(policy),
+                    })
+                }
                 RuleKind::Unlimited | RuleKind::Blocked { .. } => None,
             })
             .collect();
@@ -229,7 +266,6 @@ impl LiveRules {
         Self {
             rules,
             counters,
-            local,
             limits,
             overrides,
             override_policies,

@@ -11,11 +11,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use thiserror::Error;
 use tollgate_core::{Decision, Identity, ManualClock, PolicySet};
-use tollgate_store::{
-    MemoryStore, MemoryStoreConfig, OnStoreFailure, RedisConfig, RedisStore, StoreError,
-};
+use tollgate_limiter::{Backend, Check, Limiter, Plan};
+use tollgate_store::{OnStoreFailure, RedisConfig, RedisStore, StoreError};
 
-use crate::limiter::{Backend, Check, Limiter};
 use crate::metrics::Metrics;
 
 /// A longer line is refused rather than buffered without bound.
@@ -133,13 +131,7 @@ pub fn run_on(
         .build()
         .map_err(ReplayError::Input)?;
     let backend = match store {
-        None | Some("memory") => Backend::Memory(MemoryStore::new(
-            clock.clone(),
-            MemoryStoreConfig {
-                max_keys,
-                ..MemoryStoreConfig::default()
-            },
-        )),
+        None | Some("memory") => Backend::memory(max_keys, clock.clone()),
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
             let mut config = RedisConfig::standalone(url);
             // A replay waits for its store rather than fail an event.
@@ -147,7 +139,7 @@ pub fn run_on(
             let store = runtime
                 .block_on(RedisStore::connect(&config))
                 .map_err(ReplayError::Store)?;
-            Backend::RedisAtClock(store)
+            Backend::redis_at_clock(store, clock.clone())
         }
         Some(other) => {
             return Err(ReplayError::Store(StoreError::Config(format!(
@@ -155,10 +147,19 @@ pub fn run_on(
             ))));
         }
     };
-    let metrics = Arc::new(Metrics::new(clock.clone()));
-    let limiter = Limiter::new(vec![backend], metrics, clock.clone());
+    let metrics = Metrics::new(clock.clone());
+    let limiter = Limiter::new(vec![backend], Arc::clone(&metrics.limiter), clock.clone());
+    // One plan a policy, on the one store. Unguarded: a replay stops at a
+    // store error (below).
+    let plans: BTreeMap<&str, Plan> = policies
+        .iter()
+        .map(|p| {
+            let plan = Plan::new(p.clone(), 0).with_failure_mode(OnStoreFailure::FailClosed);
+            (p.name(), plan)
+        })
+        .collect();
     runtime.block_on(replay(
-        policies, &limiter, &clock, options, input, output, errors,
+        &plans, &limiter, &clock, options, input, output, errors,
     ))
 }
 
@@ -181,7 +182,7 @@ fn default_cost() -> u64 {
 /// Replays every event of `input` through `limiter`, its clock set to each
 /// event's time, writing one decision a line to `output`.
 async fn replay(
-    policies: &PolicySet,
+    plans: &BTreeMap<&str, Plan>,
     limiter: &Limiter,
     clock: &ManualClock,
     options: Options,
@@ -215,7 +216,7 @@ async fn replay(
             parse_event(trimmed)
         };
         let decided = match event {
-            Ok(event) => decide(policies, limiter, clock, &event)
+            Ok(event) => decide(plans, limiter, clock, &event)
                 .await
                 .map(|decision| (event, decision)),
             Err(fault) => Err(Fault::Line(fault)),
@@ -287,32 +288,18 @@ fn skip_rest_of_line(input: &mut impl BufRead, buffer: &mut Vec<u8>) -> Result<(
 
 /// One event decided by the limiter at its own time.
 async fn decide(
-    policies: &PolicySet,
+    plans: &BTreeMap<&str, Plan>,
     limiter: &Limiter,
     clock: &ManualClock,
     event: &Event,
 ) -> Result<Decision, Fault> {
-    let policy = policies
-        .get(&event.policy)
+    let plan = plans
+        .get(event.policy.as_str())
         .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", event.policy)))?;
     let identity = Identity::value(&event.key);
     clock.set(event.t_ms);
     let mut decided = limiter
-        .decide(&[Check {
-            policy,
-            identity: &identity,
-            cost: event.cost,
-            // Unguarded: a replay stops at a store error (below).
-            on_failure: Some(OnStoreFailure::FailClosed),
-            local: None,
-            counters: None,
-            store: 0,
-            lease: None,
-            shards: &[],
-            shard_cursor: None,
-            hot_lease: None,
-            retry: None,
-        }])
+        .decide(&[Check::new(plan, &identity, event.cost).uncounted()])
         .await;
     if let Some(e) = decided.error {
         return Err(Fault::Store(e.to_string()));

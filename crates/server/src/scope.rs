@@ -49,34 +49,7 @@ pub enum Scope {
     Global,
 }
 
-/// A `leased` policy's terms (docs/config.md, Leased shares): every region owns a
-/// floor; the rest, the spare, is leased by demand from the ledger.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leased {
-    /// How long a grant may be spent, from when the region asked for it.
-    pub term_ms: u64,
-    /// How often each instance renews (and reports its demand).
-    pub renew_ms: u64,
-    /// How long units a region lets go rest before another region may
-    /// lease them: the policy's time to forget a use ([`rest_ms`]).
-    pub rest_ms: u64,
-    /// The floors' sum as a percentage of the limit.
-    pub floor_percent: u64,
-    /// Each region's floor in the policy's units, in `regions:` order.
-    pub floors: Vec<(String, u64)>,
-    /// The limit minus every floor: what the ledger leases.
-    pub spare: u64,
-}
-
-impl Leased {
-    /// This instance's region's floor.
-    pub fn floor_of(&self, region: &str) -> u64 {
-        self.floors
-            .iter()
-            .find(|(r, _)| r == region)
-            .map_or(0, |(_, f)| *f)
-    }
-}
+pub use tollgate_limiter::Leased;
 
 /// Defaults of `scope: leased`.
 pub const LEASE_TERM_MS: u64 = 10_000;

@@ -222,14 +222,17 @@ pub async fn serve_app(
         loop {
             tick.tick().await;
             let live = returns.live.load_full();
-            returns.limiter.give_back_unspent(&live, false).await;
+            returns
+                .limiter
+                .give_back_unspent(&live.plans(), false)
+                .await;
         }
     });
     let served = serve_http(Arc::clone(&app), listener, shutdown).await;
     upkeep.abort_all();
     // In-flight requests are done: what hot-lease blocks hold goes back.
     let live = app.live.load_full();
-    app.limiter.give_back_unspent(&live, true).await;
+    app.limiter.give_back_unspent(&live.plans(), true).await;
     served
 }
 

@@ -90,8 +90,9 @@ pub struct GuardedDecisions {
     /// Why the shared store did not decide (`None` when it did, or when an
     /// open circuit skipped it).
     pub error: Option<StoreError>,
-    /// How long the shared store took, when it was called.
-    pub store_ms: Option<u64>,
+    /// How long the shared store took, in µs of the monotonic clock, when
+    /// it was called.
+    pub store_us: Option<u64>,
     /// What the request id made of the call ([`Replay::Fresh`] without
     /// one). A fallback that admits or rejects without a store knows no
     /// ids; a local budget records them in its own memory.
@@ -167,9 +168,9 @@ impl<S: Store> Guarded<S> {
     ) -> GuardedDecisions {
         let admission = self.breaker.admit(self.clock.now_ms());
         let mut error = None;
-        let mut store_ms = None;
+        let mut store_us = None;
         if admission != Admission::Skip {
-            let started = self.clock.now_ms();
+            let started = self.clock.monotonic_us();
             let result = match (checks, retry) {
                 ([one], None) => self
                     .shared
@@ -200,16 +201,16 @@ impl<S: Store> Guarded<S> {
                     .await
                 }
             };
-            let ended = self.clock.now_ms();
-            store_ms = Some(ended.saturating_sub(started));
-            self.breaker.record(admission, result.is_ok(), ended);
+            store_us = Some(self.clock.monotonic_us().saturating_sub(started));
+            self.breaker
+                .record(admission, result.is_ok(), self.clock.now_ms());
             match result {
                 Ok((decisions, replay)) => {
                     return GuardedDecisions {
                         decisions,
                         by: DecidedBy::Shared,
                         error: None,
-                        store_ms,
+                        store_us,
                         replay,
                     };
                 }
@@ -218,7 +219,7 @@ impl<S: Store> Guarded<S> {
         }
         let mut out = self.fallback(checks, retry);
         out.error = error;
-        out.store_ms = store_ms;
+        out.store_us = store_us;
         out
     }
 
@@ -239,7 +240,7 @@ impl<S: Store> Guarded<S> {
                     .collect(),
                 by: DecidedBy::FailClosed,
                 error: None,
-                store_ms: None,
+                store_us: None,
                 replay: Replay::Fresh,
             };
         }
@@ -259,7 +260,7 @@ impl<S: Store> Guarded<S> {
                 decisions: checks.iter().map(|g| fail_open(g.check.policy)).collect(),
                 by: DecidedBy::FailOpen,
                 error: None,
-                store_ms: None,
+                store_us: None,
                 replay: Replay::Fresh,
             };
         }
@@ -275,7 +276,7 @@ impl<S: Store> Guarded<S> {
                 decisions: Vec::new(),
                 by: DecidedBy::Local,
                 error: None,
-                store_ms: None,
+                store_us: None,
                 replay,
             };
         }
@@ -293,7 +294,7 @@ impl<S: Store> Guarded<S> {
             decisions,
             by: DecidedBy::Local,
             error: None,
-            store_ms: None,
+            store_us: None,
             replay,
         }
     }

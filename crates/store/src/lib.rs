@@ -9,9 +9,13 @@
 //! - Every store is bounded: keys expire once idle, and there is a maximum.
 
 #![deny(missing_docs)]
+// The Redis store's nested futures (replay's decisions at a given clock)
+// need a deeper layout query.
+#![recursion_limit = "256"]
 
 mod breaker;
 mod check;
+mod contract;
 mod error;
 mod fallback;
 mod memory;
@@ -25,6 +29,7 @@ pub use self::redis::{
 };
 pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::{Check, Store};
+pub use contract::{Admin, AtClock, Blocks, Decide, Ledger, StoreStats};
 pub use error::StoreError;
 pub use fallback::{
     DecidedBy, FAIL_CLOSED_RETRY_MS, Guarded, GuardedCheck, GuardedDecisions, OnStoreFailure,

@@ -9,23 +9,7 @@ use tollgate_store::{
 
 use super::field_error;
 
-/// What a policy does with request ids; `None` on a policy means `off`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryRule {
-    /// How long an admitted request's id is remembered.
-    pub window_ms: u64,
-    /// Ids kept per identity; beyond it the oldest is forgotten.
-    pub max_ids: u32,
-}
-
-impl Default for RetryRule {
-    fn default() -> Self {
-        Self {
-            window_ms: DEFAULT_RETRY_WINDOW_MS,
-            max_ids: DEFAULT_RETRY_IDS,
-        }
-    }
-}
+pub use tollgate_limiter::RetryRule;
 
 /// `retry_window: 60s` (or `off`) and `retry_ids: 64`.
 pub(super) fn parse_retry(

@@ -225,7 +225,7 @@ fn enforced_fields(
         .zip(decided)
         .filter_map(|(r, d)| match (r, d) {
             (Resolved::Decide(p), Some(d)) if !p.shadow => {
-                Some((p.policy_item(), p.policy.as_ref(), d))
+                Some((p.policy_item(), p.plan.policy(), d))
             }
             _ => None,
         });

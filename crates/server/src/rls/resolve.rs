@@ -2,20 +2,25 @@
 //! it, as envoyproxy/ratelimit resolves it: a request's own `limit`
 //! override, else the most specific configured rule (minus those another
 //! matched rule `replaces`), else nothing. What a limit needs to be decided
-//! and reported — its policy, identity, cost, failure mode and counters —
-//! is gathered here, borrowed from the live config where it can be.
+//! and reported — its plan, identity and cost — is gathered here, borrowed
+//! from the live config where it can be. A rule bound to a tollgate policy
+//! decides under that policy's plan with the identity every door spells
+//! alike: the composite of the descriptor's entries (`tenant=acme` is
+//! `/v1/check`'s `{"tenant": "acme"}`), so a policy is one budget whichever
+//! door asks.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
+use std::ops::Deref;
 
 use tollgate_core::{Identity, Limits, Policy, Window};
-use tollgate_store::OnStoreFailure;
+use tollgate_limiter::Plan;
 use tonic::Status;
 
 use super::wire::{Descriptor, Entry, Override, RateLimitCall};
 use crate::envoy_rules::{EnvoyRules, Matched, RuleKind, Unit};
-use crate::live::LiveConfig;
-use crate::metrics::{PolicyCounters, RlsCounters};
+use crate::live::{LiveConfig, RulePlan};
+use crate::metrics::RlsCounters;
 use crate::ratelimit_fields::policy_item;
 
 /// What one descriptor resolved to.
@@ -43,19 +48,32 @@ pub(super) struct Report<'a> {
     pub rls: Option<&'a RlsCounters>,
 }
 
+/// The plan a limit decides under: a configured one, or one made for a
+/// request's own `limit` override.
+pub(super) enum PlanRef<'a> {
+    Live(&'a Plan),
+    Own(Box<Plan>),
+}
+
+impl Deref for PlanRef<'_> {
+    type Target = Plan;
+    fn deref(&self) -> &Plan {
+        match self {
+            PlanRef::Live(plan) => plan,
+            PlanRef::Own(plan) => plan,
+        }
+    }
+}
+
 /// A limit to decide in the store.
 pub(super) struct Pending<'a> {
-    pub policy: Cow<'a, Policy>,
+    /// How it is decided: its policy, store, scope, failure mode, counters.
+    pub plan: PlanRef<'a>,
     /// Its `RateLimit-Policy` item, when precomputed (a configured rule).
     pub policy_item: Option<&'a str>,
-    /// Where its policy's outcomes are counted.
-    pub counters: Option<&'a PolicyCounters>,
     pub identity: Identity,
     pub cost: u64,
     pub shadow: bool,
-    /// `None`: a store failure answers with an error status.
-    pub on_failure: Option<OnStoreFailure>,
-    pub local: Option<&'a Policy>,
     pub report: Report<'a>,
 }
 
@@ -64,7 +82,7 @@ impl Pending<'_> {
     pub fn policy_item(&self) -> Cow<'_, str> {
         match self.policy_item {
             Some(item) => Cow::Borrowed(item),
-            None => Cow::Owned(policy_item(&self.policy)),
+            None => Cow::Owned(policy_item(self.plan.policy())),
         }
     }
 }
@@ -166,23 +184,22 @@ impl<'a> Resolver<'a> {
                 shadow: rule.shadow_mode,
                 hits,
             },
-            RuleKind::Limited { policy, bound } => {
-                // A bound policy fails as it does over HTTP.
-                let bound = bound.as_deref().and_then(|name| self.live.policy(name));
-                let limit = envoy.limits[index].as_ref();
+            RuleKind::Limited { .. } => {
+                let Some(limit) = envoy.limits[index].as_ref() else {
+                    return Err(Status::internal("a limited rule without its plan"));
+                };
+                let identity = match limit.plan {
+                    RulePlan::Own(_) => self.identity(i, descriptor, Some(&matched.shared))?,
+                    RulePlan::Bound(_) => {
+                        self.bound_identity(i, descriptor, Some(&matched.shared))?
+                    }
+                };
                 Resolved::Decide(Box::new(Pending {
-                    policy: Cow::Borrowed(policy),
-                    policy_item: limit.map(|l| l.policy_item.as_str()),
-                    counters: limit.map(|l| &l.counters),
-                    identity: self.identity(i, descriptor, Some(&matched.shared))?,
+                    plan: PlanRef::Live(limit.plan(self.live)),
+                    policy_item: Some(limit.policy_item.as_str()),
+                    identity,
                     cost: hits,
                     shadow: rule.shadow_mode,
-                    on_failure: bound
-                        .map(|b| b.serve.on_store_failure)
-                        .or(rule.on_store_failure),
-                    local: bound
-                        .and_then(|b| b.local.as_ref())
-                        .or(envoy.local[index].as_ref()),
                     report,
                 }))
             }
@@ -219,18 +236,20 @@ impl<'a> Resolver<'a> {
             });
         };
         let policy = self.live.envoy.override_policy(unit);
+        let plan = Plan::new(
+            Policy::new(policy.name.clone(), Limits::FixedWindow(window)),
+            self.live.config.stores.default_index(),
+        );
+        let plan = match &policy.counters {
+            Some(counters) => plan.with_counters(counters.clone()),
+            None => plan,
+        };
         Ok(Resolved::Decide(Box::new(Pending {
-            policy: Cow::Owned(Policy::new(
-                policy.name.clone(),
-                Limits::FixedWindow(window),
-            )),
+            plan: PlanRef::Own(Box::new(plan)),
             policy_item: None,
-            counters: policy.counters.as_ref(),
             identity: self.identity(i, descriptor, None)?,
             cost: hits,
             shadow: false,
-            on_failure: None,
-            local: None,
             report,
         })))
     }
@@ -249,6 +268,53 @@ impl<'a> Resolver<'a> {
         )
         .map_err(|reason| Status::invalid_argument(format!("descriptors[{i}]: {reason}")))
     }
+
+    /// A bound rule's identity ([`composite_identity`]).
+    fn bound_identity(
+        &self,
+        i: usize,
+        descriptor: &Descriptor,
+        shared: Option<&[Option<&str>]>,
+    ) -> Result<Identity, Status> {
+        composite_identity(
+            self.entries(descriptor).iter().map(|e| (e.key, e.value)),
+            shared,
+            self.live.config.server.max_key_bytes,
+        )
+        .map_err(|reason| Status::invalid_argument(format!("descriptors[{i}]: {reason}")))
+    }
+}
+
+/// The identity of a descriptor matched by a rule bound to a tollgate
+/// policy: the composite of its entries, as `/v1/check` spells
+/// `{"key": {"tenant": "acme"}}` and forward auth builds it from
+/// `identity: [{header: Tenant}]` (`share_threshold` wildcards put their
+/// pattern in place of the value). The domain is not part of it: the
+/// policy is one budget whichever door asks.
+fn composite_identity<'a>(
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+    shared: Option<&[Option<&str>]>,
+    max_bytes: usize,
+) -> Result<Identity, String> {
+    let parts: Vec<(&str, &str)> = entries
+        .enumerate()
+        .map(|(i, (key, value))| {
+            let value = shared
+                .and_then(|s| s.get(i))
+                .copied()
+                .flatten()
+                .unwrap_or(value);
+            (key, value)
+        })
+        .collect();
+    let identity = Identity::composite(parts).map_err(|e| e.to_string())?;
+    if identity.as_bytes().len() > max_bytes {
+        return Err(format!(
+            "the descriptor's entries take {} bytes; at most {max_bytes} are accepted (server.max_key_bytes)",
+            identity.as_bytes().len()
+        ));
+    }
+    Ok(identity)
 }
 
 /// `replaces`: a matched limit named by another matched limit's

@@ -206,9 +206,9 @@ impl RateLimitGrpc<'_> {
         if pendings.is_empty() {
             return Ok(());
         }
-        // envoyproxy/ratelimit rules decide on the config's most shared store.
-        let store = self.app.live.load().config.stores.default_index();
-        let checks: Vec<Check<'_>> = pendings.iter().map(|p| batch.check(p, store)).collect();
+        // Each limit on its plan's store: an unbound rule on the config's
+        // most shared one, a bound rule on its policy's.
+        let checks: Vec<Check<'_>> = pendings.iter().map(|p| batch.check(p)).collect();
         let result = self.app.limiter.decide(&checks).await;
         self.answerable(&result, &pendings)?;
         if result.decisions.len() != indices.len() {
@@ -237,7 +237,9 @@ impl RateLimitGrpc<'_> {
                 path: result.by.name(),
             })
             .inc();
-        if result.by != DecidedBy::FailClosed && pendings.iter().any(|p| p.on_failure.is_none()) {
+        if result.by != DecidedBy::FailClosed
+            && pendings.iter().any(|p| p.plan.on_failure().is_none())
+        {
             // The store's own words (addresses, Redis replies) stay in the
             // log (the limiter's); Envoy and its client get tollgate's.
             return Err(Status::unavailable(store_fault(result.error.as_ref())));
@@ -261,25 +263,13 @@ enum Batch {
 }
 
 impl Batch {
-    fn check<'a>(self, p: &'a Pending<'_>, store: usize) -> Check<'a> {
-        Check {
-            store,
-            policy: &p.policy,
-            identity: &p.identity,
-            cost: if self == Batch::Peek { 0 } else { p.cost },
-            on_failure: p.on_failure,
-            local: p.local,
-            lease: None,
-            shards: &[],
-            shard_cursor: None,
-            hot_lease: None,
-            counters: if self == Batch::Enforced {
-                p.counters
-            } else {
-                None
-            },
-            // Envoy's RLS carries no request id.
-            retry: None,
+    fn check<'a>(self, p: &'a Pending<'_>) -> Check<'a> {
+        // Envoy's RLS carries no request id.
+        let check = Check::new(&p.plan, &p.identity, p.cost);
+        match self {
+            Batch::Enforced => check,
+            Batch::Peek => check.peek(),
+            Batch::Shadowed => check.uncounted(),
         }
     }
 }

@@ -7,7 +7,9 @@
 //! instance's monotonic clock, so however Redis's clock and ours disagree,
 //! this instance stops before the ledger frees what it granted. A renewal
 //! that fails leaves the last grant to run out; then the floor alone is
-//! spent. Pure apart from the metrics: time comes in as arguments.
+//! spent. Pure apart from the metrics: time comes in as arguments, every
+//! one of them read off the monotonic clock ([`tollgate_core::Clock::monotonic_ms`]),
+//! never the wall clock, which an operator or NTP may step.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -18,8 +20,36 @@ use arc_swap::ArcSwap;
 use tollgate_core::{Policy, split_policy};
 use tollgate_store::{LeaseAsk, LeaseGrant, LeaseLimit, StoreError};
 
-use crate::metrics::{LeaseCounters, Metrics};
-use crate::scope::Leased;
+use crate::metrics::{LeaseCounters, LimiterMetrics};
+
+/// A `leased` policy's terms (docs/config.md, Leased shares): every region
+/// owns a floor; the rest, the spare, is leased by demand from the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leased {
+    /// How long a grant may be spent, from when the region asked for it.
+    pub term_ms: u64,
+    /// How often each instance renews (and reports its demand).
+    pub renew_ms: u64,
+    /// How long units a region lets go rest before another region may
+    /// lease them: the policy's time to forget a use.
+    pub rest_ms: u64,
+    /// The floors' sum as a percentage of the limit.
+    pub floor_percent: u64,
+    /// Each region's floor in the policy's units, in `regions:` order.
+    pub floors: Vec<(String, u64)>,
+    /// The limit minus every floor: what the ledger leases.
+    pub spare: u64,
+}
+
+impl Leased {
+    /// A region's floor.
+    pub fn floor_of(&self, region: &str) -> u64 {
+        self.floors
+            .iter()
+            .find(|(r, _)| r == region)
+            .map_or(0, |(_, f)| *f)
+    }
+}
 
 /// This process among its region's instances in a ledger: random, made
 /// once per process (a restarted instance is a new one; the ledger forgets
@@ -37,7 +67,7 @@ pub fn instance_id() -> &'static str {
 struct Held {
     /// The floor plus the grant.
     units: u64,
-    /// On the limiter's clock: the renewal's send time plus the term.
+    /// On the monotonic clock: the renewal's send time plus the term.
     until_ms: u64,
     policy: Arc<Policy>,
 }
@@ -60,7 +90,7 @@ pub struct Lease {
 
 impl Lease {
     /// A lease holding only the floor until its first renewal (due at once).
-    pub fn new(declared: &Policy, terms: &Leased, region: &str, metrics: &Metrics) -> Self {
+    pub fn new(declared: &Policy, terms: &Leased, region: &str, metrics: &LimiterMetrics) -> Self {
         let floor = terms.floor_of(region);
         let floor_policy = Arc::new(share_of(declared, floor).unwrap_or_else(|| declared.clone()));
         let counters = metrics.lease_counters(declared.name(), region);
@@ -121,6 +151,7 @@ impl Lease {
         now_ms >= self.next_due_ms.load(Ordering::Relaxed)
     }
 
+    /// When the next renewal is due, on the monotonic clock.
     pub fn next_due_ms(&self) -> u64 {
         self.next_due_ms.load(Ordering::Relaxed)
     }

@@ -4,8 +4,7 @@ use tollgate_core::{Limits, ManualClock, Policy, Rate, Window};
 use tollgate_store::{LeaseGrant, LeaseLimit, StoreError};
 
 use super::*;
-use crate::metrics::Metrics;
-use crate::scope::Leased;
+use crate::metrics::LimiterMetrics;
 
 fn terms() -> Leased {
     Leased {
@@ -25,8 +24,31 @@ fn bucket() -> Policy {
     )
 }
 
+/// The limiter's series in a registry of their own.
+struct Metrics {
+    registry: prometheus_client::registry::Registry,
+    limiter: LimiterMetrics,
+}
+
+impl std::ops::Deref for Metrics {
+    type Target = LimiterMetrics;
+    fn deref(&self) -> &LimiterMetrics {
+        &self.limiter
+    }
+}
+
+impl Metrics {
+    fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encode");
+        out
+    }
+}
+
 fn metrics() -> Metrics {
-    Metrics::new(Arc::new(ManualClock::new(0)))
+    let mut registry = prometheus_client::registry::Registry::with_prefix("tollgate");
+    let limiter = LimiterMetrics::register(&mut registry, Arc::new(ManualClock::new(0)));
+    Metrics { registry, limiter }
 }
 
 fn granted(units: u64, target: u64) -> Result<LeaseGrant, StoreError> {

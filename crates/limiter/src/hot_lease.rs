@@ -23,7 +23,29 @@ use std::sync::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use tollgate_core::{Decision, Identity, Taken};
 
-use crate::config::HotLeaseRule;
+/// A policy's `hot_lease` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotLeaseRule {
+    /// Decisions a second on this instance above which an identity is hot.
+    pub above: u64,
+    /// How long a block may be spent.
+    pub term_ms: u64,
+    /// The largest block: a share of the limit, so no instance takes the
+    /// whole budget in one call.
+    pub max_block: u64,
+    /// A window algorithm: a block is never spent past the window it was
+    /// taken from (a bucket's block only within its term).
+    pub windowed: bool,
+}
+
+impl HotLeaseRule {
+    /// The block for an identity deciding `rate` a second: what it spends in
+    /// a term, at least 2 (a block of 1 saves no call), at most the cap.
+    pub fn block(&self, rate: u64) -> u64 {
+        let per_term = rate.saturating_mul(self.term_ms).div_ceil(1_000);
+        per_term.clamp(2, self.max_block.max(2))
+    }
+}
 
 /// Identities a policy may hold blocks for on one instance; past it, no
 /// new block is taken (decisions go to the store as usual).
@@ -36,7 +58,9 @@ pub const MAX_UNSPENT: usize = MAX_BLOCKS;
 /// Units of an ended block, to give back to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unspent {
+    /// Whose block it was.
     pub identity: Identity,
+    /// Units never spent.
     pub units: u64,
     /// Where the store consumed them.
     pub taken: Taken,
@@ -69,6 +93,7 @@ struct Block {
 /// One policy's blocks on this instance.
 #[derive(Debug)]
 pub struct HotLeases {
+    /// The policy's `hot_lease` settings.
     pub rule: HotLeaseRule,
     blocks: Mutex<HashMap<Identity, Block, foldhash::fast::RandomState>>,
     /// Each identity's decisions per second here: the second being counted
@@ -83,6 +108,8 @@ pub struct HotLeases {
 }
 
 impl HotLeases {
+    /// No blocks yet; `lost` and `returned` count the units of ended
+    /// blocks that did not and did go back.
     pub fn new(rule: HotLeaseRule, lost: Counter, returned: Counter) -> Self {
         Self {
             rule,

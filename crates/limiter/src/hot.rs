@@ -194,6 +194,7 @@ pub struct HotReport {
     pub rejections: Vec<(String, u64)>,
     /// The same for the window being counted, so far.
     pub current_decisions: Vec<(String, u64)>,
+    /// The same of rejections.
     pub current_rejections: Vec<(String, u64)>,
 }
 

@@ -1,0 +1,143 @@
+//! Hot leases from the limiter's side (docs/config.md, `hot_lease`): a hot
+//! identity spends a block of its budget taken in one store decision, and
+//! what ended blocks left unspent goes back to the store.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tollgate_store::{DecidedBy, Replay};
+
+use crate::backend::Backend;
+use crate::hot_lease::HotLeases;
+use crate::limiter::{Decided, Limiter};
+use crate::plan::{Check, Plan};
+
+/// How often the upkeep gives back what ended hot-lease blocks left
+/// unspent ([`Limiter::give_back_unspent`]): their units reach the store
+/// within this of a block's end.
+pub const GIVE_BACK_INTERVAL_MS: u64 = 50;
+
+impl Limiter {
+    /// A hot identity's decision from its local block (docs/config.md,
+    /// `hot_lease`): spent from a live block, or from a block taken now in
+    /// one store decision when the identity decides above the threshold
+    /// here. `None`: decide on the store as usual (no block, not hot, the
+    /// store's circuit not closed, or the block refused).
+    pub(crate) async fn decide_by_block(
+        &self,
+        backend: &Backend,
+        check: &Check<'_>,
+        hot: &HotLeases,
+        now_ms: u64,
+    ) -> Option<Decided> {
+        if check.cost == 0 {
+            return None;
+        }
+        let local = |decision| Decided {
+            decisions: vec![decision],
+            by: DecidedBy::Shared,
+            error: None,
+            store_us: None,
+            replay: Replay::Fresh,
+        };
+        // Every request counts toward the rate, so a block is sized by what
+        // the identity really decides here.
+        let rate = hot.observe(check.identity, now_ms);
+        if let Some(decision) = hot.spend(check.identity, check.cost, now_ms) {
+            self.metrics.hot_lease_local.inc();
+            return Some(local(decision));
+        }
+        if rate < hot.rule.above || !backend.trusted() || !hot.begin_taking(check.identity, now_ms)
+        {
+            return None;
+        }
+        let block = hot.rule.block(rate).max(check.cost);
+        let started_us = self.clock.monotonic_us();
+        let whole = tollgate_store::Check {
+            policy: check.plan.policy(),
+            identity: check.identity,
+            cost: block,
+        };
+        let taken = backend.take(whole).await;
+        let store_us = Some(self.clock.monotonic_us().saturating_sub(started_us));
+        let (decision, receipt) = match taken {
+            Ok((decision, receipt)) if decision.allowed => (decision, receipt),
+            Ok(_) => {
+                hot.abandon(check.identity);
+                return None;
+            }
+            Err(error) => {
+                // The request decides as usual, under its failure mode.
+                hot.abandon(check.identity);
+                self.observe_store(&Decided {
+                    decisions: Vec::new(),
+                    by: DecidedBy::Shared,
+                    error: Some(error),
+                    store_us,
+                    replay: Replay::Fresh,
+                });
+                return None;
+            }
+        };
+        self.metrics.hot_lease_blocks.inc();
+        let decision = hot.keep(
+            check.identity,
+            block,
+            check.cost,
+            (&decision, receipt),
+            now_ms,
+        );
+        Some(Decided {
+            store_us,
+            ..local(decision)
+        })
+    }
+
+    /// Gives back what ended hot-lease blocks left unspent (docs/config.md,
+    /// `hot_lease`), for every plan of `plans`: one store call a block,
+    /// each bounded by the store's timeout. `stopping`: every block ends
+    /// now. Counted as returned, or lost where the store did not take them.
+    ///
+    /// Type-erased: the store calls' futures are deep, and the server's
+    /// future, which awaits this one, would otherwise nest them all.
+    pub fn give_back_unspent<'a>(
+        &'a self,
+        plans: &'a [&'a Plan],
+        stopping: bool,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.give_back_all(plans, stopping))
+    }
+
+    async fn give_back_all(&self, plans: &[&Plan], stopping: bool) {
+        let now_ms = self.clock.now_ms();
+        for plan in plans {
+            let Some(hot) = plan.hot_lease() else {
+                continue;
+            };
+            let unspent = if stopping {
+                hot.take_all_unspent()
+            } else {
+                hot.take_unspent(now_ms)
+            };
+            let Some(backend) = self.backends.get(plan.store()) else {
+                unspent.iter().for_each(|u| hot.given_back(u.units, 0));
+                continue;
+            };
+            for u in unspent {
+                let check = tollgate_store::Check {
+                    policy: plan.policy(),
+                    identity: &u.identity,
+                    cost: u.units,
+                };
+                let given = match backend.give_back(check, u.taken).await {
+                    Ok(given) => given,
+                    Err(error) => {
+                        tracing::debug!(policy = plan.policy().name(), %error, "a hot-lease give-back failed: its units are lost");
+                        0
+                    }
+                };
+                hot.given_back(u.units, given);
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! tollgate's limiter as a library: a Rust service, the tollgate server
+//! and every door it serves build [`Check`]s from [`Plan`]s and hand them
+//! to one [`Limiter`].
+//!
+//! Design notes:
+//! - **One plan per limit**, built once per config load: the policy, its
+//!   store, failure mode, local share, lease, shards, hot lease, request
+//!   ids and metric handles. A check is a plan, an identity and a cost, so
+//!   a policy is one budget whichever door asks.
+//! - **The stores are driven through their contract** (tollgate-store's
+//!   `Decide`, `Blocks`, `Ledger`, `Admin`): the limiter adds scope
+//!   (which store), leases, shards, hot leases and the metrics; the store
+//!   adds atomicity, the breaker and the failure modes.
+//! - **Time is injected**: one [`tollgate_core::Clock`] tells the wall
+//!   time decisions are dated by and the monotonic time lease terms and
+//!   latencies run on. Nothing here reads a system clock.
+//! - No HTTP, gRPC or YAML: those are the server's doors.
+
+#![deny(missing_docs)]
+// The guarded Redis store's nested futures need a deeper layout query.
+#![recursion_limit = "256"]
+
+mod backend;
+mod blocks;
+mod decision_log;
+mod hot;
+mod hot_lease;
+mod lease;
+mod limiter;
+mod metrics;
+mod plan;
+mod upkeep;
+
+pub use backend::Backend;
+pub use blocks::GIVE_BACK_INTERVAL_MS;
+pub use decision_log::LOG_INTERVAL_MS;
+pub use hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, HotReport, PolicyHot};
+pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, Unspent};
+pub use lease::{Lease, Leased, instance_id, share_of};
+pub use limiter::{Decided, Limiter};
+pub use metrics::{
+    DecisionLabels, DegradedLabels, ErrorLabels, LeaseCounters, LeaseLabels, LeaseOutcomeLabels,
+    LimiterMetrics, PolicyCounters, PolicyLabels,
+};
+pub use plan::{Check, Plan, RetryRule};

@@ -1,0 +1,422 @@
+//! The limiter: every door's checks are decided here, and only here. A
+//! door (HTTP `/v1/check`, forward auth, Envoy's RLS, replay, a Rust
+//! service) turns its input into [`Check`]s built from [`Plan`]s and the
+//! [`Decided`] back into its own answer; the limiter calls each check's
+//! store under its plan's failure mode, scope, lease, shards, hot lease
+//! and request ids, and records what happened — store latency, store
+//! errors by kind, degraded decisions, each plan's outcomes, hot
+//! identities — so every decision lands in the same metrics whatever door
+//! it came in by.
+
+use std::sync::{Arc, Mutex};
+
+use tollgate_core::{Clock, Decision, Identity, Policy};
+use tollgate_store::{
+    DecidedBy, GuardedCheck, GuardedDecisions, Replay, RequestId, Retry, StoreError,
+};
+
+use crate::backend::Backend;
+use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
+use crate::metrics::{DegradedLabels, ErrorLabels, LimiterMetrics};
+use crate::plan::Check;
+
+/// The decisions of one request (in the checks' order), what made them,
+/// and why a shared store did not, if one did not.
+pub type Decided = GuardedDecisions;
+
+/// How often a degraded decision may be logged at warn (the rest are
+/// counted): the one interval of the limiter's rate-limited lines.
+const DEGRADED_LOG_EVERY_MS: u64 = LOG_INTERVAL_MS;
+
+/// Lets one log line through per interval of the limiter's clock; the rest
+/// are only counted.
+#[derive(Default)]
+struct LogLimiter {
+    last_ms: Mutex<Option<u64>>,
+}
+
+impl LogLimiter {
+    fn should_log(&self, now_ms: u64) -> bool {
+        let Ok(mut last) = self.last_ms.lock() else {
+            return false;
+        };
+        let due = last.is_none_or(|t| now_ms.saturating_sub(t) >= DEGRADED_LOG_EVERY_MS);
+        if due {
+            *last = Some(now_ms);
+        }
+        due
+    }
+}
+
+/// The stores, the clock and the decision metrics.
+pub struct Limiter {
+    /// In the config's store order: the cheapest first (local, regional,
+    /// global), which is the order a request spanning several is decided.
+    pub(crate) backends: Vec<Backend>,
+    pub(crate) metrics: Arc<LimiterMetrics>,
+    pub(crate) clock: Arc<dyn Clock>,
+    degraded_log: LogLimiter,
+    /// Rejections and degraded decisions at debug, per policy, rate-limited.
+    decision_log: DecisionLog,
+}
+
+impl Limiter {
+    /// `backends` in the config's store order (a [`Plan`](crate::Plan)'s
+    /// store indexes them); `clock` tells both times: decisions are dated
+    /// by its wall clock, lease terms and latencies run on its monotonic one.
+    pub fn new(
+        backends: Vec<Backend>,
+        metrics: Arc<LimiterMetrics>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            backends,
+            metrics,
+            clock,
+            degraded_log: LogLimiter::default(),
+            decision_log: DecisionLog::default(),
+        }
+    }
+
+    /// The clock decisions are dated by.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Decides `checks`, and records what the stores did and what each
+    /// counted check decided. On one store, all or nothing (one script
+    /// call, or one lock): nothing is spent unless every check admits.
+    /// Across stores there is no atomic call: the stores are asked in order
+    /// (local, regional, global), and once one rejects, the later ones only
+    /// peek. What an earlier store spent stays spent, so a request spanning
+    /// stores may be rejected having consumed some of another policy's
+    /// budget — it never admits more than any policy allows.
+    pub async fn decide(&self, checks: &[Check<'_>]) -> Decided {
+        self.decide_request(checks, None).await
+    }
+
+    /// [`Limiter::decide`] under a request id (`Idempotency-Key`): on each
+    /// store the id is recorded with the store's first check, under that
+    /// check's plan's retry rule (none when it keeps no ids), and a retry
+    /// inside the window is answered from the record, consuming nothing
+    /// ([`Replay::Replayed`]); under other costs it is refused
+    /// ([`Replay::CostMismatch`], no decisions).
+    pub async fn decide_request(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
+        let started_us = self.clock.monotonic_us();
+        let first = checks.first().map_or(0, |c| c.plan.store());
+        let decided = if checks.iter().all(|c| c.plan.store() == first) {
+            self.decide_on(first, checks, id).await
+        } else {
+            Box::pin(self.decide_across(checks, id)).await
+        };
+        let took_us = self.clock.monotonic_us().saturating_sub(started_us);
+        self.metrics
+            .decision_seconds
+            .observe(took_us as f64 / 1_000_000.0);
+        decided
+    }
+
+    /// One store's all-or-nothing call, observed and counted.
+    async fn decide_on(
+        &self,
+        store: usize,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+    ) -> Decided {
+        let Some(backend) = self.backends.get(store) else {
+            return Decided {
+                decisions: Vec::new(),
+                by: DecidedBy::Shared,
+                error: Some(StoreError::Config(format!("no store {store}"))),
+                store_us: None,
+                replay: Replay::Fresh,
+            };
+        };
+        let now_ms = self.clock.now_ms();
+        let monotonic_ms = self.clock.monotonic_ms();
+        let retry = id
+            .zip(checks.first().and_then(|c| c.plan.retry()))
+            .map(|(id, rule)| Retry {
+                id,
+                window_ms: rule.window_ms,
+                max_ids: rule.max_ids,
+            });
+        if let ([one], None) = (checks, retry)
+            && let Some(hot) = one.plan.hot_lease()
+            && let Some(decided) = Box::pin(self.decide_by_block(backend, one, hot, now_ms)).await
+        {
+            self.observe_store(&decided);
+            self.count(checks, &decided, false, now_ms);
+            return decided;
+        }
+        // Empty (no allocation) unless a check is sharded.
+        let picks: Vec<Option<usize>> = if checks.iter().any(|c| c.plan.shards().len() > 1) {
+            checks.iter().map(Check::pick).collect()
+        } else {
+            Vec::new()
+        };
+        let mut decided = self
+            .call(backend, checks, &picks, 0, monotonic_ms, retry)
+            .await;
+        if matches!(decided.replay, Replay::CostMismatch { .. }) {
+            // The client's fault, answered 422: no decision was made.
+            self.observe_store(&decided);
+            return decided;
+        }
+        // A sharded request rejected by its shard tries the next one once
+        // (docs/config.md, Shards): one more store call, only on rejection
+        // (a rejection records no request id, so the spill may).
+        if let ([one], [Some(_)]) = (checks, picks.as_slice())
+            && one.cost > 0
+            && !decided.by.is_degraded()
+            && decided.decisions.first().is_some_and(|d| !d.allowed)
+        {
+            let spilled = self
+                .call(backend, checks, &picks, 1, monotonic_ms, retry)
+                .await;
+            if spilled.decisions.len() == 1 {
+                let store_us = match (decided.store_us, spilled.store_us) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+                decided = Decided {
+                    store_us,
+                    ..spilled
+                };
+            }
+        }
+        let replayed = decided.replay == Replay::Replayed;
+        // Decided without the store, but a check with no failure mode makes
+        // its protocol answer an error (fail_closed answers regardless):
+        // record the store's fault, not decisions nobody will see.
+        let unanswered = decided.by.is_degraded()
+            && decided.by != DecidedBy::FailClosed
+            && checks.iter().any(|c| c.plan.on_failure().is_none());
+        if unanswered {
+            self.observe_store(&Decided {
+                decisions: Vec::new(),
+                by: DecidedBy::Shared,
+                error: decided.error.clone(),
+                store_us: decided.store_us,
+                replay: Replay::Fresh,
+            });
+            return decided;
+        }
+        self.observe_store(&decided);
+        self.count(checks, &decided, replayed, now_ms);
+        decided
+    }
+
+    /// Checks on several stores, store by store in order; after a
+    /// rejection the later stores only peek (cost 0, not counted). Under a
+    /// request id each store keeps its own record, so a request rejected
+    /// by a later store has its retry charged there only; it reads
+    /// replayed when every store replayed it.
+    async fn decide_across(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
+        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
+        let mut by = DecidedBy::Shared;
+        let mut error = None;
+        let mut store_us: Option<u64> = None;
+        let mut rejected = false;
+        let mut replayed = id.is_some();
+        for store in 0..self.backends.len() {
+            let at: Vec<usize> = (0..checks.len())
+                .filter(|&i| checks[i].plan.store() == store)
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            let group: Vec<Check<'_>> = at
+                .iter()
+                .map(|&i| match rejected {
+                    false => checks[i],
+                    true => checks[i].peek(),
+                })
+                .collect();
+            let decided = self
+                .decide_on(store, &group, if rejected { None } else { id })
+                .await;
+            if matches!(decided.replay, Replay::CostMismatch { .. }) {
+                return decided;
+            }
+            replayed &= decided.replay == Replay::Replayed;
+            if decided.decisions.len() != at.len() {
+                return Decided {
+                    decisions: Vec::new(),
+                    store_us,
+                    ..decided
+                };
+            }
+            rejected |= !decided.decisions.iter().all(|d| d.allowed);
+            by = worse(by, decided.by);
+            error = error.or(decided.error);
+            if let Some(ms) = decided.store_us {
+                store_us = Some(store_us.unwrap_or(0) + ms);
+            }
+            for (&i, decision) in at.iter().zip(decided.decisions) {
+                decisions[i] = Some(decision);
+            }
+        }
+        Decided {
+            decisions: decisions.into_iter().flatten().collect(),
+            by,
+            error,
+            store_us,
+            replay: if replayed {
+                Replay::Replayed
+            } else {
+                Replay::Fresh
+            },
+        }
+    }
+
+    /// One all-or-nothing store call: leased checks under their share,
+    /// sharded ones on their pick's shard (`spill` shards further on).
+    async fn call(
+        &self,
+        backend: &Backend,
+        checks: &[Check<'_>],
+        picks: &[Option<usize>],
+        spill: usize,
+        monotonic_ms: u64,
+        retry: Option<Retry<'_>>,
+    ) -> Decided {
+        let pick = |i: usize| picks.get(i).copied().flatten();
+        match checks {
+            [one] => {
+                let share = one.share(monotonic_ms);
+                let shard = one.shard(pick(0), spill);
+                let guarded = one.guarded(
+                    share.as_deref(),
+                    shard.as_ref().map(|(policy, id)| (*policy, id)),
+                );
+                backend.decide(&[guarded], retry).await
+            }
+            _ => {
+                // Shares and shards only when some check has one: a plain
+                // batch allocates its guarded checks and nothing else.
+                let shares: Vec<Option<Arc<Policy>>> =
+                    if checks.iter().any(|c| c.plan.lease().is_some()) {
+                        checks.iter().map(|c| c.share(monotonic_ms)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                let shards: Vec<Option<(&Policy, Identity)>> = if picks.is_empty() {
+                    Vec::new()
+                } else {
+                    checks
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| c.shard(pick(i), spill))
+                        .collect()
+                };
+                let guarded: Vec<GuardedCheck<'_>> = checks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        c.guarded(
+                            shares.get(i).and_then(Option::as_deref),
+                            shards
+                                .get(i)
+                                .and_then(Option::as_ref)
+                                .map(|(policy, id)| (*policy, id)),
+                        )
+                    })
+                    .collect();
+                backend.decide(&guarded, retry).await
+            }
+        }
+    }
+
+    /// Records each counted check's outcome: its policy's counters, its
+    /// hot identity, and degraded or rejected decisions in the log.
+    fn count(&self, checks: &[Check<'_>], decided: &Decided, replayed: bool, now_ms: u64) {
+        for (check, decision) in checks.iter().zip(&decided.decisions) {
+            if decided.by.is_degraded() {
+                self.decision_log.degraded(
+                    check.plan.policy().name(),
+                    check.identity,
+                    decided.by.name(),
+                    decision.allowed,
+                    self.clock.now_ms(),
+                );
+            }
+            let Some(counters) = check.counters() else {
+                continue;
+            };
+            counters
+                .hot
+                .record(check.identity, decision.allowed, now_ms);
+            if decision.allowed {
+                counters.allowed.inc();
+                if replayed {
+                    counters.replayed.inc();
+                }
+            } else {
+                counters.rejected.inc();
+                if let Some(split) = &counters.split_turned_away
+                    && !decided.by.is_degraded()
+                {
+                    split.inc_by(check.cost);
+                }
+                self.decision_log
+                    .rejected(check.plan.policy().name(), check.identity, now_ms);
+            }
+        }
+    }
+
+    /// A store's latency, its errors, and decisions made without it.
+    pub(crate) fn observe_store(&self, decided: &Decided) {
+        if let Some(us) = decided.store_us {
+            self.metrics.store_seconds.observe(us as f64 / 1_000_000.0);
+        }
+        if let Some(error) = &decided.error {
+            self.metrics
+                .store_errors
+                .get_or_create(&ErrorLabels {
+                    kind: error_kind(error),
+                })
+                .inc();
+        }
+        if decided.by.is_degraded() {
+            let allowed = decided.decisions.iter().all(|d| d.allowed);
+            self.metrics
+                .degraded
+                .get_or_create(&DegradedLabels {
+                    path: decided.by.name(),
+                    outcome: if allowed { "allowed" } else { "rejected" },
+                })
+                .inc();
+            if self.degraded_log.should_log(self.clock.now_ms()) {
+                tracing::warn!(
+                    path = decided.by.name(),
+                    error = decided.error.as_ref().map(ToString::to_string),
+                    "deciding without the shared store (logged at most every {} s)",
+                    DEGRADED_LOG_EVERY_MS / 1000
+                );
+            }
+        }
+    }
+}
+
+/// The more degraded of two ways of deciding, for a request decided on
+/// several stores: what its answer must say.
+fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
+    let rank = |d: DecidedBy| match d {
+        DecidedBy::Shared => 0,
+        DecidedBy::FailOpen => 1,
+        DecidedBy::Local => 2,
+        DecidedBy::FailClosed => 3,
+    };
+    if rank(b) > rank(a) { b } else { a }
+}
+
+/// A store error's kind, the label of `tollgate_store_errors_total`.
+fn error_kind(error: &StoreError) -> &'static str {
+    match error {
+        StoreError::Timeout { .. } => "timeout",
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Protocol(_) => "protocol",
+        StoreError::Config(_) => "config",
+    }
+}

@@ -1,0 +1,448 @@
+//! The limiter's metrics: what every decision records whatever door it
+//! came in by — outcomes per policy, decision and store latency, store
+//! errors, degraded decisions, the stores' gauges, leases, hot leases and
+//! hot identities. Registered into the caller's registry (a server adds
+//! its own series beside them); per-policy handles are resolved once per
+//! plan, so a decision only increments an atomic.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tollgate_core::Clock;
+
+use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, PolicyHot};
+
+/// A policy's decisions by outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// The policy's name.
+    pub policy: String,
+    /// `allowed` or `rejected`.
+    pub outcome: &'static str,
+}
+
+/// A policy, for counters of what happened to it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// The policy's name.
+    pub policy: String,
+}
+
+/// A policy in this instance's region (leased and split policies).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// The policy's name.
+    pub policy: String,
+    /// This instance's region.
+    pub region: String,
+}
+
+/// A renewal's outcome for a leased policy.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseOutcomeLabels {
+    /// The policy's name.
+    pub policy: String,
+    /// This instance's region.
+    pub region: String,
+    /// What the renewal came to.
+    pub outcome: &'static str,
+}
+
+/// A decision made without the shared store.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DegradedLabels {
+    /// `fail_open`, `fail_closed` or `local`.
+    pub path: &'static str,
+    /// `allowed` or `rejected`.
+    pub outcome: &'static str,
+}
+
+/// A failed store call's kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `timeout`, `unavailable`, `protocol` or `config`.
+    pub kind: &'static str,
+}
+
+/// The limiter's series.
+pub struct LimiterMetrics {
+    decisions: Family<DecisionLabels, Counter>,
+    replayed: Family<PolicyLabels, Counter>,
+    /// Time to decide one request, store calls included.
+    pub decision_seconds: Histogram,
+    /// Time of each shared-store call, measured in µs on the monotonic clock.
+    pub store_seconds: Histogram,
+    /// Failed shared-store calls, by kind.
+    pub store_errors: Family<ErrorLabels, Counter>,
+    /// Requests decided without the shared store, by path and outcome.
+    pub degraded: Family<DegradedLabels, Counter>,
+    /// The worst circuit of the shared stores.
+    pub circuit_state: Gauge,
+    /// 1 when every store answered its last readiness ping, else 0.
+    pub store_up: Gauge,
+    /// Keys held in this process.
+    pub store_keys: Gauge,
+    /// Live keys the memory store evicted because it was full.
+    pub store_evictions: Gauge,
+    /// Decisions answered from the rejected-until cache, without Redis.
+    pub rejected_cache_answers: Gauge,
+    /// Script calls made for single decisions (batched).
+    pub store_script_calls: Gauge,
+    /// Decisions admitted from a hot identity's local block.
+    pub hot_lease_local: Counter,
+    /// Blocks taken from the store for hot identities.
+    pub hot_lease_blocks: Counter,
+    /// Units of blocks neither spent nor given back.
+    pub hot_lease_lost: Counter,
+    /// Units of blocks given back to the store.
+    pub hot_lease_returned: Counter,
+    split_turned_away: Family<LeaseLabels, Counter>,
+    /// The identities behind the most decisions and rejections, per policy.
+    pub hot: Arc<HotIdentities>,
+    lease: LeaseFamilies,
+    clock: Arc<dyn Clock>,
+}
+
+/// The families of `leased` policies' series.
+struct LeaseFamilies {
+    share: Family<LeaseLabels, Gauge>,
+    unleased: Family<LeaseLabels, Gauge>,
+    demand: Family<LeaseLabels, Gauge>,
+    outcomes: Family<LeaseOutcomeLabels, Counter>,
+    floor_seconds: Family<LeaseLabels, Counter<f64, AtomicU64>>,
+}
+
+/// One leased policy's series on this instance.
+#[derive(Clone)]
+pub struct LeaseCounters {
+    /// Units of the limit this instance may spend now: floor plus grant.
+    pub share: Gauge,
+    /// Units asked for in the last renewal period.
+    pub demand: Gauge,
+    /// The spare nobody held at the last grant (stranded capacity).
+    pub unleased: Gauge,
+    /// Renewal periods ended on the floor, in seconds.
+    pub floor_seconds: Counter<f64, AtomicU64>,
+    outcomes: Family<LeaseOutcomeLabels, Counter>,
+    labels: LeaseLabels,
+}
+
+impl LeaseCounters {
+    /// The counter of one renewal outcome (granted, renewed, floor,
+    /// new_ledger, held_by_others, refused, expired).
+    pub fn outcome(&self, outcome: &'static str) -> Counter {
+        self.outcomes
+            .get_or_create(&LeaseOutcomeLabels {
+                policy: self.labels.policy.clone(),
+                region: self.labels.region.clone(),
+                outcome,
+            })
+            .clone()
+    }
+}
+
+/// The counters one policy increments.
+#[derive(Clone, Debug)]
+pub struct PolicyCounters {
+    /// Its admissions.
+    pub allowed: Counter,
+    /// Its rejections.
+    pub rejected: Counter,
+    /// Its hot identities' summaries.
+    pub hot: Arc<PolicyHot>,
+    /// Admissions answered from a request id's record, consuming nothing
+    /// (also counted in `allowed`).
+    pub replayed: Counter,
+    /// Under `split`: units this region's share rejected
+    /// (`tollgate_split_turned_away_units`).
+    pub split_turned_away: Option<Counter>,
+}
+
+/// A counter registered under `name`.
+fn counter(registry: &mut Registry, name: &str, help: &str) -> Counter {
+    let counter = Counter::default();
+    registry.register(name, help, counter.clone());
+    counter
+}
+
+/// A gauge registered under `name`.
+fn gauge(registry: &mut Registry, name: &str, help: &str) -> Gauge {
+    let gauge = Gauge::default();
+    registry.register(name, help, gauge.clone());
+    gauge
+}
+
+/// A family registered under `name`.
+fn family<L, M>(registry: &mut Registry, name: &str, help: &str) -> Family<L, M>
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+    M: Default + prometheus_client::metrics::TypedMetric + std::fmt::Debug + Send + Sync + 'static,
+    M: prometheus_client::encoding::EncodeMetric,
+{
+    let family = Family::<L, M>::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+impl LimiterMetrics {
+    /// Registers the limiter's series in `registry` (whose prefix they
+    /// take). `clock` dates the hot identities' windows.
+    pub fn register(registry: &mut Registry, clock: Arc<dyn Clock>) -> Self {
+        let hot = Arc::new(HotIdentities::default());
+        registry.register_collector(Box::new(HotCollector {
+            hot: Arc::clone(&hot),
+            clock: Arc::clone(&clock),
+        }));
+        Self {
+            decisions: family(
+                registry,
+                "decisions",
+                "Decisions by policy and outcome (allowed, rejected)",
+            ),
+            replayed: family(
+                registry,
+                "replayed_decisions",
+                "Admissions answered from a request id's record (a retry inside its window), consuming nothing; also counted in tollgate_decisions_total",
+            ),
+            decision_seconds: histogram(
+                registry,
+                "decision_duration_seconds",
+                "Time to decide one request (all its policies), store call included",
+                exponential_buckets(0.000_01, 2.0, 20),
+            ),
+            hot_lease_local: counter(
+                registry,
+                "hot_lease_local_decisions",
+                "Decisions admitted from a hot identity's local block (hot_lease), without a store call",
+            ),
+            hot_lease_lost: counter(
+                registry,
+                "hot_lease_lost_units",
+                "Units of the budget taken in a hot identity's block, never spent and not given back (the key's state could not take them back exactly, the store did not answer, or the instance dropped the block): consumed, never admitted",
+            ),
+            hot_lease_returned: counter(
+                registry,
+                "hot_lease_returned_units",
+                "Units of a hot identity's block never spent and given back to the key's state when the block ended (hot_lease)",
+            ),
+            hot_lease_blocks: counter(
+                registry,
+                "hot_lease_blocks",
+                "Blocks of a hot identity's budget taken from the store, one decision each (hot_lease)",
+            ),
+            rejected_cache_answers: gauge(
+                registry,
+                "rejected_cache_answers",
+                "Decisions answered since start from the rejected-until cache without a store call (exact: the key is rejected until then); beside tollgate_store_script_calls, how much the cache shields the store from an abusive client",
+            ),
+            store_script_calls: gauge(
+                registry,
+                "store_script_calls",
+                "Script calls made since start for single decisions (each may carry a batch of them)",
+            ),
+            store_keys: gauge(registry, "store_keys", "Keys held by the memory store"),
+            store_evictions: gauge(
+                registry,
+                "store_evictions",
+                "Live keys the memory store evicted because it was full (since start)",
+            ),
+            // 50 µs to ~1.6 s, measured in µs.
+            store_seconds: histogram(
+                registry,
+                "store_call_duration_seconds",
+                "Time of each call to the shared store (Redis), measured in microseconds on the monotonic clock",
+                exponential_buckets(0.000_05, 2.0, 16),
+            ),
+            store_errors: family(
+                registry,
+                "store_errors",
+                "Shared-store calls that failed, by kind (timeout, unavailable, protocol, config)",
+            ),
+            circuit_state: gauge(
+                registry,
+                "store_circuit_state",
+                "The shared store's circuit: 0 closed, 1 open, 2 half-open",
+            ),
+            store_up: {
+                let up = gauge(
+                    registry,
+                    "store_up",
+                    "1 when the store answered its last readiness ping (GET /readyz), 0 when it did not",
+                );
+                up.set(1);
+                up
+            },
+            split_turned_away: family(
+                registry,
+                "split_turned_away_units",
+                "Units a split policy's share for this region rejected (not while degraded): demand above the region's share, which a global scope would have admitted as far as the other regions left their shares unused — the capacity split strands, as this region's demand meets it",
+            ),
+            degraded: family(
+                registry,
+                "degraded_decisions",
+                "Requests decided without the shared store, by path (fail_open, fail_closed, local) and outcome",
+            ),
+            lease: LeaseFamilies::register(registry),
+            hot,
+            clock,
+        }
+    }
+
+    /// A leased policy's series in `region`.
+    pub fn lease_counters(&self, policy: &str, region: &str) -> LeaseCounters {
+        let labels = LeaseLabels {
+            policy: policy.to_owned(),
+            region: region.to_owned(),
+        };
+        LeaseCounters {
+            share: self.lease.share.get_or_create(&labels).clone(),
+            demand: self.lease.demand.get_or_create(&labels).clone(),
+            unleased: self.lease.unleased.get_or_create(&labels).clone(),
+            floor_seconds: self.lease.floor_seconds.get_or_create(&labels).clone(),
+            outcomes: self.lease.outcomes.clone(),
+            labels,
+        }
+    }
+
+    /// The counters `policy`'s decisions increment.
+    pub fn policy_counters(&self, policy: &str) -> PolicyCounters {
+        let get = |outcome| {
+            self.decisions
+                .get_or_create(&DecisionLabels {
+                    policy: policy.to_owned(),
+                    outcome,
+                })
+                .clone()
+        };
+        PolicyCounters {
+            allowed: get("allowed"),
+            rejected: get("rejected"),
+            hot: self.hot.policy(policy, self.clock.now_ms()),
+            replayed: self
+                .replayed
+                .get_or_create(&PolicyLabels {
+                    policy: policy.to_owned(),
+                })
+                .clone(),
+            split_turned_away: None,
+        }
+    }
+
+    /// A split policy's count of units its region's share rejected here.
+    pub fn split_turned_away(&self, policy: &str, region: &str) -> Counter {
+        self.split_turned_away
+            .get_or_create(&LeaseLabels {
+                policy: policy.to_owned(),
+                region: region.to_owned(),
+            })
+            .clone()
+    }
+}
+
+/// A histogram registered under `name`.
+fn histogram(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    buckets: impl Iterator<Item = f64>,
+) -> Histogram {
+    let histogram = Histogram::new(buckets);
+    registry.register(name, help, histogram.clone());
+    histogram
+}
+
+impl LeaseFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            share: family(
+                registry,
+                "lease_share",
+                "Units of a leased policy's limit this instance may spend now (its region's floor plus its grant)",
+            ),
+            unleased: family(
+                registry,
+                "lease_unleased",
+                "Units of a leased policy's spare that no region held at this instance's last grant: capacity stranded until demand claims it (or resting between regions)",
+            ),
+            demand: family(
+                registry,
+                "lease_demand",
+                "Units of a leased policy this instance was asked for in its last renewal period (what it reports to the ledger)",
+            ),
+            outcomes: family(
+                registry,
+                "lease_renewals",
+                "Lease renewals by outcome: granted, renewed, floor (granted nothing), new_ledger, held_by_others (less than demand earned), refused (the ledger could not be asked), expired (a grant ran out unrenewed)",
+            ),
+            floor_seconds: family(
+                registry,
+                "lease_floor_seconds",
+                "Time a leased policy spent on its region's floor alone, counted per renewal period",
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HotLabels {
+    policy: String,
+    identity: String,
+}
+
+/// Reports the hot identities' last whole window at each scrape.
+struct HotCollector {
+    hot: Arc<HotIdentities>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for HotCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HotCollector")
+    }
+}
+
+impl Collector for HotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let report = self.hot.report(self.clock.now_ms());
+        for (name, what) in [
+            ("hot_identity_decisions", "Decisions"),
+            ("hot_identity_rejections", "Rejections"),
+        ] {
+            let help = format!(
+                "{what} in the last whole {} s window of the {} identities behind each policy's most {} (upper bounds: the Space-Saving algorithm never under-counts)",
+                HOT_WINDOW_MS / 1000,
+                HOT_IDENTITIES,
+                what.to_lowercase()
+            );
+            let mut metric = encoder.encode_descriptor(name, &help, None, MetricType::Gauge)?;
+            // By policy, then most first.
+            for (policy, hot) in &report {
+                let list = if name == "hot_identity_decisions" {
+                    &hot.decisions
+                } else {
+                    &hot.rejections
+                };
+                // Only the last whole window: a series per scrape would
+                // otherwise rise and reset within each window.
+                for (identity, n) in list {
+                    let labels = HotLabels {
+                        policy: policy.clone(),
+                        identity: identity.clone(),
+                    };
+                    metric
+                        .encode_family(&labels)?
+                        .encode_gauge(&i64::try_from(*n).unwrap_or(i64::MAX))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! What the limiter does besides deciding: an operator's reset, lease
+//! renewals, the periodic sweep, the store gauges and readiness.
+
+use tollgate_core::{Identity, Policy};
+use tollgate_store::{StoreError, StoreStats};
+
+use crate::lease::Lease;
+use crate::limiter::Limiter;
+
+impl Limiter {
+    /// Forgets `policy`'s state for `identity` on `store` — an operator's
+    /// reset: the identity starts afresh, on every shard when `shards`
+    /// names them. Whether there was a state.
+    pub async fn forget(
+        &self,
+        store: usize,
+        policy: &Policy,
+        shards: &[Policy],
+        identity: &Identity,
+    ) -> Result<bool, StoreError> {
+        let Some(backend) = self.backends.get(store) else {
+            return Err(StoreError::Config(format!("no store {store}")));
+        };
+        if shards.is_empty() {
+            return backend.forget(policy, identity).await;
+        }
+        let mut existed = false;
+        for (index, shard) in shards.iter().enumerate() {
+            let id = u16::try_from(index).unwrap_or(u16::MAX);
+            existed |= backend.forget(shard, &identity.shard(id)).await?;
+        }
+        Ok(existed)
+    }
+
+    /// Forgets `plan`'s state for `identity`: an operator's reset, on
+    /// every shard when the plan is sharded.
+    pub async fn forget_plan(
+        &self,
+        plan: &crate::Plan,
+        identity: &Identity,
+    ) -> Result<bool, StoreError> {
+        self.forget(plan.store(), plan.policy(), plan.shards(), identity)
+            .await
+    }
+
+    /// Renews `lease` with its ledger on store `ledger` (the global one):
+    /// one bounded script call. The grant is spent from when the renewal
+    /// was sent until a term later, on the monotonic clock: a wall clock
+    /// stepped back or forward changes nothing about when it ends.
+    pub async fn renew(&self, lease: &Lease, ledger: usize) {
+        let sent_ms = self.clock.monotonic_ms();
+        let ask = lease.begin(sent_ms);
+        let answer = match self.backends.get(ledger) {
+            Some(backend) => backend.lease(&ask).await,
+            None => Err(StoreError::Config(format!("no store {ledger}"))),
+        };
+        if let Err(e) = &answer {
+            tracing::debug!(policy = ask.policy, error = %e, "a lease renewal failed");
+        }
+        lease.settle(sent_ms, self.clock.monotonic_ms(), &answer);
+    }
+
+    /// Periodic upkeep: expire idle keys (Redis expires its own by TTL).
+    pub fn sweep(&self) {
+        for backend in &self.backends {
+            backend.sweep();
+        }
+    }
+
+    /// Refreshes the store gauges (at scrape time): keys, evictions and
+    /// the cache's shield summed over the stores, the worst circuit.
+    pub fn maintain_gauges(&self) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let mut all = StoreStats::default();
+        for backend in &self.backends {
+            let s = backend.stats();
+            all.keys += s.keys;
+            all.evictions += s.evictions;
+            all.circuit = all.circuit.max(s.circuit);
+            all.answered_locally += s.answered_locally;
+            all.script_calls += s.script_calls;
+        }
+        self.metrics.store_keys.set(gauge(all.keys));
+        self.metrics.store_evictions.set(gauge(all.evictions));
+        self.metrics.circuit_state.set(all.circuit);
+        self.metrics
+            .rejected_cache_answers
+            .set(gauge(all.answered_locally));
+        self.metrics.store_script_calls.set(gauge(all.script_calls));
+    }
+
+    /// Whether every store answers right now (a bounded ping each),
+    /// recorded in `tollgate_store_up`.
+    pub async fn store_answers(&self) -> Result<(), StoreError> {
+        let mut answered = Ok(());
+        for backend in &self.backends {
+            answered = answered.and(backend.ping().await);
+        }
+        self.metrics.store_up.set(i64::from(answered.is_ok()));
+        answered
+    }
+}
