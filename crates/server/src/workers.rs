@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::ServeError;
 use crate::app::App;
 use crate::http;
-use crate::linger::{LingerFlag, LingerOnClose, Lingering};
+use crate::http::linger::{LingerFlag, LingerOnClose, Lingering};
 use crate::tls::EdgeStream;
 
 /// Accepted connections waiting for a busy worker, per worker.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_json::Number;
 
-use crate::response::Problem;
+use super::response::Problem;
 
 /// The fields of a single check, then of a batch body.
 const ITEM_FIELDS: &str = "policy, key, cost";
