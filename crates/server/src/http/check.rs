@@ -12,7 +12,7 @@ use tollgate_core::Decision;
 use tollgate_store::{DecidedBy, RequestId};
 
 use super::body::{BodyError, BodyRefused, read_body};
-use super::check_body::{CheckBody, CheckItem, KeyJson};
+use super::check_body::{self, CheckBody, CheckItem, KeyJson, Object};
 use super::linger::LingerOnClose;
 use super::request_id;
 use super::response::Problem;
@@ -26,11 +26,6 @@ use crate::tokens::Guarded;
 pub(super) const CHECK: &str = "/v1/check";
 /// What a 405 on `/v1/check` lists.
 pub(super) const CHECK_ALLOW: &str = "POST";
-
-/// A body the typed parse refused, named in tollgate's words (cold path).
-fn json_fault(body: &[u8], typed: Option<serde_json::Error>) -> Problem {
-    super::check_fault::diagnose(body, typed.as_ref())
-}
 
 /// `POST /v1/check`: the body's checks, decided by the limiter.
 pub(super) async fn check_request<B>(app: &App, req: http::Request<B>) -> Response
@@ -76,10 +71,10 @@ where
             return response;
         }
     };
-    let parsed: CheckBody<'_> = match serde_json::from_slice(&body) {
-        // serde also reads a struct from a list (`["p","k"]`): only an object is a check.
-        Ok(b) if super::check_fault::opens_an_object(&body) => b,
-        other => return refuse(app, json_fault(&body, other.err())),
+    let parsed = match check_body::parse(&body) {
+        Ok(parsed) => parsed,
+        // Named in tollgate's words, off the success path.
+        Err(typed) => return refuse(app, super::check_fault::diagnose(&body, &typed)),
     };
     let id = match request_id::from_body(parsed.request_id.as_deref()) {
         Ok(id) => id,
@@ -156,7 +151,7 @@ fn mark_replayed(body: &mut String) {
 async fn check_batch(
     app: &App,
     live_config: &LiveConfig,
-    items: &[CheckItem<'_>],
+    items: &[Object<CheckItem<'_>>],
     id: Option<&RequestId>,
     max_key: usize,
     max_checks: usize,
