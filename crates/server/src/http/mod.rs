@@ -21,13 +21,16 @@ use authorize::{AUTHORIZE_ALLOW, AUTHORIZE_METHODS, authorize_request, is_author
 use check::{CHECK, CHECK_ALLOW, check_request};
 use response::Problem;
 
+// One file an endpoint…
 mod authorize;
-mod body;
 mod check;
+mod operations;
+// …and what they share: reading a body, the `/v1/check` body's schema and
+// its faults, the forwarded request, request ids, problems and fields.
+mod body;
 mod check_body;
 mod check_fault;
 pub(crate) mod linger;
-mod operations;
 pub(crate) mod request;
 pub(crate) mod request_id;
 pub(crate) mod response;

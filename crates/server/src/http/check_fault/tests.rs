@@ -278,7 +278,7 @@ fn every_field_the_serde_types_read_is_one_the_diagnoser_knows() {
 }
 
 /// Values of every kind a client might send in a field.
-const SAMPLES: [&str; 13] = [
+const SAMPLES: [&str; 14] = [
     r#""s""#,
     r#""""#,
     "0",
@@ -292,6 +292,7 @@ const SAMPLES: [&str; 13] = [
     "[]",
     r#"["s"]"#,
     r#"[{"policy":"p","key":"k"}]"#,
+    r#"[["p","k"]]"#,
 ];
 
 /// The typed parse and the diagnoser agree on `body`: one refuses it
