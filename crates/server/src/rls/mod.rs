@@ -1,9 +1,9 @@
 //! Envoy's rate limit service (RLS v3 gRPC), a drop-in for
 //! envoyproxy/ratelimit: its YAML config read unchanged
 //! ([`crate::envoy_rules`], part of the config) and `ShouldRateLimit`
-//! answered through the limiter ([`service`]). The workers
-//! (`crate::workers::serve_grpc`) serve it: this module answers calls and
-//! knows nothing of listeners.
+//! answered through the limiter ([`service`]). The serving layer
+//! (`workers.rs`, `serve_grpc`) calls it: this module answers calls and
+//! knows nothing of listeners or workers.
 //!
 //! One difference on purpose: every descriptor of a request is decided in
 //! one all-or-nothing store call, so a request over any limit consumes
