@@ -14,8 +14,8 @@
 //!    [`metrics`], [`hot`] and [`decision_log`]; [`app`] is the state every
 //!    adapter shares.
 //! 3. **protocol adapters** — input → checks → [`limiter::Limiter::decide`]
-//!    → answer: HTTP ([`http`], [`request`], [`response`],
-//!    [`ratelimit_fields`], [`linger`]), Envoy RLS ([`rls`]), [`replay`].
+//!    → answer: HTTP ([`http`], one file an endpoint), Envoy RLS ([`rls`]),
+//!    [`replay`]; both doors write RateLimit fields by [`ratelimit_fields`].
 //! 4. **serve** — [`workers`] and [`serve`]: listen, reload, shut down.
 //!
 //! A `/v1/check` walks: [`workers`] accepts → `http::route` → the body
@@ -45,15 +45,10 @@ pub mod metrics;
 pub use tollgate_limiter as limiter;
 
 // 3. protocol adapters
-mod check_fault;
 pub mod explain;
 pub mod http;
-pub mod linger;
 pub mod ratelimit_fields;
 pub mod replay;
-pub mod request;
-pub mod request_id;
-pub mod response;
 pub mod rls;
 
 // 4. serve

@@ -16,7 +16,7 @@ use crate::ServeError;
 use crate::app::App;
 use crate::config::{Overrides, ServeConfig, StoreSettings};
 use crate::listen::ListenAddress;
-use crate::workers::serve_http;
+use crate::workers::{serve_grpc, serve_http};
 
 /// How often idle keys are swept from the memory store.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -136,7 +136,7 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let grpc = grpc_listener.map(|listener| {
-        tokio::spawn(crate::rls::serve_grpc(
+        tokio::spawn(serve_grpc(
             Arc::clone(&app),
             listener,
             stopped(stop_rx.clone()),

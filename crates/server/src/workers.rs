@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::ServeError;
 use crate::app::App;
 use crate::http;
-use crate::linger::{LingerFlag, LingerOnClose, Lingering};
+use crate::http::linger::{LingerFlag, LingerOnClose, Lingering};
 use crate::tls::EdgeStream;
 
 /// Accepted connections waiting for a busy worker, per worker.
@@ -56,7 +56,7 @@ const CONNECTION_WINDOW: u32 = 1 << 20;
 
 /// What a listener speaks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Protocol {
+enum Protocol {
     /// HTTP/1.1: the HTTP API and forward auth.
     Http,
     /// gRPC over HTTP/2: Envoy's rate limit service and gRPC health.
@@ -95,9 +95,20 @@ pub async fn serve_http(
     serve_listener(app, listener, Protocol::Http, shutdown).await
 }
 
-/// Serves `protocol` on `listener` until `shutdown` resolves, as
-/// [`serve_http`] does.
-pub async fn serve_listener(
+/// Serves Envoy's rate limit service (`ShouldRateLimit`, [`crate::rls`])
+/// and the standard gRPC health service on `listener` until `shutdown`
+/// resolves, as [`serve_http`] does HTTP.
+pub async fn serve_grpc(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    serve_listener(app, listener, Protocol::Grpc, shutdown).await
+}
+
+/// Serves `protocol` on `listener` until `shutdown` resolves: one worker
+/// a core, each on its own thread, fed connections by this acceptor.
+async fn serve_listener(
     app: Arc<App>,
     listener: TcpListener,
     protocol: Protocol,
@@ -132,8 +143,6 @@ pub async fn serve_listener(
     let mut handoffs = Vec::with_capacity(workers);
     let mut finished = Vec::with_capacity(workers);
     for index in 0..workers {
-        let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
-        let (done_tx, done_rx) = oneshot::channel();
         let worker = Worker {
             app: Arc::clone(&app),
             routes: routes.clone(),
@@ -141,46 +150,9 @@ pub async fn serve_listener(
             limits,
             tls: tls.clone(),
         };
-        let (ready_tx, ready_rx) = oneshot::channel();
-        std::thread::Builder::new()
-            .name(format!(
-                "tollgate-{}-{index}",
-                protocol.name().to_lowercase()
-            ))
-            .spawn(move || {
-                // Built (and dropped) on its own thread, outside any runtime.
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => {
-                        let _ = ready_tx.send(Ok(()));
-                        runtime.block_on(worker.serve(rx));
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                }
-                let _ = done_tx.send(());
-            })
-            .map_err(|source| ServeError::Worker {
-                protocol: protocol.name(),
-                index,
-                source,
-            })?;
-        ready_rx
-            .await
-            .map_err(|_| ServeError::WorkerGone {
-                protocol: protocol.name(),
-                index,
-            })?
-            .map_err(|source| ServeError::Worker {
-                protocol: protocol.name(),
-                index,
-                source,
-            })?;
-        handoffs.push(tx);
-        finished.push(done_rx);
+        let (handoff, done) = start_worker(worker, protocol, index).await?;
+        handoffs.push(handoff);
+        finished.push(done);
     }
     let mut shutdown = std::pin::pin!(shutdown);
     let mut next = 0usize;
@@ -219,11 +191,62 @@ pub async fn serve_listener(
     Ok(())
 }
 
+/// Starts `worker` on a thread of its own, on its own current-thread
+/// runtime: the sender that hands it connections, and what says when it
+/// has finished.
+async fn start_worker(
+    worker: Worker,
+    protocol: Protocol,
+    index: usize,
+) -> Result<(mpsc::Sender<Accepted>, oneshot::Receiver<()>), ServeError> {
+    let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
+    let (done_tx, done_rx) = oneshot::channel();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!(
+            "tollgate-{}-{index}",
+            protocol.name().to_lowercase()
+        ))
+        .spawn(move || {
+            // Built (and dropped) on its own thread, outside any runtime.
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => {
+                    let _ = ready_tx.send(Ok(()));
+                    runtime.block_on(worker.serve(rx));
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+            let _ = done_tx.send(());
+        })
+        .map_err(|source| ServeError::Worker {
+            protocol: protocol.name(),
+            index,
+            source,
+        })?;
+    ready_rx
+        .await
+        .map_err(|_| ServeError::WorkerGone {
+            protocol: protocol.name(),
+            index,
+        })?
+        .map_err(|source| ServeError::Worker {
+            protocol: protocol.name(),
+            index,
+            source,
+        })?;
+    Ok((tx, done_rx))
+}
+
 /// What a request's head may take, read at start.
 #[derive(Clone, Copy)]
 struct HeadLimits {
     /// `server.request_timeout_ms`: for a request's headers here, for its
-    /// body in `http::read_body`.
+    /// body in `http/body.rs`.
     request_timeout: Duration,
     /// `server.max_headers` and `server.max_header_bytes`: beyond them hyper
     /// answers 431 and closes (docs/forward-auth.md says what a proxy

@@ -15,8 +15,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use tokio::net::TcpListener;
 use tollgate::app::App;
 use tollgate::config::ServeConfig;
-use tollgate::rls::serve_grpc;
 use tollgate::serve::serve_app;
+use tollgate::workers::serve_grpc;
 use tollgate_core::ManualClock;
 use tollgate_testkit::RedisServer;
 

@@ -23,8 +23,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate::app::App;
 use tollgate::config::ServeConfig;
-use tollgate::rls::serve_grpc;
 use tollgate::serve::serve_app;
+use tollgate::workers::serve_grpc;
 use tollgate_core::ManualClock;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 

@@ -168,7 +168,7 @@ async fn bad_input_is_refused_with_a_named_fault_and_changes_nothing() {
         (r#"{"policy":"slow","key":"v","cost":-1}"#.into(), 422, "cost must be a whole number ≥ 0, got -1".into()),
         (r#"{"policy":"slow","key":"v","cost":1.5}"#.into(), 422, "cost must be a whole number ≥ 0, got 1.5".into()),
         (r#"{"policy":"slow","key":"v","cost":"2"}"#.into(), 422, r#"cost must be a whole number ≥ 0, got "2""#.into()),
-        (r#"{"policy":"slow","key":"v","costs":1}"#.into(), 422, r#"unknown field "costs" (expected: policy, key, cost, checks)"#.into()),
+        (r#"{"policy":"slow","key":"v","costs":1}"#.into(), 422, r#"unknown field "costs" (expected: policy, key, cost, checks, request_id)"#.into()),
         (r#"{"policy":"slow"}"#.into(), 422, "missing field `key`".into()),
         (r#"{"key":"v"}"#.into(), 422, "missing field `policy`".into()),
         (r#"{"policy":"slow","key":""}"#.into(), 422, "key must not be empty".into()),
@@ -200,6 +200,58 @@ async fn bad_input_is_refused_with_a_named_fault_and_changes_nothing() {
         .check(r#"{"policy":"slow","key":"v","cost":0}"#)
         .await;
     assert_eq!(body["remaining"], 5, "no refused request consumed anything");
+    server.stop().await;
+}
+
+/// `request_id` is one of the body's fields like any other: a fault beside
+/// it is named as itself (not as an unknown `request_id`), and the refused
+/// request spends nothing and records no id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_beside_a_request_id_is_named_and_changes_nothing() {
+    let server = TestServer::start(POLICIES).await;
+    let (status, problem) = server
+        .check(r#"{"request_id":"r1","policy":"p","key":"k","cost":-1}"#)
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(
+        problem,
+        json!({"type": "about:blank", "title": "Unprocessable Content", "status": 422, "detail": "cost must be a whole number ≥ 0, got -1"})
+    );
+    for (body, detail) in [
+        (
+            r#"{"request_id":"r1","policy":"slow","key":"k","cost":-1}"#,
+            "cost must be a whole number ≥ 0, got -1",
+        ),
+        (
+            r#"{"request_id":7,"policy":"slow","key":"k"}"#,
+            "request_id must be a string, got 7",
+        ),
+        (
+            r#"{"request_id":"r1","checks":[{"policy":"slow","key":"k","cost":1.5}]}"#,
+            "checks[0].cost must be a whole number ≥ 0, got 1.5",
+        ),
+        (
+            r#"{"request_id":"r1","policy":"slow","key":"k","costs":null}"#,
+            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id)"#,
+        ),
+    ] {
+        let (status, problem) = server.check(body).await;
+        assert_eq!(status, 422, "status for {body}");
+        assert_eq!(problem["detail"], detail, "detail for {body}");
+    }
+    let (_, peek) = server
+        .check(r#"{"policy":"slow","key":"k","cost":0}"#)
+        .await;
+    assert_eq!(peek["remaining"], 5, "no refused request consumed anything");
+    // Nor was "r1" recorded: its first admitted use is charged, not replayed.
+    let (status, first) = server
+        .check(r#"{"request_id":"r1","policy":"slow","key":"k","cost":1}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        first,
+        json!({"allowed": true, "policy": "slow", "limit": 5, "remaining": 4, "retry_after_ms": 0, "reset_after_ms": 3_600_000})
+    );
     server.stop().await;
 }
 

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tollgate::app::App;
 use tollgate::config::ServeConfig;
-use tollgate::rls::serve_grpc;
+use tollgate::workers::serve_grpc;
 use tollgate_core::ManualClock;
 use tonic::transport::Channel;
 

@@ -13,7 +13,6 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::SERVICE_NAME;
 use futures_util::future::Either;
 use hyper::body::Incoming;
-use tokio::net::TcpListener;
 use tollgate_core::Decision;
 use tollgate_store::{DecidedBy, StoreError};
 use tonic::Status;
@@ -24,26 +23,13 @@ use super::answer::{Answer, answer};
 use super::resolve::{Pending, Resolved, Resolver};
 use super::unary::{self, GrpcBody};
 use super::wire::{self, MAX_DESCRIPTORS, MAX_ENTRIES, RateLimitCall};
-use crate::ServeError;
 use crate::app::App;
 use crate::limiter::{Check, Decided};
 use crate::metrics::{EndpointLabels, RlsCodeLabels, RlsPathLabels};
 use crate::tokens::Guarded;
-use crate::workers::{Protocol, serve_listener};
 
 /// The hot method's path.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-
-/// Serves `ShouldRateLimit` and the standard gRPC health service on
-/// `listener` until `shutdown` resolves: HTTP/2 connections on one
-/// current-thread runtime per core, as HTTP's (crate::workers).
-pub async fn serve_grpc(
-    app: Arc<App>,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServeError> {
-    serve_listener(app, listener, Protocol::Grpc, shutdown).await
-}
 
 /// The gRPC methods beside `ShouldRateLimit`: the standard health
 /// service (reporting the rate limit service as serving), and tonic's

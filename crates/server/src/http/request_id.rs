@@ -6,22 +6,22 @@
 use axum::http::{HeaderMap, HeaderName};
 use tollgate_store::RequestId;
 
-use crate::request::{RequestFault, single_header};
-use crate::response::Problem;
+use super::request::{RequestFault, single_header};
+use super::response::Problem;
 
 /// Set to `true` on an `/v1/authorize` admission answered from a request
 /// id's record (nothing was consumed).
-pub const REPLAYED_HEADER: &str = "tollgate-replayed";
+pub(crate) const REPLAYED_HEADER: &str = "tollgate-replayed";
 
 /// A body's `request_id`, checked; a bad one is a 400 naming the fault.
-pub fn from_body(text: Option<&str>) -> Result<Option<RequestId>, Problem> {
+pub(crate) fn from_body(text: Option<&str>) -> Result<Option<RequestId>, Problem> {
     text.map(RequestId::new)
         .transpose()
         .map_err(|e| Problem::bad_request(format!("request_id: {e}")))
 }
 
 /// The request id header, sent once, checked.
-pub fn from_header(
+pub(crate) fn from_header(
     headers: &HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<RequestId>, RequestFault> {
@@ -33,7 +33,7 @@ pub fn from_header(
 
 /// A request id sent again with other costs: a 422, and nothing charged.
 /// The id itself is not echoed (the client has it; logs need not).
-pub fn cost_mismatch(recorded: &str, costs: impl Iterator<Item = u64>) -> Problem {
+pub(crate) fn cost_mismatch(recorded: &str, costs: impl Iterator<Item = u64>) -> Problem {
     let sent: Vec<String> = costs.map(|c| c.to_string()).collect();
     let recorded: Vec<&str> = recorded.split(',').collect();
     Problem::unprocessable(format!(

@@ -17,12 +17,15 @@ use crate::request_path::normalize;
 /// proxy describes it (`server.forward_auth`), its path normalized the way
 /// routers see it ([`normalize`]).
 #[derive(Debug)]
-pub struct Forwarded<'a> {
-    pub method: &'a str,
+pub(crate) struct Forwarded<'a> {
+    /// The original method.
+    pub(crate) method: &'a str,
     /// The normalized path, without its query string.
-    pub path: Cow<'a, str>,
-    pub host: &'a str,
-    pub headers: &'a HeaderMap,
+    pub(crate) path: Cow<'a, str>,
+    /// The original host, as the proxy names it.
+    pub(crate) host: &'a str,
+    /// The forwarded request's header fields.
+    pub(crate) headers: &'a HeaderMap,
     peer: IpAddr,
     trusted_proxies: &'a [IpNet],
     /// Worked out on first use: only `client_ip` identities need it.
@@ -36,12 +39,12 @@ const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 /// Why a request could not be given an identity or a cost: a 400 naming
 /// the fault, never a shared bucket and never a fail-open status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestFault(pub String);
+pub(crate) struct RequestFault(pub(crate) String);
 
 /// The one value of header `name`, trimmed; `None` when absent or blank.
 /// A header sent twice is ambiguous (which copy would the application
 /// read?) and one that is not UTF-8 cannot be compared: both are faults.
-pub fn single_header<'h, N>(
+pub(crate) fn single_header<'h, N>(
     headers: &'h HeaderMap,
     name: &N,
 ) -> Result<Option<&'h str>, RequestFault>
@@ -76,7 +79,7 @@ impl<'a> Forwarded<'a> {
     /// untrusted peer that sends them is refused (it could otherwise pick
     /// which policies apply to it). Without them, the call describes itself
     /// (its method, its path below `/v1/authorize/`, its `Host`).
-    pub fn read(
+    pub(crate) fn read(
         headers: &'a HeaderMap,
         own_method: &'a str,
         own_path: &'a str,
@@ -127,7 +130,7 @@ impl<'a> Forwarded<'a> {
     }
 
     /// The client's address (see [`client_ip`]), worked out once.
-    pub fn client_ip(&self) -> Result<IpAddr, RequestFault> {
+    pub(crate) fn client_ip(&self) -> Result<IpAddr, RequestFault> {
         self.client_ip
             .get_or_init(|| client_ip(self.headers, self.peer, self.trusted_proxies))
             .clone()
@@ -152,7 +155,7 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
 /// right until that one; a hop read on the way that is not an address is a
 /// fault (naming the header), while what stands left of the client's hop
 /// was written by the client and is never read.
-pub fn client_ip(
+pub(crate) fn client_ip(
     headers: &HeaderMap,
     peer: IpAddr,
     trusted: &[IpNet],
@@ -193,7 +196,7 @@ pub fn client_ip(
 
 /// The identity `policy` takes from `request`. A missing part is a fault,
 /// never a shared bucket.
-pub fn identity_of(
+pub(crate) fn identity_of(
     policy: &ServePolicy,
     request: &Forwarded<'_>,
     hasher: Option<&SecretHasher>,
@@ -300,7 +303,7 @@ fn hash(hasher: Option<&SecretHasher>, secret: &str) -> Result<String, RequestFa
 }
 
 /// The cost `policy` charges for `request`.
-pub fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, RequestFault> {
+pub(crate) fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, RequestFault> {
     let (name, min, max, default) = match &policy.cost {
         CostRule::Constant(c) => return Ok(*c),
         CostRule::Header {

@@ -10,13 +10,14 @@ use tollgate_core::{Decision, Policy};
 use crate::ratelimit_fields::{ratelimit_draft, ratelimit_fields, retry_after_seconds};
 
 /// RFC 9457 problem type for a rejection, from the draft.
-pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+pub(crate) const QUOTA_EXCEEDED: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
 /// The problem+json of a rejection as one header, for proxies (nginx
 /// `auth_request`) that cannot pass the subrequest's body to the client.
-pub const PROBLEM_HEADER: &str = "tollgate-problem";
+pub(crate) const PROBLEM_HEADER: &str = "tollgate-problem";
 /// Set when a decision was not made by the shared store; its value is the
 /// path that made it (fail_open, fail_closed, local).
-pub const DEGRADED_HEADER: &str = "tollgate-degraded";
+pub(crate) const DEGRADED_HEADER: &str = "tollgate-degraded";
 
 // The field names as constants: built at compile time, not validated again
 // on every response.
@@ -24,7 +25,7 @@ const POLICY_FIELD: HeaderName = HeaderName::from_static(ratelimit_draft::POLICY
 const STATE_FIELD: HeaderName = HeaderName::from_static(ratelimit_draft::STATE_FIELD);
 
 /// The RateLimit-Policy and RateLimit fields for a set of decided policies.
-pub fn ratelimit_headers<'a>(
+pub(crate) fn ratelimit_headers<'a>(
     headers: &mut HeaderMap,
     decided: impl Iterator<Item = (&'a str, &'a Policy, &'a Decision)>,
 ) {
@@ -42,15 +43,20 @@ pub fn ratelimit_headers<'a>(
 }
 
 /// A problem+json response (RFC 9457).
-pub struct Problem {
-    pub status: StatusCode,
-    pub kind: &'static str,
-    pub title: &'static str,
-    pub detail: String,
+pub(crate) struct Problem {
+    /// The HTTP status, repeated in the body.
+    pub(crate) status: StatusCode,
+    /// The problem type (`type`): `about:blank`, the status says it all.
+    pub(crate) kind: &'static str,
+    /// The status's reason phrase.
+    pub(crate) title: &'static str,
+    /// What was wrong and where, in tollgate's words.
+    pub(crate) detail: String,
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, title: &'static str, detail: impl Into<String>) -> Self {
+    /// A problem of `status`, titled `title`, naming `detail`.
+    pub(crate) fn new(status: StatusCode, title: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
             kind: "about:blank",
@@ -59,23 +65,28 @@ impl Problem {
         }
     }
 
-    pub fn bad_request(detail: impl Into<String>) -> Self {
+    /// A 400.
+    pub(crate) fn bad_request(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "Bad Request", detail)
     }
-    pub fn not_found(detail: impl Into<String>) -> Self {
+    /// A 404.
+    pub(crate) fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "Not Found", detail)
     }
-    pub fn too_large(detail: impl Into<String>) -> Self {
+    /// A 413.
+    pub(crate) fn too_large(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "Content Too Large", detail)
     }
-    pub fn unprocessable(detail: impl Into<String>) -> Self {
+    /// A 422.
+    pub(crate) fn unprocessable(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Unprocessable Content",
             detail,
         )
     }
-    pub fn unavailable(detail: impl Into<String>) -> Self {
+    /// A 503.
+    pub(crate) fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Service Unavailable",
@@ -83,7 +94,8 @@ impl Problem {
         )
     }
 
-    pub fn body(&self) -> String {
+    /// The problem+json body.
+    pub(crate) fn body(&self) -> String {
         serde_json::json!({
             "type": self.kind,
             "title": self.title,
@@ -111,13 +123,15 @@ impl IntoResponse for Problem {
 
 /// The body of a quota rejection, and its `Retry-After` (absent when some
 /// violated policy can never admit this cost).
-pub struct Rejection {
-    pub body: String,
-    pub retry_after_seconds: Option<u64>,
+pub(crate) struct Rejection {
+    /// The problem+json body.
+    pub(crate) body: String,
+    /// The `Retry-After` field's seconds, if any.
+    pub(crate) retry_after_seconds: Option<u64>,
 }
 
 /// Builds the rejection for the policies that did not admit.
-pub fn rejection<'a>(
+pub(crate) fn rejection<'a>(
     violated: impl Iterator<Item = (&'a Policy, &'a Decision)> + Clone,
     cost_of: impl Fn(&Policy) -> u64,
     cause: Option<String>,

@@ -22,25 +22,26 @@ use tokio::time::{Instant, Sleep};
 
 /// The longest a connection lingers after its answer (nginx's
 /// `lingering_time` is 30 s; a rate limiter's clients are mostly local).
-pub const LINGER_AT_MOST: Duration = Duration::from_secs(10);
+pub(crate) const LINGER_AT_MOST: Duration = Duration::from_secs(10);
 /// The longest a lingering connection waits for more data (nginx's
 /// `lingering_timeout` is 5 s).
-pub const LINGER_IDLE: Duration = Duration::from_secs(2);
+pub(crate) const LINGER_IDLE: Duration = Duration::from_secs(2);
 /// The most bytes a lingering connection reads and throws away.
-pub const LINGER_BYTES: u64 = 64 << 20;
+pub(crate) const LINGER_BYTES: u64 = 64 << 20;
 
 /// A response extension: close this connection lingering (its request's
 /// body was left unread).
 #[derive(Debug, Clone, Copy)]
-pub struct LingerOnClose;
+pub(crate) struct LingerOnClose;
 
 /// Set by the connection's service when a response carried
 /// [`LingerOnClose`]; read by the stream when hyper closes it.
 #[derive(Debug, Clone, Default)]
-pub struct LingerFlag(Arc<AtomicBool>);
+pub(crate) struct LingerFlag(Arc<AtomicBool>);
 
 impl LingerFlag {
-    pub fn set(&self) {
+    /// Asks the connection to close lingering once this response is sent.
+    pub(crate) fn set(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
 
@@ -61,14 +62,15 @@ enum State {
 }
 
 /// A connection's stream that closes lingering when its flag is set.
-pub struct Lingering<S> {
+pub(crate) struct Lingering<S> {
     inner: S,
     flag: LingerFlag,
     state: State,
 }
 
 impl<S> Lingering<S> {
-    pub fn new(inner: S, flag: LingerFlag) -> Self {
+    /// `inner`, lingering on close once `flag` is set.
+    pub(crate) fn new(inner: S, flag: LingerFlag) -> Self {
         Self {
             inner,
             flag,

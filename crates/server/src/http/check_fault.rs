@@ -2,7 +2,8 @@
 //! typed parse stays on the success path; only when it fails is the body
 //! read again, as a plain tree, and walked to name the first fault in
 //! document order (`checks[2].cost must be a whole number ≥ 0, got -1`)
-//! instead of passing serde's internals (`expected u64`) to a client.
+//! instead of passing serde's internals (`expected u64`) to a client. The
+//! walk follows the schema's field table (`check_body.rs`), not a copy.
 
 use std::fmt;
 
@@ -10,24 +11,14 @@ use serde::Deserialize;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_json::Number;
 
-use crate::response::Problem;
+use super::check_body::{BODY_FIELDS, Field, Holds, ITEM_FIELDS, Presence};
+use super::response::Problem;
 
-/// The fields of a single check, then of a batch body.
-const ITEM_FIELDS: &str = "policy, key, cost";
-const BODY_FIELDS: &str = "policy, key, cost, checks";
 /// A value quoted back to the client is cut after this many characters.
 const QUOTE_AT_MOST: usize = 40;
 
-/// Whether the body's JSON starts as an object. The typed parse also reads
-/// a check from a list (`["p","k"]`, serde's sequence form of a struct),
-/// which is not the documented body: such a body is diagnosed instead.
-pub(crate) fn opens_an_object(body: &[u8]) -> bool {
-    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
-}
-
-/// The problem for a body the typed parse refused (with `typed`, or
-/// accepted in a form that is not a check's).
-pub(crate) fn diagnose(body: &[u8], typed: Option<&serde_json::Error>) -> Problem {
+/// The problem for a body the typed parse refused with `typed`.
+pub(crate) fn diagnose(body: &[u8], typed: &serde_json::Error) -> Problem {
     let tree: Json = match serde_json::from_slice(body) {
         Ok(tree) => tree,
         Err(e) => return malformed(&e),
@@ -38,7 +29,7 @@ pub(crate) fn diagnose(body: &[u8], typed: Option<&serde_json::Error>) -> Proble
         // missed, the client still gets tollgate's words, the log serde's.
         Ok(()) => {
             tracing::debug!(
-                error = typed.map(ToString::to_string),
+                error = %typed,
                 "a /v1/check body was refused for a reason not diagnosed"
             );
             Problem::unprocessable("the body is not a valid check")
@@ -62,61 +53,56 @@ fn body_fault(tree: &Json) -> Result<(), String> {
             "the body must be a JSON object with policy and key, or checks, got {tree}"
         ));
     };
-    check_fields(fields, "", Fields::Body)
+    check_fields(fields, "", &BODY_FIELDS)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Fields {
-    /// The body: every field may be absent or null (which field is missing
-    /// is the handler's to say, as it decides single against batch).
-    Body,
-    /// One of `checks`: `policy` and `key` are required, nothing is null.
-    Item,
-}
-
-/// The first fault among one check's fields; `at` prefixes their names.
-fn check_fields(fields: &[(String, Json)], at: &str, kind: Fields) -> Result<(), String> {
+/// The first fault among one object's fields against `schema` (the body's
+/// or a batch check's); `at` prefixes their names.
+fn check_fields(fields: &[(String, Json)], at: &str, schema: &[Field]) -> Result<(), String> {
     for (i, (name, value)) in fields.iter().enumerate() {
         let path = format!("{at}{name}");
         if fields[..i].iter().any(|(seen, _)| seen == name) {
             return Err(format!("field {} appears twice", quoted(&path)));
         }
-        if kind == Fields::Body && *value == Json::Null {
+        let Some(field) = schema.iter().find(|field| field.name == name) else {
+            return Err(format!(
+                "unknown field {} (expected: {})",
+                quoted(&path),
+                names(schema)
+            ));
+        };
+        if field.presence == Presence::Optional && *value == Json::Null {
             continue;
         }
-        match name.as_str() {
-            "policy" => {
-                if !matches!(value, Json::String(_)) {
-                    return Err(format!("{path} must be a string, got {value}"));
-                }
-            }
-            "key" => key_fault(value, &path)?,
-            "cost" => {
-                if !matches!(value, Json::Number(n) if n.as_u64().is_some()) {
-                    return Err(format!("{path} must be a whole number ≥ 0, got {value}"));
-                }
-            }
-            "checks" if kind == Fields::Body => checks_fault(value)?,
-            _ => {
-                let expected = match kind {
-                    Fields::Body => BODY_FIELDS,
-                    Fields::Item => ITEM_FIELDS,
-                };
-                return Err(format!(
-                    "unknown field {} (expected: {expected})",
-                    quoted(&path)
-                ));
-            }
-        }
+        value_fault(field.holds, value, &path)?;
     }
-    if kind == Fields::Item {
-        for required in ["policy", "key"] {
-            if !fields.iter().any(|(name, _)| name == required) {
-                return Err(format!("missing field `{at}{required}`"));
-            }
-        }
+    match schema.iter().find(|field| {
+        field.presence == Presence::Required && !fields.iter().any(|(name, _)| name == field.name)
+    }) {
+        Some(missing) => Err(format!("missing field `{at}{}`", missing.name)),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Whether `value` is what the field at `path` holds.
+fn value_fault(holds: Holds, value: &Json, path: &str) -> Result<(), String> {
+    match holds {
+        Holds::Text if !matches!(value, Json::String(_)) => {
+            Err(format!("{path} must be a string, got {value}"))
+        }
+        Holds::Cost if !matches!(value, Json::Number(n) if n.as_u64().is_some()) => {
+            Err(format!("{path} must be a whole number ≥ 0, got {value}"))
+        }
+        Holds::Key => key_fault(value, path),
+        Holds::Checks => checks_fault(value, path),
+        Holds::Text | Holds::Cost => Ok(()),
+    }
+}
+
+/// The schema's field names, as a refusal lists them.
+fn names(schema: &[Field]) -> String {
+    let names: Vec<&str> = schema.iter().map(|field| field.name).collect();
+    names.join(", ")
 }
 
 fn key_fault(value: &Json, path: &str) -> Result<(), String> {
@@ -132,17 +118,17 @@ fn key_fault(value: &Json, path: &str) -> Result<(), String> {
     }
 }
 
-fn checks_fault(value: &Json) -> Result<(), String> {
+fn checks_fault(value: &Json, path: &str) -> Result<(), String> {
     let Json::Array(items) = value else {
-        return Err(format!("checks must be a list of checks, got {value}"));
+        return Err(format!("{path} must be a list of checks, got {value}"));
     };
     for (i, item) in items.iter().enumerate() {
         let Json::Object(fields) = item else {
             return Err(format!(
-                "checks[{i}] must be an object with policy and key, got {item}"
+                "{path}[{i}] must be an object with policy and key, got {item}"
             ));
         };
-        check_fields(fields, &format!("checks[{i}]."), Fields::Item)?;
+        check_fields(fields, &format!("{path}[{i}]."), &ITEM_FIELDS)?;
     }
     Ok(())
 }

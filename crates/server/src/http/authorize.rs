@@ -1,0 +1,201 @@
+//! `/v1/authorize`, forward auth for nginx `auth_request`, Traefik
+//! ForwardAuth and Envoy ext_authz: the forwarded request's matching
+//! policies, decided by the limiter, answered by status and header fields.
+
+use std::net::SocketAddr;
+
+use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tollgate_core::Identity;
+use tollgate_store::DecidedBy;
+
+use super::request::{Forwarded, RequestFault, cost_of, identity_of};
+use super::request_id::{self, REPLAYED_HEADER};
+use super::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
+use super::{refuse, replayed};
+use crate::app::App;
+use crate::config::ServerSettings;
+use crate::limiter::{Check, Decided};
+use crate::live::LivePolicy;
+
+/// The endpoint's path.
+const AUTHORIZE: &str = "/v1/authorize";
+
+/// The methods `/v1/authorize` takes: whatever the original request used.
+pub(super) const AUTHORIZE_METHODS: [Method; 7] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::PATCH,
+    Method::HEAD,
+    Method::OPTIONS,
+];
+
+/// What a 405 on `/v1/authorize` lists, in the operations router's order.
+pub(super) const AUTHORIZE_ALLOW: &str = "GET,HEAD,POST,PUT,DELETE,PATCH,OPTIONS";
+
+/// `/v1/authorize`, or below it the original path (Envoy's ext_authz
+/// calls `path_prefix` + the original path).
+pub(super) fn is_authorize_path(path: &str) -> bool {
+    path.strip_prefix(AUTHORIZE)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// `/v1/authorize`: the forwarded request's checks, decided by the limiter.
+pub(super) async fn authorize_request<B>(
+    app: &App,
+    peer: SocketAddr,
+    req: http::Request<B>,
+) -> Response {
+    let live_config = app.live.load();
+    let settings = &live_config.config.server;
+    let (parts, _body) = req.into_parts();
+    // Below `/v1/authorize/` is the original path (Envoy ext_authz).
+    let own_path = match parts.uri.path().strip_prefix(AUTHORIZE) {
+        Some(original) if original.starts_with('/') => original,
+        _ => parts.uri.path(),
+    };
+    let request = match Forwarded::read(
+        &parts.headers,
+        parts.method.as_str(),
+        own_path,
+        peer,
+        settings,
+    ) {
+        Ok(request) => request,
+        Err(fault) => return client_fault(app, fault),
+    };
+    let id = match settings
+        .request_id_header
+        .as_ref()
+        .map(|name| request_id::from_header(&parts.headers, name))
+        .transpose()
+    {
+        Ok(id) => id.flatten(),
+        Err(fault) => return client_fault(app, fault),
+    };
+    let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
+    for live in &live_config.policies {
+        let serve = &live.serve;
+        if !serve
+            .matcher
+            .matches(request.method, &request.path, request.host)
+        {
+            continue;
+        }
+        let prepared = identity_of(
+            serve,
+            &request,
+            live_config.config.hasher.as_ref(),
+            settings.max_key_bytes,
+        )
+        .and_then(|identity| Ok((identity, cost_of(serve, &parts.headers)?)));
+        match prepared {
+            Ok((identity, cost)) => matched.push((live, identity, cost)),
+            Err(fault) => return client_fault(app, fault),
+        }
+    }
+    if matched.is_empty() {
+        return StatusCode::OK.into_response();
+    }
+    let checks: Vec<Check<'_>> = matched
+        .iter()
+        .map(|(live, identity, cost)| Check::new(&live.plan, identity, *cost))
+        .collect();
+    let decided = app.limiter.decide_request(&checks, id.as_ref()).await;
+    let replayed = match replayed(&decided.replay, &checks) {
+        Ok(replayed) => replayed,
+        Err(problem) => return client_problem(app, problem),
+    };
+    answer(settings, &matched, &decided, replayed)
+}
+
+/// The answer to a decided forward auth request: 200 when every matching
+/// policy admits, else the deny status with the rejection's problem.
+fn answer(
+    settings: &ServerSettings,
+    matched: &[(&LivePolicy, Identity, u64)],
+    decided: &Decided,
+    replayed: bool,
+) -> Response {
+    let decisions = decided.decisions.as_slice();
+    let mut headers = HeaderMap::new();
+    if replayed {
+        headers.insert(
+            HeaderName::from_static(REPLAYED_HEADER),
+            HeaderValue::from_static("true"),
+        );
+    }
+    if decided.by.is_degraded() {
+        headers.insert(
+            HeaderName::from_static(DEGRADED_HEADER),
+            HeaderValue::from_static(decided.by.name()),
+        );
+    }
+    ratelimit_headers(
+        &mut headers,
+        matched
+            .iter()
+            .zip(decisions)
+            .map(|((live, _, _), d)| (live.policy_item.as_str(), &live.serve.policy, d)),
+    );
+    if decisions.iter().all(|d| d.allowed) {
+        return (StatusCode::OK, headers).into_response();
+    }
+    let violated = matched
+        .iter()
+        .zip(decisions)
+        .filter(|(_, d)| !d.allowed)
+        .map(|((live, _, _), d)| (&live.serve.policy, d));
+    // The store's own error goes to the log and the metrics (`decide`),
+    // never to the client.
+    let cause = (decided.by == DecidedBy::FailClosed).then(|| {
+        "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed".to_owned()
+    });
+    let reject = rejection(
+        violated,
+        |policy| {
+            matched
+                .iter()
+                .find(|(live, _, _)| live.serve.policy.name() == policy.name())
+                .map_or(0, |(_, _, cost)| *cost)
+        },
+        cause,
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(seconds) = reject.retry_after_seconds {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if let Ok(v) = HeaderValue::from_str(&reject.body) {
+        headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
+    }
+    let status =
+        StatusCode::from_u16(settings.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    (status, headers, reject.body).into_response()
+}
+
+/// A 400 for what the client sent (a missing or ambiguous identity part, a
+/// bad cost, a path that climbs above the root, a request description from
+/// an untrusted caller): never a status a proxy fails open on.
+fn client_fault(app: &App, RequestFault(detail): RequestFault) -> Response {
+    client_problem(app, Problem::bad_request(detail))
+}
+
+/// The client's fault on `/v1/authorize` (a 400, or a 422 for a request id
+/// retried with other costs), its problem copied into a header.
+fn client_problem(app: &App, problem: Problem) -> Response {
+    // auth_request drops the body; nginx relays the fault from this header.
+    let copy = HeaderValue::from_bytes(problem.body().as_bytes());
+    let mut response = refuse(app, problem);
+    if let Ok(v) = copy {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(PROBLEM_HEADER), v);
+    }
+    response
+}

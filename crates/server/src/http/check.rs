@@ -1,0 +1,244 @@
+//! `POST /v1/check`, the decision API for services: a JSON body of one
+//! check or a batch (its schema in `check_body.rs`), decided by the limiter
+//! and answered as JSON; a refused body is named by `check_fault.rs`.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use axum::http::{self, HeaderValue, header};
+use axum::response::Response;
+use hyper::body::Body as HttpBody;
+use tollgate_core::Decision;
+use tollgate_store::{DecidedBy, RequestId};
+
+use super::body::{BodyError, BodyRefused, read_body};
+use super::check_body::{self, CheckBody, CheckItem, KeyJson, Object};
+use super::linger::LingerOnClose;
+use super::request_id;
+use super::response::Problem;
+use super::{json_response, refuse, replayed, unauthorized, unknown_policy};
+use crate::app::App;
+use crate::limiter::Check;
+use crate::live::LiveConfig;
+use crate::tokens::Guarded;
+
+/// The endpoint's path.
+pub(super) const CHECK: &str = "/v1/check";
+/// What a 405 on `/v1/check` lists.
+pub(super) const CHECK_ALLOW: &str = "POST";
+
+/// `POST /v1/check`: the body's checks, decided by the limiter.
+pub(super) async fn check_request<B>(app: &App, req: http::Request<B>) -> Response
+where
+    B: HttpBody,
+    B::Error: Into<BodyError>,
+{
+    // One load a request: the config the body is read under decides it too.
+    let live_config = app.live.load();
+    if !live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Check, req.headers())
+    {
+        // The body is left unread: close lingering, as after an oversized body.
+        let mut response = unauthorized(app, Guarded::Check, "check");
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response.extensions_mut().insert(LingerOnClose);
+        return response;
+    }
+    let settings = &live_config.config.server;
+    let (limit, max_key, max_checks, timeout) = (
+        settings.max_body_bytes,
+        settings.max_key_bytes,
+        settings.max_checks,
+        Duration::from_millis(settings.request_timeout_ms),
+    );
+    let body = match read_body(req, limit, timeout).await {
+        Ok(b) => b,
+        Err(BodyRefused {
+            problem,
+            left_unread,
+        }) => {
+            let mut response = refuse(app, problem);
+            if left_unread {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                response.extensions_mut().insert(LingerOnClose);
+            }
+            return response;
+        }
+    };
+    let parsed = match check_body::parse(&body) {
+        Ok(parsed) => parsed,
+        // Named in tollgate's words, off the success path.
+        Err(typed) => return refuse(app, super::check_fault::diagnose(&body, &typed)),
+    };
+    let id = match request_id::from_body(parsed.request_id.as_deref()) {
+        Ok(id) => id,
+        Err(problem) => return refuse(app, problem),
+    };
+    let id = id.as_ref();
+    let response = match parsed {
+        CheckBody {
+            checks: Some(items),
+            policy: None,
+            key: None,
+            cost: None,
+            ..
+        } => check_batch(app, &live_config, &items, id, max_key, max_checks).await,
+        CheckBody {
+            checks: None,
+            policy: Some(policy),
+            key: Some(key),
+            cost,
+            ..
+        } => {
+            let cost = cost.unwrap_or(1);
+            check_one(app, &live_config, &policy, &key, cost, id, max_key).await
+        }
+        CheckBody {
+            checks: Some(_), ..
+        } => Err(Problem::unprocessable(
+            "give either checks or policy/key/cost, not both",
+        )),
+        CheckBody { policy: None, .. } => Err(Problem::unprocessable("missing field `policy`")),
+        CheckBody { key: None, .. } => Err(Problem::unprocessable("missing field `key`")),
+    };
+    response.unwrap_or_else(|p| refuse(app, p))
+}
+
+async fn check_one(
+    app: &App,
+    live_config: &LiveConfig,
+    name: &str,
+    key: &KeyJson<'_>,
+    cost: u64,
+    id: Option<&RequestId>,
+    max_key: usize,
+) -> Result<Response, Problem> {
+    let live = live_config
+        .policy(name)
+        .ok_or_else(|| unknown_policy(name))?;
+    let identity = key.identity(max_key)?;
+    let checks = [Check::new(&live.plan, &identity, cost)];
+    let decided = match id {
+        None => app.limiter.decide(&checks).await,
+        Some(id) => app.limiter.decide_request(&checks, Some(id)).await,
+    };
+    let replayed = replayed(&decided.replay, &checks)?;
+    let decision = decided.decisions.first().ok_or_else(|| {
+        Problem::unavailable("the limiter could not decide: the store answered nothing")
+    })?;
+    let mut body = String::with_capacity(160);
+    write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+    if replayed {
+        mark_replayed(&mut body);
+    }
+    Ok(json_response(body))
+}
+
+/// `"replayed":true` before a JSON object's closing brace.
+fn mark_replayed(body: &mut String) {
+    if body.ends_with('}') {
+        body.pop();
+        body.push_str(",\"replayed\":true}");
+    }
+}
+
+async fn check_batch(
+    app: &App,
+    live_config: &LiveConfig,
+    items: &[Object<CheckItem<'_>>],
+    id: Option<&RequestId>,
+    max_key: usize,
+    max_checks: usize,
+) -> Result<Response, Problem> {
+    if items.is_empty() {
+        return Err(Problem::unprocessable("checks must not be empty"));
+    }
+    if items.len() > max_checks {
+        return Err(Problem::too_large(format!(
+            "more than {max_checks} checks in one request"
+        )));
+    }
+    let mut lives = Vec::with_capacity(items.len());
+    let mut identities = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let live = live_config.policy(&item.policy).ok_or_else(|| {
+            Problem::not_found(format!("checks[{i}]: unknown policy {:?}", &*item.policy))
+        })?;
+        let identity = item.key.identity(max_key).map_err(|mut p| {
+            p.detail = format!("checks[{i}]: {}", p.detail);
+            p
+        })?;
+        lives.push(live);
+        identities.push(identity);
+    }
+    let checks: Vec<Check<'_>> = lives
+        .iter()
+        .zip(&identities)
+        .zip(items)
+        .map(|((live, identity), item)| Check::new(&live.plan, identity, item.cost))
+        .collect();
+    let decided = app.limiter.decide_request(&checks, id).await;
+    let replayed = replayed(&decided.replay, &checks)?;
+    let allowed = decided.decisions.iter().all(|d| d.allowed);
+    let mut body = String::with_capacity(48 + 160 * decided.decisions.len());
+    let _ = write!(body, "{{\"allowed\":{allowed},");
+    if replayed {
+        body.push_str("\"replayed\":true,");
+    }
+    if decided.by.is_degraded() {
+        let _ = write!(
+            body,
+            "\"degraded\":true,\"path\":\"{}\",",
+            decided.by.name()
+        );
+    }
+    body.push_str("\"decisions\":[");
+    for (i, (live, decision)) in lives.iter().zip(&decided.decisions).enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+        if replayed {
+            mark_replayed(&mut body);
+        }
+    }
+    body.push_str("]}");
+    Ok(json_response(body))
+}
+
+/// The decision as JSON; `remaining` is shown as 0 when a stepped-back
+/// clock made gcra's internal figure negative. Written by hand, not by
+/// `write!`: the formatting machinery cost more than the decision itself
+/// (docs/benchmarks.md).
+pub(super) fn write_decision(out: &mut String, policy: &str, d: &Decision, by: DecidedBy) {
+    let mut number = itoa::Buffer::new();
+    out.push_str(if d.allowed {
+        "{\"allowed\":true,\"policy\":\""
+    } else {
+        "{\"allowed\":false,\"policy\":\""
+    });
+    out.push_str(policy);
+    out.push_str("\",\"limit\":");
+    out.push_str(number.format(d.limit));
+    out.push_str(",\"remaining\":");
+    out.push_str(number.format(d.remaining.max(0)));
+    out.push_str(",\"retry_after_ms\":");
+    match d.retry_after_ms {
+        Some(ms) => out.push_str(number.format(ms)),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"reset_after_ms\":");
+    out.push_str(number.format(d.reset_after_ms));
+    if by.is_degraded() {
+        out.push_str(",\"degraded\":true,\"path\":\"");
+        out.push_str(by.name());
+        out.push('"');
+    }
+    out.push('}');
+}

@@ -1,0 +1,166 @@
+//! The HTTP adapter: requests in, limiter decisions out, the response
+//! contract of docs/design.md §8 back. This file routes; each endpoint's
+//! handler lives in its own file and translates, deciding nothing itself.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{self, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tollgate_store::Replay;
+use tower::ServiceExt;
+
+use crate::app::App;
+use crate::limiter::Check;
+use crate::metrics::{EndpointLabels, StatusLabels};
+use crate::tokens::{self, Guarded};
+use authorize::{AUTHORIZE_ALLOW, AUTHORIZE_METHODS, authorize_request, is_authorize_path};
+use check::{CHECK, CHECK_ALLOW, check_request};
+use response::Problem;
+
+// One file an endpoint…
+mod authorize;
+mod check;
+mod operations;
+// …and what they share: reading a body, the `/v1/check` body's schema and
+// its faults, the forwarded request, request ids, problems and fields.
+mod body;
+mod check_body;
+mod check_fault;
+pub(crate) mod linger;
+pub(crate) mod request;
+pub(crate) mod request_id;
+pub(crate) mod response;
+
+/// The one routing of every request: the decision endpoints straight to
+/// their handlers on hyper (the hot paths), everything else through the
+/// operations router.
+pub(crate) async fn route(
+    app: &Arc<App>,
+    operations: Router,
+    peer: SocketAddr,
+    req: http::Request<hyper::body::Incoming>,
+) -> Response {
+    let path = req.uri().path();
+    if path == CHECK {
+        return if req.method() == Method::POST {
+            check_request(app, req).await
+        } else {
+            method_not_allowed(CHECK_ALLOW)
+        };
+    }
+    if is_authorize_path(path) {
+        return if AUTHORIZE_METHODS.contains(req.method()) {
+            authorize_request(app, peer, req).await
+        } else {
+            method_not_allowed(AUTHORIZE_ALLOW)
+        };
+    }
+    // Boxed: the operations router's future is large, and the hot paths'
+    // futures would otherwise carry (and move) its size.
+    Box::pin(operations.oneshot(req.map(Body::new)))
+        .await
+        .unwrap_or_else(|never| match never {})
+}
+
+/// The operations endpoints: what is not a decision.
+pub(crate) fn operations_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/policies", get(operations::policies))
+        .route(
+            "/v1/state",
+            get(operations::peek_state).delete(operations::reset_state),
+        )
+        .route("/v1/hot", get(operations::hot))
+        .route("/healthz", get(operations::healthz))
+        .route("/readyz", get(operations::readyz))
+        .route("/metrics", get(operations::metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method Not Allowed",
+                "this endpoint does not take that method",
+            )
+        })
+        .with_state(app)
+}
+
+async fn not_found() -> Problem {
+    Problem::not_found("no such endpoint")
+}
+
+/// A 405 with its `Allow` field, as the operations router answers one.
+fn method_not_allowed(allow: &'static str) -> Response {
+    let mut response = Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method Not Allowed",
+        "this endpoint does not take that method",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// The 401 for a request to `endpoint` without `group`'s token, counted.
+fn unauthorized(app: &App, group: Guarded, endpoint: &'static str) -> Response {
+    app.metrics
+        .unauthorized
+        .get_or_create(&EndpointLabels { endpoint })
+        .inc();
+    let mut response = Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized",
+        tokens::needs_token(group),
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"tollgate\""),
+    );
+    response
+}
+
+/// The client's fault answered, and counted by its status.
+fn refuse(app: &App, problem: Problem) -> Response {
+    app.metrics
+        .bad_requests
+        .get_or_create(&StatusLabels {
+            status: problem.status.as_u16(),
+        })
+        .inc();
+    problem.into_response()
+}
+
+/// The 404 for a policy no loaded config has.
+fn unknown_policy(name: &str) -> Problem {
+    Problem::not_found(format!("unknown policy {name:?}"))
+}
+
+/// Whether the request id replayed the decisions; a 422 when it was
+/// recorded with other costs.
+fn replayed(replay: &Replay, checks: &[Check<'_>]) -> Result<bool, Problem> {
+    match replay {
+        Replay::Fresh => Ok(false),
+        Replay::Replayed => Ok(true),
+        Replay::CostMismatch { recorded } => Err(request_id::cost_mismatch(
+            recorded,
+            checks.iter().map(|c| c.cost),
+        )),
+    }
+}
+
+/// A 200 with a JSON body written by hand.
+fn json_response(body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

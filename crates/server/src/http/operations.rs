@@ -1,0 +1,283 @@
+//! The operations endpoints, what is not a decision: the loaded policies,
+//! one identity's state (peek, reset), the hot identities, health,
+//! readiness and metrics. Each but health and readiness asks for its token.
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use tollgate_core::Identity;
+
+use super::check::write_decision;
+use super::response::Problem;
+use super::{json_response, refuse, unauthorized, unknown_policy};
+use crate::app::App;
+use crate::limiter::Check;
+use crate::live::{LiveConfig, LivePolicy};
+use crate::metrics::PolicyLabels;
+use crate::tokens::Guarded;
+
+/// The 401 for an admin `endpoint` asked without the admin token, if it was.
+fn admin_refusal(
+    app: &App,
+    live_config: &LiveConfig,
+    headers: &HeaderMap,
+    endpoint: &'static str,
+) -> Option<Response> {
+    (!live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Admin, headers))
+    .then(|| unauthorized(app, Guarded::Admin, endpoint))
+}
+
+/// The policy and identity `?policy=P&key=K` (or `key.NAME=VALUE` parts,
+/// as forward auth's composite identities) names, for `/v1/state`.
+fn state_target<'c>(
+    live_config: &'c LiveConfig,
+    query: Option<&str>,
+) -> Result<(&'c LivePolicy, Identity), Problem> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|_| Problem::bad_request("the query string is not valid form encoding"))?;
+    let mut policy = None;
+    let mut value = None;
+    let mut parts: Vec<(&str, &str)> = Vec::new();
+    for (name, v) in &pairs {
+        match name.as_str() {
+            "policy" if policy.is_none() => policy = Some(v.as_str()),
+            "key" if value.is_none() => value = Some(v.as_str()),
+            "policy" | "key" => {
+                return Err(Problem::unprocessable(format!("{name} is given twice")));
+            }
+            other => match other.strip_prefix("key.") {
+                Some(part) if !part.is_empty() => parts.push((part, v.as_str())),
+                _ => {
+                    return Err(Problem::unprocessable(format!(
+                        "unknown parameter {other:?} (expected: policy, key or key.NAME)"
+                    )));
+                }
+            },
+        }
+    }
+    let name = policy.ok_or_else(|| Problem::unprocessable("missing parameter policy"))?;
+    let live = live_config
+        .policy(name)
+        .ok_or_else(|| unknown_policy(name))?;
+    let identity = match (value, parts.is_empty()) {
+        (Some(""), _) => return Err(Problem::unprocessable("key must not be empty")),
+        (Some(v), true) => Identity::value(v),
+        (None, false) => Identity::composite(parts.iter().copied())
+            .map_err(|e| Problem::unprocessable(format!("key: {e}")))?,
+        (Some(_), false) => {
+            return Err(Problem::unprocessable(
+                "give key or key.NAME parts, not both",
+            ));
+        }
+        (None, true) => return Err(Problem::unprocessable("missing parameter key")),
+    };
+    let max = live_config.config.server.max_key_bytes;
+    if identity.as_bytes().len() > max {
+        return Err(Problem::too_large(format!(
+            "key is longer than {max} bytes"
+        )));
+    }
+    Ok((live, identity))
+}
+
+/// The admin token's check, then [`state_target`]: what both `/v1/state`
+/// methods do first.
+fn admitted_state_target<'c>(
+    app: &App,
+    live_config: &'c LiveConfig,
+    headers: &HeaderMap,
+    query: Option<String>,
+) -> Result<(&'c LivePolicy, Identity), Box<Response>> {
+    if let Some(refusal) = admin_refusal(app, live_config, headers, "state") {
+        return Err(Box::new(refusal));
+    }
+    state_target(live_config, query.as_deref()).map_err(|problem| Box::new(refuse(app, problem)))
+}
+
+/// `GET /v1/state?policy=P&key=K`: what a peek says — the decision a cost
+/// of 0 gets, which spends nothing (Limitador's `/counters`, one identity
+/// at a time, never a listing of every key).
+pub(super) async fn peek_state(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let live_config = app.live.load();
+    let (live, identity) = match admitted_state_target(&app, &live_config, &headers, query) {
+        Ok(target) => target,
+        Err(refusal) => return *refusal,
+    };
+    let peek = Check::new(&live.plan, &identity, 0).uncounted();
+    let decided = app.limiter.decide(&[peek]).await;
+    match decided.decisions.first() {
+        Some(decision) => {
+            let mut body = String::with_capacity(160);
+            write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+            json_response(body)
+        }
+        None => Problem::unavailable("the limiter could not decide: the store answered nothing")
+            .into_response(),
+    }
+}
+
+/// `DELETE /v1/state?policy=P&key=K`: an operator resets one identity —
+/// its state is forgotten, so it starts afresh as a new identity does.
+/// Logged and counted (`tollgate_state_resets_total`).
+pub(super) async fn reset_state(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let live_config = app.live.load();
+    let (live, identity) = match admitted_state_target(&app, &live_config, &headers, query) {
+        Ok(target) => target,
+        Err(refusal) => return *refusal,
+    };
+    let policy = live.serve.policy.name();
+    match app.limiter.forget_plan(&live.plan, &identity).await {
+        Ok(existed) => {
+            app.metrics
+                .state_resets
+                .get_or_create(&PolicyLabels {
+                    policy: policy.to_owned(),
+                })
+                .inc();
+            tracing::info!(policy, %identity, existed, "an operator reset an identity (DELETE /v1/state)");
+            json_response(format!(
+                "{{\"policy\":\"{policy}\",\"reset\":true,\"had_state\":{existed}}}"
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(policy, %identity, error = %e, "an identity could not be reset: the store did not answer");
+            Problem::unavailable("the identity could not be reset: its store did not answer")
+                .into_response()
+        }
+    }
+}
+
+/// The loaded policies, their stores and Envoy rules, as `tollgate explain`
+/// shows them (admin token).
+pub(super) async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let live_config = app.live.load();
+    if let Some(refusal) = admin_refusal(&app, &live_config, &headers, "policies") {
+        return refusal;
+    }
+    let list: Vec<serde_json::Value> = live_config
+        .policies
+        .iter()
+        .map(|live| crate::explain::policy_json(&live.serve, &live_config.config.stores))
+        .collect();
+    let body = serde_json::json!({
+        "config_hash": live_config.config.hash,
+        "ratelimit_headers": crate::ratelimit_fields::ratelimit_draft::VERSION,
+        "store": crate::explain::store_json(&live_config.config.stores.list[0].1),
+        "stores": crate::explain::stores_json(&live_config.config.stores),
+        "policies": list,
+        "envoy_rules": crate::explain::envoy_rules_json(&live_config.config.envoy),
+    });
+    json_response(body.to_string())
+}
+
+/// The identities behind each policy's most decisions and rejections in
+/// the last whole window (admin token): who is hot, even under its limit.
+/// Secret identity parts show only as their keyed hash, as everywhere.
+pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let live_config = app.live.load();
+    if let Some(refusal) = admin_refusal(&app, &live_config, &headers, "hot") {
+        return refusal;
+    }
+    let now_ms = app.limiter.clock().now_ms();
+    let window_ms = tollgate_limiter::HOT_WINDOW_MS;
+    let started_ms = now_ms - now_ms % window_ms;
+    // Rates over the window's length, or what of the current one passed
+    // (at least a second, so a fresh window does not inflate them).
+    let list = |entries: &[(String, u64)], what: &str, over_ms: u64| -> Vec<serde_json::Value> {
+        let seconds = over_ms.max(1_000) as f64 / 1000.0;
+        entries
+            .iter()
+            .map(|(identity, n)| {
+                serde_json::json!({
+                    "identity": identity,
+                    what: n,
+                    "per_second": (*n as f64 / seconds * 1000.0).round() / 1000.0,
+                })
+            })
+            .collect()
+    };
+    let elapsed_ms = now_ms - started_ms;
+    let policies: Vec<serde_json::Value> = app
+        .metrics
+        .limiter
+        .hot
+        .report(now_ms)
+        .iter()
+        .map(|(policy, report)| {
+            serde_json::json!({
+                "policy": policy,
+                "by_decisions": list(&report.decisions, "decisions", window_ms),
+                "by_rejections": list(&report.rejections, "rejections", window_ms),
+                "now": {
+                    "by_decisions": list(&report.current_decisions, "decisions", elapsed_ms),
+                    "by_rejections": list(&report.current_rejections, "rejections", elapsed_ms),
+                },
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "window_ms": window_ms,
+        "window_start_ms": started_ms.saturating_sub(window_ms),
+        "now_start_ms": started_ms,
+        "top": tollgate_limiter::HOT_IDENTITIES,
+        "policies": policies,
+    });
+    json_response(body.to_string())
+}
+
+/// Live: the process answers.
+pub(super) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready means "can answer every policy per its failure mode", which a
+/// serving instance always can: with its store down, each policy fails open,
+/// fails closed or decides locally, as configured. So a store outage never
+/// fails readiness — an orchestrator pulling every instance at once would
+/// override those failure modes and take the service down. The store's
+/// state is a field here and the `tollgate_store_up` gauge.
+pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let store = match app.limiter.store_answers().await {
+        Ok(()) => "up",
+        Err(e) => {
+            tracing::debug!(error = %e, "readiness: the store did not answer its ping");
+            "down"
+        }
+    };
+    json_response(format!("{{\"ready\":true,\"store\":\"{store}\"}}"))
+}
+
+/// The OpenMetrics exposition (metrics token).
+pub(super) async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if !app
+        .live
+        .load()
+        .config
+        .tokens
+        .admits_headers(Guarded::Metrics, &headers)
+    {
+        return unauthorized(&app, Guarded::Metrics, "metrics");
+    }
+    app.limiter.maintain_gauges();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+        .into_response()
+}
