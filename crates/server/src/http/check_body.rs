@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 use tollgate_core::Identity;
 
+use super::key::{parts_identity, value_identity};
 use super::response::Problem;
 
 /// The body's fields as [`CheckBody`] declares them, in its order.
@@ -220,19 +221,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for KeyJson<'a> {
 
 impl KeyJson<'_> {
     pub(super) fn identity(&self, max_key_bytes: usize) -> Result<Identity, Problem> {
-        let identity = match self {
-            KeyJson::Value(v) if v.is_empty() => {
-                return Err(Problem::unprocessable("key must not be empty"));
+        match self {
+            KeyJson::Value(v) => value_identity(v, max_key_bytes),
+            KeyJson::Parts(parts) => {
+                parts_identity(parts.iter().map(|(k, v)| (&**k, &**v)), max_key_bytes)
             }
-            KeyJson::Value(v) => Identity::value(v),
-            KeyJson::Parts(parts) => Identity::composite(parts.iter().map(|(k, v)| (&**k, &**v)))
-                .map_err(|e| Problem::unprocessable(format!("key: {e}")))?,
-        };
-        if identity.as_bytes().len() > max_key_bytes {
-            return Err(Problem::too_large(format!(
-                "key is longer than {max_key_bytes} bytes"
-            )));
         }
-        Ok(identity)
     }
 }

@@ -30,6 +30,7 @@ mod operations;
 mod body;
 mod check_body;
 mod check_fault;
+mod key;
 pub(crate) mod linger;
 pub(crate) mod request;
 pub(crate) mod request_id;

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use tollgate_core::Identity;
 
 use super::check::write_decision;
+use super::key::{parts_identity, value_identity};
 use super::response::Problem;
 use super::{json_response, refuse, unauthorized, unknown_policy};
 use crate::app::App;
@@ -64,11 +65,11 @@ fn state_target<'c>(
     let live = live_config
         .policy(name)
         .ok_or_else(|| unknown_policy(name))?;
+    let max = live_config.config.server.max_key_bytes;
     let identity = match (value, parts.is_empty()) {
-        (Some(""), _) => return Err(Problem::unprocessable("key must not be empty")),
-        (Some(v), true) => Identity::value(v),
-        (None, false) => Identity::composite(parts.iter().copied())
-            .map_err(|e| Problem::unprocessable(format!("key: {e}")))?,
+        (Some(""), _) => value_identity("", max)?,
+        (Some(v), true) => value_identity(v, max)?,
+        (None, false) => parts_identity(parts.iter().copied(), max)?,
         (Some(_), false) => {
             return Err(Problem::unprocessable(
                 "give key or key.NAME parts, not both",
@@ -76,12 +77,6 @@ fn state_target<'c>(
         }
         (None, true) => return Err(Problem::unprocessable("missing parameter key")),
     };
-    let max = live_config.config.server.max_key_bytes;
-    if identity.as_bytes().len() > max {
-        return Err(Problem::too_large(format!(
-            "key is longer than {max} bytes"
-        )));
-    }
     Ok((live, identity))
 }
 
