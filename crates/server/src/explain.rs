@@ -12,7 +12,9 @@ use tollgate_store::{OnStoreFailure, RedisConfig, local_policy};
 
 use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
 use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};
-use crate::scope::{Scope, Stores};
+use crate::scope::Stores;
+
+mod scope;
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.
 pub fn describe_policy(policy: &Policy) -> String {
@@ -227,188 +229,80 @@ struct Explained {
     json: Value,
 }
 
-/// What `factor` copies of `policy` admit, in the policy's own units: a
-/// window's count per window, a bucket's burst then its refill rate.
-fn admits(policy: &Policy, factor: u64) -> String {
-    match policy.limits() {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => format!(
-            "a burst of {} then {} per {}",
-            r.capacity().saturating_mul(factor),
-            r.tokens().saturating_mul(factor),
-            format_duration_ms(r.per_ms())
-        ),
-        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => format!(
-            "{} per {}",
-            w.limit().saturating_mul(factor),
-            format_duration_ms(w.window_ms())
-        ),
-    }
-}
-
+/// One policy explained: what its scope promises, then what holds whatever
+/// the scope (shards, hot leases, a failing store, the state it keeps, its
+/// request ids).
 fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
     let declared = &serve.declared;
-    let limit = declared.limits().limit();
-    let one = admits(declared, 1);
-    let deployment = &config.deployment;
     let (role, settings) = &config.stores.list[serve.store];
     let redis = match settings {
         StoreSettings::Redis(redis) => Some(redis.as_ref()),
         StoreSettings::Memory { .. } => None,
     };
-    let regions = deployment.regions.len() as u64;
-    let mut split_text = None;
-    let mut json_split = Value::Null;
-    let mut lease_text = None;
-    let mut json_lease = Value::Null;
-    let (scope_text, bound_text, at_most): (String, String, Option<u64>) = match &serve.scope {
-        Scope::Instance => {
-            let n = deployment.instances();
-            (
-                "instance: each tollgate process decides alone, on its memory store.".into(),
-                match n {
-                    Some(n) => format!(
-                        "at most {n} × the limit: {}, across the {n} instance{} `regions:` lists.",
-                        admits(declared, n),
-                        plural(n)
-                    ),
-                    None => format!(
-                        "at most N × the limit ({one}) for N tollgate processes (list `regions:` with their instances to state N)."
-                    ),
-                },
-                n.map(|n| n.saturating_mul(limit)),
-            )
-        }
-        Scope::Region => (
-            format!("region: each region decides alone, on its regional store ({role})."),
-            if regions > 0 {
-                format!(
-                    "at most {regions} × the limit: {}, across the {regions} region{} `regions:` lists.",
-                    admits(declared, regions),
-                    plural(regions)
-                )
-            } else {
-                format!("at most R × the limit ({one}) for R regions (list `regions:` to state R).")
-            },
-            (regions > 0).then(|| regions.saturating_mul(limit)),
-        ),
-        Scope::Split { weights } => {
-            let w: Vec<u64> = weights.iter().map(|(_, w)| *w).collect();
-            let shares = split_shares(limit, &w);
-            let listed: Vec<String> = weights
-                .iter()
-                .zip(&shares)
-                .map(|((r, _), s)| format!("{r} {s}"))
-                .collect();
-            let this = deployment.region.as_deref().unwrap_or("?");
-            let largest = shares.iter().copied().max().unwrap_or(0);
-            split_text = Some(format!(
-                "shares of {limit}: {} (largest remainder, ties to the first region by name; they sum to {limit}; a bucket's refill splits exactly by weight); this instance ({this}) enforces {}. With all traffic in one region at most its share is admitted: at least {} of the {limit} strands in the quiet regions (what a busy region's share turns away: tollgate_split_turned_away_units_total).",
-                listed.join(", "),
-                admits(&serve.policy, 1),
-                limit - largest.min(limit)
-            ));
-            json_split = json!({
-                "shares": weights.iter().zip(&shares).map(|((r, _), s)| (r.clone(), json!(s))).collect::<serde_json::Map<_, _>>(),
-                "this_region": deployment.region,
-                "enforced_here": serve.policy.limits().limit(),
-                "stranded_when_one_region_is_busy_at_least": limit - largest.min(limit),
-            });
-            (
-                format!(
-                    "split: each region enforces its fixed share alone, on its regional store ({role})."
-                ),
-                format!("at most the limit, {one}: the shares never sum above it."),
-                Some(limit),
-            )
-        }
-        Scope::Leased(leased) => {
-            let floors: Vec<String> = leased
-                .floors
-                .iter()
-                .map(|(r, f)| format!("{r} {f}"))
-                .collect();
-            let this = deployment.region.as_deref().unwrap_or("?");
-            let converge = leased.term_ms + leased.rest_ms + leased.renew_ms;
-            let global = config
-                .stores
-                .index("global")
-                .map(|i| &config.stores.list[i].1);
-            let ledger = match global {
-                Some(StoreSettings::Redis(g)) => format!(
-                    "{}, key {}",
-                    topology(g),
-                    tollgate_store::ledger_key(&g.prefix, declared.name())
-                ),
-                _ => "the global store".to_owned(),
-            };
-            lease_text = Some(format!(
-                "floors ({}% of {limit}, by region weight; never leased away): {}; spare {} leased by demand from the ledger in the global store ({ledger}), for a term of {}, renewed every {}; units one region lets go rest {} (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within term + rest + renew = {}. This instance ({this}) spends its floor {} plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least {} of the {limit} unused).",
-                leased.floor_percent,
-                floors.join(", "),
-                leased.spare,
-                format_duration_ms(leased.term_ms),
-                format_duration_ms(leased.renew_ms),
-                format_duration_ms(leased.rest_ms),
-                format_duration_ms(converge),
-                leased.floor_of(this),
-                leased.spare,
-            ));
-            json_lease = json!({
-                "floors": leased.floors.iter().map(|(r, f)| (r.clone(), json!(f))).collect::<serde_json::Map<_, _>>(),
-                "floor_percent": leased.floor_percent,
-                "spare": leased.spare,
-                "term_ms": leased.term_ms,
-                "renew_ms": leased.renew_ms,
-                "rest_ms": leased.rest_ms,
-                "converges_within_ms": converge,
-                "this_region": deployment.region,
-                "floor_here": leased.floor_of(this),
-            });
-            (
-                format!(
-                    "leased: each region spends its floor and a share leased from a ledger in the global store, deciding on its regional store ({role})."
-                ),
-                format!(
-                    "at most the limit, {one}: floors and live leases never sum above it, and units moving between regions rest first."
-                ),
-                Some(limit),
-            )
-        }
-        Scope::Global => {
-            let topology = redis.map_or("memory", topology);
-            let text = match topology {
-                "sentinel" => format!(
-                    "the limit, {one}, while the master lives; a Sentinel failover forgets what the old master acknowledged but had not replicated, so up to the decisions of the replication lag more (Redis replication is asynchronous: not bounded by tollgate)."
-                ),
-                "cluster" => format!(
-                    "the limit, {one}, exact (a request whose checks span Cluster slots may be rejected after some slots consumed, never admitted beyond a limit: docs/redis.md)."
-                ),
-                _ => format!(
-                    "the limit, {one}, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit)."
-                ),
-            };
-            (
-                format!("global: every decision on the global store ({role}, redis {topology})."),
-                text,
-                (topology != "sentinel").then_some(limit),
-            )
-        }
-    };
+    let promise = scope::promise(config, serve, role, redis);
+    let (split_text, json_split) = promise.split;
+    let (lease_text, json_lease) = promise.lease;
     let (shards_text, json_shards) = shards(serve);
-    let (hot_lease_text, json_hot_lease) = hot_lease(serve, deployment.instances());
+    let (hot_lease_text, json_hot_lease) = hot_lease(serve, config.deployment.instances());
+    let failure_text = failure_text(serve, role, settings, redis);
+    let state_text = state_text(declared, redis);
+    let ids_text = ids_text(serve, redis);
+    let json = json!({
+        "name": serve.scope.name(),
+        "store": role,
+        "bound": {
+            "limit": declared.limits().limit(),
+            "window_ms": declared.limits().window_ms(),
+            "admitted_at_most": promise.at_most,
+            "text": promise.bound_text,
+        },
+        "split": json_split,
+        "lease": json_lease,
+        "shards": json_shards,
+        "hot_lease": json_hot_lease,
+        "state": state_text,
+        "request_ids": ids_text,
+    });
+    Explained {
+        scope_text: promise.scope_text,
+        bound_text: promise.bound_text,
+        split_text,
+        lease_text,
+        shards_text,
+        hot_lease_text,
+        failure_text,
+        state_text,
+        ids_text,
+        json,
+    }
+}
+
+/// What the policy does while its store cannot decide, and when a Redis
+/// counts as down.
+fn failure_text(
+    serve: &ServePolicy,
+    role: &str,
+    settings: &StoreSettings,
+    redis: Option<&RedisConfig>,
+) -> String {
     let (mode, while_degraded) = degraded(serve, settings);
-    let failure_text = match redis {
+    match redis {
         None => format!("{while_degraded}."),
         Some(redis) => format!(
             "{mode} (its {role} store down, or slower than {}): {while_degraded}.",
             format_duration_ms(redis.timeout_ms)
         ),
-    };
+    }
+}
+
+/// The state a policy keeps per identity: where, for how long, how large
+/// (the bytes are docs/benchmarks.md's figures).
+fn state_text(declared: &Policy, redis: Option<&RedisConfig>) -> String {
     let bytes = match declared.algorithm() {
         tollgate_core::Algorithm::Gcra => 72,
         _ => 120,
     };
-    let state_text = match redis {
+    match redis {
         None => "one slot of the memory store per identity (128 bytes), forgotten once idle past its reset.".to_owned(),
         Some(redis) => format!(
             "key {}:{}:{}:{{<identity>}} with a TTL of the time to refill/forget it + {}; about {bytes} bytes per identity in Redis{}.",
@@ -422,35 +316,6 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
                 ""
             }
         ),
-    };
-    let ids_text = ids_text(serve, redis);
-    let json = json!({
-        "name": serve.scope.name(),
-        "store": role,
-        "bound": {
-            "limit": limit,
-            "window_ms": declared.limits().window_ms(),
-            "admitted_at_most": at_most,
-            "text": bound_text,
-        },
-        "split": json_split,
-        "lease": json_lease,
-        "shards": json_shards,
-        "hot_lease": json_hot_lease,
-        "state": state_text,
-        "request_ids": ids_text,
-    });
-    Explained {
-        scope_text,
-        bound_text,
-        split_text,
-        lease_text,
-        shards_text,
-        hot_lease_text,
-        failure_text,
-        state_text,
-        ids_text,
-        json,
     }
 }
 
