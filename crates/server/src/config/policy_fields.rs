@@ -84,7 +84,7 @@ impl HotLeaseRule {
 /// The most shards a policy may split an identity over.
 const MAX_SHARDS: u64 = 256;
 
-/// `policies`: each entry a core policy (which must be new to the set)
+/// `policies`: each entry a core policy (its name unique in the set)
 /// and the server's fields on it.
 pub(super) fn parse_policies(
     list: &[Value],
