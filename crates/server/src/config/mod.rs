@@ -17,11 +17,11 @@ mod stores;
 
 pub use document::Overrides;
 pub use policy_fields::{HotLeaseRule, ServePolicy};
-pub use regions::{Deployment, Region};
+pub use regions::{Deployment, REGION_ENV, Region};
 pub use request_shaping::{CostRule, IdentityPart};
 pub use retry::RetryRule;
 pub use server::{ForwardAuth, ServerSettings};
-pub use stores::{StoreSettings, Stores};
+pub use stores::{STORE_ROLES, StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,7 +36,6 @@ use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
 use document::{parse_doc, replace_store};
-use regions::REGION_ENV;
 
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use super::doc;
 
 /// The environment variable naming this instance's region (below
 /// `--region`, above the file's `region:`).
-pub(crate) const REGION_ENV: &str = "TOLLGATE_REGION";
+pub const REGION_ENV: &str = "TOLLGATE_REGION";
 
 /// One region of the deployment, as `regions:` describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

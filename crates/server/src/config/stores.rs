@@ -12,7 +12,7 @@ use super::regions::{Deployment, REGION_ENV};
 
 /// The stores' roles, in the order the limiter asks them: the cheapest
 /// first, so a local rejection never pays a round trip.
-pub(crate) const STORE_ROLES: [&str; 3] = ["local", "regional", "global"];
+pub const STORE_ROLES: [&str; 3] = ["local", "regional", "global"];
 
 /// Where state lives.
 #[derive(Debug, Clone)]
