@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use tollgate_core::Clock;
 
-use crate::config::{ConfigLoadError, Overrides, ServeConfig, ServerSettings, StoreSettings};
+use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
 use crate::limiter::{Backend, Limiter};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
@@ -36,39 +36,6 @@ pub enum ReloadError {
     /// and the policies' stores depend on both, so nothing of it applies.
     #[error("{0} changed and needs a restart; nothing of the new config was applied")]
     NeedsRestart(&'static str),
-}
-
-/// The `server` settings read once at start (listeners, workers, limits of
-/// a request's head, TLS): a reload that changes one keeps its running
-/// value, applies the rest, and says the setting needs a restart.
-pub fn start_only_changes(running: &ServerSettings, new: &ServerSettings) -> Vec<&'static str> {
-    let mut changed = Vec::new();
-    let mut differs = |name, yes: bool| {
-        if yes {
-            changed.push(name);
-        }
-    };
-    differs("server.listen", running.listen != new.listen);
-    differs("server.grpc_listen", running.grpc_listen != new.grpc_listen);
-    differs(
-        "server.http_workers",
-        running.http_workers != new.http_workers,
-    );
-    differs(
-        "server.max_connections",
-        running.max_connections != new.max_connections,
-    );
-    differs(
-        "server.request_timeout_ms",
-        running.request_timeout_ms != new.request_timeout_ms,
-    );
-    differs("server.max_headers", running.max_headers != new.max_headers);
-    differs(
-        "server.max_header_bytes",
-        running.max_header_bytes != new.max_header_bytes,
-    );
-    differs("server.tls", running.tls != new.tls);
-    changed
 }
 
 /// What a valid reload did.
@@ -201,17 +168,10 @@ impl App {
             tracing::warn!("{warning}");
         }
         let running = &current.config.server;
-        let needs_restart = start_only_changes(running, &config.server);
+        let needs_restart = running.start_only_changes(&config.server);
         // The live config says what runs: the listeners, workers and TLS
         // opened at start.
-        config.server.listen = running.listen.clone();
-        config.server.grpc_listen = running.grpc_listen.clone();
-        config.server.http_workers = running.http_workers;
-        config.server.max_connections = running.max_connections;
-        config.server.request_timeout_ms = running.request_timeout_ms;
-        config.server.max_headers = running.max_headers;
-        config.server.max_header_bytes = running.max_header_bytes;
-        config.server.tls = running.tls.clone();
+        config.server.keep_start_only(running);
         config.tls = current.config.tls.clone();
         let next = LiveConfig::new(config, &self.metrics, Some(&current));
         self.live.store(Arc::new(next));

@@ -32,7 +32,7 @@ pub mod failure_mode;
 pub mod listen;
 pub mod matching;
 pub mod request_path;
-pub mod scope;
+pub use config::scope;
 pub mod tls;
 pub mod tokens;
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::matching::TrailingSlash;
 
 fn with_match(m: &str) -> Result<ServeConfig, String> {
     let yaml = format!(

@@ -71,32 +71,108 @@ pub(super) fn read_rule(
     full_key: &str,
     shadow_mode: bool,
 ) -> Result<Option<Rule>, RulesError> {
-    let rate_limit = match fields.get("rate_limit") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(m)) => Some(m),
-        Some(other) => {
-            return Err(src.err(
-                &format!("{here}.rate_limit"),
-                format!("must be a mapping, got {}", describe(other)),
-            ));
-        }
-    };
-    let extension = match fields.get("tollgate") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(m)) => Some(m),
-        Some(other) => {
-            return Err(src.err(
-                &format!("{here}.tollgate"),
-                format!("must be a mapping, got {}", describe(other)),
-            ));
-        }
-    };
+    let rate_limit = mapping(src, fields, here, "rate_limit")?;
+    let extension = mapping(src, fields, here, "tollgate")?;
     if rate_limit.is_none() && extension.is_none() {
         return Ok(None);
     }
     let rl_path = format!("{here}.rate_limit");
     let empty = Map::new();
-    let rl = rate_limit.unwrap_or(&empty);
+    let rl = read_rate_limit(src, rate_limit.unwrap_or(&empty), &rl_path)?;
+    let unit = rl.unit;
+    let mut rule = Rule {
+        domain: src.domain.to_owned(),
+        key: full_key.to_owned(),
+        kind: RuleKind::Unlimited,
+        name: rl.name,
+        replaces: rl.replaces,
+        shadow_mode,
+        requests_per_unit: rl.requests_per_unit,
+        unit: unit.unwrap_or(Unit::Second),
+        on_store_failure: None,
+    };
+    if rl.unlimited {
+        if unit.is_some() {
+            return Err(src.err(
+                &rl_path,
+                "should not specify rate limit unit when unlimited",
+            ));
+        }
+        if extension.is_some() {
+            return Err(src.err(
+                &format!("{here}.tollgate"),
+                "an unlimited descriptor takes no tollgate settings",
+            ));
+        }
+        return Ok(Some(rule));
+    }
+    if let Some(ext) = extension {
+        extend(
+            src,
+            &mut rule,
+            ext,
+            rate_limit.is_some().then_some(unit).flatten(),
+            here,
+        )?;
+        return Ok(Some(rule));
+    }
+    let unit = unit.ok_or_else(|| {
+        src.err(
+            &format!("{rl_path}.unit"),
+            format!(
+                "invalid rate limit unit {:?} (expected: second, minute, hour, day, week, month, year)",
+                rl.unit_text
+            ),
+        )
+    })?;
+    rule.kind = match Window::new(u64::from(rule.requests_per_unit), unit.ms()) {
+        Some(window) => RuleKind::Limited {
+            policy: Policy::new(
+                policy_name(src.domain, full_key),
+                Limits::FixedWindow(window),
+            ),
+            bound: None,
+        },
+        None => RuleKind::Blocked { unit },
+    };
+    Ok(Some(rule))
+}
+
+/// The descriptor's `key` section (`rate_limit` or `tollgate`): a mapping,
+/// or absent.
+fn mapping<'f>(
+    src: &Reading<'_>,
+    fields: &'f Map<String, Value>,
+    here: &str,
+    key: &str,
+) -> Result<Option<&'f Map<String, Value>>, RulesError> {
+    match fields.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(other) => Err(src.err(
+            &format!("{here}.{key}"),
+            format!("must be a mapping, got {}", describe(other)),
+        )),
+    }
+}
+
+/// A descriptor's `rate_limit` as written, each field checked alone.
+struct RateLimit {
+    unlimited: bool,
+    /// `unit` as written, for the message when it is no unit.
+    unit_text: String,
+    unit: Option<Unit>,
+    requests_per_unit: u32,
+    name: Option<String>,
+    replaces: Vec<String>,
+}
+
+/// Reads `rate_limit` (at `rl_path`): its keys, then each field in turn.
+fn read_rate_limit(
+    src: &Reading<'_>,
+    rl: &Map<String, Value>,
+    rl_path: &str,
+) -> Result<RateLimit, RulesError> {
     if let Some(unknown) = rl.keys().find(|k| !RATE_LIMIT_KEYS.contains(&k.as_str())) {
         return Err(src.err(
             &format!("{rl_path}.{unknown}"),
@@ -135,40 +211,28 @@ pub(super) fn read_rule(
     let name = string_field(rl, "name")
         .map_err(|r| src.err(&format!("{rl_path}.name"), r))?
         .filter(|n| !n.is_empty());
-    let replaces = match rl.get("replaces") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(list)) => {
-            let mut names = Vec::with_capacity(list.len());
-            for (i, item) in list.iter().enumerate() {
-                let item_path = format!("{rl_path}.replaces[{i}]");
-                let entry = item.as_object().ok_or_else(|| {
-                    src.err(
-                        &item_path,
-                        format!("must be a mapping with `name`, got {}", describe(item)),
-                    )
-                })?;
-                if let Some(unknown) = entry.keys().find(|k| k.as_str() != "name") {
-                    return Err(src.err(
-                        &format!("{item_path}.{unknown}"),
-                        "unknown key (expected: name)",
-                    ));
-                }
-                let replaced = string_field(entry, "name")
-                    .map_err(|r| src.err(&format!("{item_path}.name"), r))?
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| {
-                        src.err(&item_path, "should not have an empty replaces entry")
-                    })?;
-                if name.as_deref() == Some(replaced.as_str()) {
-                    return Err(src.err(
-                        &item_path,
-                        "replaces should not contain name of same descriptor",
-                    ));
-                }
-                names.push(replaced);
-            }
-            names
-        }
+    let replaces = read_replaces(src, rl.get("replaces"), rl_path, name.as_deref())?;
+    Ok(RateLimit {
+        unlimited,
+        unit_text,
+        unit,
+        requests_per_unit,
+        name,
+        replaces,
+    })
+}
+
+/// `rate_limit.replaces`: the names of the rules this one replaces, none
+/// of them empty or its own `name`.
+fn read_replaces(
+    src: &Reading<'_>,
+    value: Option<&Value>,
+    rl_path: &str,
+    name: Option<&str>,
+) -> Result<Vec<String>, RulesError> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
         Some(other) => {
             return Err(src.err(
                 &format!("{rl_path}.replaces"),
@@ -176,61 +240,34 @@ pub(super) fn read_rule(
             ));
         }
     };
-    let mut rule = Rule {
-        domain: src.domain.to_owned(),
-        key: full_key.to_owned(),
-        kind: RuleKind::Unlimited,
-        name,
-        replaces,
-        shadow_mode,
-        requests_per_unit,
-        unit: unit.unwrap_or(Unit::Second),
-        on_store_failure: None,
-    };
-    if unlimited {
-        if unit.is_some() {
+    let mut names = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        let item_path = format!("{rl_path}.replaces[{i}]");
+        let entry = item.as_object().ok_or_else(|| {
+            src.err(
+                &item_path,
+                format!("must be a mapping with `name`, got {}", describe(item)),
+            )
+        })?;
+        if let Some(unknown) = entry.keys().find(|k| k.as_str() != "name") {
             return Err(src.err(
-                &rl_path,
-                "should not specify rate limit unit when unlimited",
+                &format!("{item_path}.{unknown}"),
+                "unknown key (expected: name)",
             ));
         }
-        if extension.is_some() {
+        let replaced = string_field(entry, "name")
+            .map_err(|r| src.err(&format!("{item_path}.name"), r))?
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| src.err(&item_path, "should not have an empty replaces entry"))?;
+        if name == Some(replaced.as_str()) {
             return Err(src.err(
-                &format!("{here}.tollgate"),
-                "an unlimited descriptor takes no tollgate settings",
+                &item_path,
+                "replaces should not contain name of same descriptor",
             ));
         }
-        return Ok(Some(rule));
+        names.push(replaced);
     }
-    if let Some(ext) = extension {
-        extend(
-            src,
-            &mut rule,
-            ext,
-            rate_limit.is_some().then_some(unit).flatten(),
-            here,
-        )?;
-        return Ok(Some(rule));
-    }
-    let unit = unit.ok_or_else(|| {
-        src.err(
-            &format!("{rl_path}.unit"),
-            format!(
-                "invalid rate limit unit {unit_text:?} (expected: second, minute, hour, day, week, month, year)"
-            ),
-        )
-    })?;
-    rule.kind = match Window::new(u64::from(requests_per_unit), unit.ms()) {
-        Some(window) => RuleKind::Limited {
-            policy: Policy::new(
-                policy_name(src.domain, full_key),
-                Limits::FixedWindow(window),
-            ),
-            bound: None,
-        },
-        None => RuleKind::Blocked { unit },
-    };
-    Ok(Some(rule))
+    Ok(names)
 }
 
 /// Applies the `tollgate` extension: another algorithm (its numbers

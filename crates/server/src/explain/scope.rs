@@ -8,8 +8,9 @@ use tollgate_core::{Limits, Policy, format_duration_ms, split_shares};
 use tollgate_store::RedisConfig;
 
 use super::{plural, topology};
+use crate::config::Deployment;
 use crate::config::{ServeConfig, ServePolicy, StoreSettings};
-use crate::scope::{Deployment, Leased, Scope};
+use crate::scope::{Leased, Scope};
 
 /// What `serve`'s scope promises, deciding on the store `role` (`redis`
 /// when that store is a Redis).

@@ -1,0 +1,292 @@
+//! `tollgate serve`'s config: the core's policies plus what a proxy needs
+//! (`match`, `identity`, `cost`), the `server` settings and the `store`.
+//! Every fault is reported with the policy and field it concerns.
+//!
+//! [`ServeConfig`] is loaded here; each part of the document is read in a
+//! file of its own: `document` (the whole, in order), `server`, `regions`,
+//! `stores`, `scope`, `policy_fields` (with `request_shaping` and `retry`).
+
+mod document;
+mod policy_fields;
+mod regions;
+mod request_shaping;
+mod retry;
+pub mod scope;
+mod server;
+mod stores;
+
+pub use document::Overrides;
+pub use policy_fields::{HotLeaseRule, ServePolicy};
+pub use regions::{Deployment, REGION_ENV, Region};
+pub use request_shaping::{CostRule, IdentityPart};
+pub use retry::RetryRule;
+pub use server::{ForwardAuth, ServerSettings};
+pub use stores::{STORE_ROLES, StoreSettings, Stores};
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tollgate_core::{
+    ConfigError, Policy, PolicySet, SecretHasher, describe, parse_yaml, parse_yaml_named,
+};
+
+use crate::envoy_rules::EnvoyRules;
+use crate::matching::Matcher;
+use crate::tls::EdgeTls;
+use crate::tokens::EndpointTokens;
+use document::{parse_doc, replace_store};
+
+/// Why a config file was not loaded; every message starts with the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigLoadError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The config file.
+        path: String,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The file is not a valid config.
+    #[error("{path}: {source}")]
+    Invalid {
+        /// The config file.
+        path: String,
+        /// What is wrong, and where.
+        source: ConfigError,
+    },
+    /// `server.tls`'s certificate or key could not be used.
+    #[error("{path}: {source}")]
+    Tls {
+        /// The config file.
+        path: String,
+        /// Which file, and why.
+        source: crate::tls::TlsError,
+    },
+    /// An envoyproxy/ratelimit file the config names is not valid.
+    #[error("{path}: envoy_ratelimit_configs: {source}")]
+    Envoy {
+        /// The config file.
+        path: String,
+        /// Which rule file, and what is wrong in it.
+        source: crate::envoy_rules::RulesError,
+    },
+}
+
+/// `server.tls` is set, but its files were never read: a config parsed
+/// from text alone (`ServeConfig::parse`) cannot serve TLS.
+#[derive(Debug, thiserror::Error)]
+#[error("server.tls is set but its files were not read (load the config from its file)")]
+pub struct TlsNotLoaded;
+
+/// A whole, validated config.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The `server` section.
+    pub server: ServerSettings,
+    /// The stores by role (`store:` alone is one of them).
+    pub stores: Stores,
+    /// This instance's region and the regions there are.
+    pub deployment: Deployment,
+    /// A hash of the stores and the region: a reload may not change them.
+    pub store_hash: String,
+    /// The policies as the server applies them, in the file's order.
+    pub policies: Vec<ServePolicy>,
+    /// The policies as declared, as one core set.
+    pub set: PolicySet,
+    /// A short hash of the config text, to tell which config an instance runs.
+    pub hash: String,
+    /// Present when some policy hashes an API key or bearer token.
+    pub hasher: Option<SecretHasher>,
+    /// `envoy_ratelimit_configs`: envoyproxy/ratelimit files or directories,
+    /// as written (relative to the config file's directory).
+    pub envoy_ratelimit_configs: Vec<PathBuf>,
+    /// Their descriptor rules, read by [`ServeConfig::load`].
+    pub envoy: Arc<EnvoyRules>,
+    /// The bearer tokens guarding `/v1/check` (and gRPC), `/v1/policies`
+    /// and `/metrics`, from the environment; hashed, never kept raw.
+    pub tokens: EndpointTokens,
+    /// `server.tls`'s certificate and key, read by [`ServeConfig::load`].
+    pub tls: Option<EdgeTls>,
+}
+
+impl ServeConfig {
+    /// Reads, parses and validates the file at `path`, with its TLS files
+    /// and envoyproxy/ratelimit rules.
+    pub fn load(path: &Path) -> Result<Self, ConfigLoadError> {
+        // A variable that is not UTF-8 is read lossily rather than as unset:
+        // an unreadable token must be refused, not leave its endpoint open.
+        Self::load_with_env(path, |name| {
+            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
+    }
+
+    /// [`Self::load`] for an instance told its region (`--region`), which
+    /// wins over `TOLLGATE_REGION` and the file's `region:`.
+    pub fn load_in_region(path: &Path, region: Option<&str>) -> Result<Self, ConfigLoadError> {
+        let overrides = Overrides {
+            region: region.map(str::to_owned),
+            store: None,
+        };
+        Self::load_overridden(path, &overrides)
+    }
+
+    /// [`Self::load`] as `tollgate serve` was told: `--region` and
+    /// `--store` (or their environment variables) over the file's own.
+    pub fn load_overridden(path: &Path, overrides: &Overrides) -> Result<Self, ConfigLoadError> {
+        let region = overrides.region.as_deref();
+        Self::load_inner(
+            path,
+            |name| match region.filter(|_| name == REGION_ENV) {
+                Some(region) => Some(region.to_owned()),
+                None => std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
+            },
+            overrides.store.as_deref(),
+        )
+    }
+
+    /// [`Self::load`] with `env` resolving environment variables.
+    pub fn load_with_env(
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigLoadError> {
+        Self::load_inner(path, env, None)
+    }
+
+    fn load_inner(
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+        store: Option<&str>,
+    ) -> Result<Self, ConfigLoadError> {
+        let shown = || path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigLoadError::Read {
+            path: shown(),
+            source,
+        })?;
+        let parsed = parse_yaml_named(&text, &shown()).and_then(|mut doc| {
+            if let Some(store) = store {
+                replace_store(&mut doc, store)?;
+            }
+            parse_doc(&text, doc, env)
+        });
+        let mut config = parsed.map_err(|source| ConfigLoadError::Invalid {
+            path: shown(),
+            source,
+        })?;
+        if let Some(paths) = &config.server.tls {
+            let base = path.parent().unwrap_or_else(|| Path::new("."));
+            let tls = EdgeTls::load(paths, base).map_err(|source| ConfigLoadError::Tls {
+                path: shown(),
+                source,
+            })?;
+            config.tls = Some(tls);
+        }
+        if !config.envoy_ratelimit_configs.is_empty() {
+            let paths = config.envoy_paths(path);
+            let rules =
+                EnvoyRules::load(&paths, &config.set).map_err(|source| ConfigLoadError::Envoy {
+                    path: shown(),
+                    source,
+                })?;
+            // A change to an envoyproxy/ratelimit file is a config change.
+            config.hash = blake3::hash(format!("{}{}", config.hash, rules.content_hash).as_bytes())
+                .to_hex()[..16]
+                .to_owned();
+            config.envoy = Arc::new(rules);
+        }
+        Ok(config)
+    }
+
+    /// The loaded `server.tls`; an error when it is set but was not loaded
+    /// (a config from [`Self::parse`] alone cannot read its files).
+    pub fn edge_tls(&self) -> Result<Option<&EdgeTls>, TlsNotLoaded> {
+        match (&self.server.tls, &self.tls) {
+            (Some(_), None) => Err(TlsNotLoaded),
+            (_, tls) => Ok(tls.as_ref()),
+        }
+    }
+
+    /// The envoyproxy/ratelimit paths as read, relative to `config_path`.
+    pub fn envoy_paths(&self, config_path: &Path) -> Vec<PathBuf> {
+        let base = config_path.parent().unwrap_or_else(|| Path::new("."));
+        self.envoy_ratelimit_configs
+            .iter()
+            .map(|p| base.join(p))
+            .collect()
+    }
+
+    /// Parses and validates; `env` resolves environment variables.
+    pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        parse_doc(text, parse_yaml(text)?, env)
+    }
+
+    /// [`Self::parse`] for the text of file `source`, which a YAML syntax
+    /// error names (`--> tollgate.yaml:4:4`) with the lines around it.
+    pub fn parse_named(
+        text: &str,
+        source: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        parse_doc(text, parse_yaml_named(text, source)?, env)
+    }
+
+    /// What is valid but probably not meant: `validate` prints these,
+    /// `serve` logs them at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let matching: Vec<&str> = self
+            .policies
+            .iter()
+            .filter(|p| p.matcher != Matcher::default())
+            .map(|p| p.policy.name())
+            .collect();
+        if !matching.is_empty() && self.server.trusted_proxies.is_empty() {
+            warnings.push(format!(
+                "policies {} match forwarded requests, but server.trusted_proxies is empty: /v1/authorize refuses a request description ({} headers) from any peer, and client_ip is the caller's own address",
+                matching.join(", "),
+                self.server.forward_auth.family
+            ));
+        }
+        for serve in &self.policies {
+            let limit = serve.policy.limits().limit();
+            if let CostRule::Header { name, max, .. } = &serve.cost
+                && *max > limit
+            {
+                warnings.push(format!(
+                    "policy {}: cost.max {max} is above the limit {limit}: a request whose {name} header asks more than {limit} is never admitted (429 without Retry-After)",
+                    serve.policy.name()
+                ));
+            }
+        }
+        warnings
+    }
+}
+
+/// A fault in the document outside any policy.
+fn doc(message: String) -> ConfigError {
+    ConfigError::Document(message)
+}
+
+/// A fault in `field` of `policy`: `policy "x": field: reason`.
+fn field_error(policy: &Policy, field: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Field {
+        policy: policy.name().to_owned(),
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// `value` as a whole number ≥ 0, or a fault naming the policy's field.
+fn whole_number(policy: &Policy, field: &str, value: &Value) -> Result<u64, ConfigError> {
+    value.as_u64().ok_or_else(|| {
+        field_error(
+            policy,
+            field,
+            format!("must be a whole number ≥ 0, got {}", describe(value)),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,453 @@
+//! Request shaping: which requests a policy limits (`match`), whose
+//! bucket each one counts against (`identity`) and what it costs (`cost`).
+//! These are the fields forward auth and `/v1/check` read from a request.
+
+use std::collections::HashSet;
+
+use hyper::http::HeaderName;
+use serde_json::{Map, Value};
+use tollgate_core::{ConfigError, Policy, describe};
+
+use super::{field_error, whole_number};
+use crate::matching::{Matcher, PathPattern, TrailingSlash};
+use crate::request_path::normalize;
+
+/// One part of an identity, taken from the request being limited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityPart {
+    /// A header's value, as is.
+    Header(String),
+    /// An API key in a header, hashed with the identity key.
+    ApiKey(String),
+    /// The token of `Authorization: Bearer <token>`, hashed.
+    Bearer,
+    /// The client's address (forwarded only from trusted proxies).
+    ClientIp,
+    /// The request's method, upper-cased.
+    Method,
+    /// The request's path, as the policy's `match` compares it.
+    Path,
+    /// The policy's `match.path` pattern (or prefix) that matched.
+    Route,
+    /// The request's host.
+    Host,
+    /// A constant: every request shares one bucket.
+    Literal(String),
+}
+
+impl IdentityPart {
+    /// The part's name inside a composite identity.
+    pub fn name(&self) -> &str {
+        match self {
+            IdentityPart::Header(h) => h,
+            IdentityPart::ApiKey(_) => "api_key",
+            IdentityPart::Bearer => "bearer",
+            IdentityPart::ClientIp => "client_ip",
+            IdentityPart::Method => "method",
+            IdentityPart::Path => "path",
+            IdentityPart::Route => "route",
+            IdentityPart::Host => "host",
+            IdentityPart::Literal(_) => "literal",
+        }
+    }
+
+    /// Whether the part is a credential, kept only hashed.
+    pub fn is_secret(&self) -> bool {
+        matches!(self, IdentityPart::ApiKey(_) | IdentityPart::Bearer)
+    }
+
+    /// The part as written in config, for `/v1/policies`.
+    pub fn describe(&self) -> String {
+        match self {
+            IdentityPart::Header(h) => format!("header:{h}"),
+            IdentityPart::ApiKey(h) => format!("api_key:{h}"),
+            IdentityPart::Literal(v) => format!("literal:{v}"),
+            other => other.name().to_owned(),
+        }
+    }
+}
+
+/// What a request costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CostRule {
+    /// The same for every request.
+    Constant(u64),
+    /// Read from a header; `default` when absent, refused below `min`
+    /// (1 unless the config says 0: a client never chooses a free request)
+    /// and above `max`.
+    Header {
+        /// The header, lower-cased.
+        name: String,
+        /// The least cost a request may ask.
+        min: u64,
+        /// The most cost a request may ask.
+        max: u64,
+        /// The cost of a request without the header.
+        default: u64,
+    },
+}
+
+/// A policy's `match` (absent: every request).
+pub(super) fn parse_matcher(
+    policy: &Policy,
+    value: Option<&Value>,
+) -> Result<Matcher, ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(Matcher::default()),
+        Some(Value::Object(m)) => parse_match(policy, m),
+        Some(other) => Err(field_error(
+            policy,
+            "match",
+            format!("must be a mapping, got {}", describe(other)),
+        )),
+    }
+}
+
+/// A policy's `identity` (absent: the client's address): distinct parts,
+/// `route` only when `match` names one.
+pub(super) fn parse_identity(
+    policy: &Policy,
+    value: Option<&Value>,
+    matcher: &Matcher,
+) -> Result<Vec<IdentityPart>, ConfigError> {
+    let identity = match value {
+        None | Some(Value::Null) => vec![IdentityPart::ClientIp],
+        Some(Value::Array(parts)) if !parts.is_empty() => parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| parse_identity_part(policy, i, p))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => {
+            return Err(field_error(
+                policy,
+                "identity",
+                format!("must be a non-empty list of parts, got {}", describe(other)),
+            ));
+        }
+    };
+    let mut seen = HashSet::new();
+    for part in &identity {
+        if !seen.insert(part.name().to_ascii_lowercase()) {
+            return Err(field_error(
+                policy,
+                "identity",
+                format!("part {:?} appears twice", part.describe()),
+            ));
+        }
+        if *part == IdentityPart::Route && matcher.route().is_none() {
+            return Err(field_error(
+                policy,
+                "identity",
+                "part \"route\" needs match.path or match.path_prefix to name the route",
+            ));
+        }
+    }
+    Ok(identity)
+}
+
+/// A policy's `cost` (absent: 1): a constant within the limit, or read
+/// from a header.
+pub(super) fn parse_cost(policy: &Policy, value: Option<&Value>) -> Result<CostRule, ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(CostRule::Constant(1)),
+        Some(v @ Value::Number(_)) => {
+            let cost = whole_number(policy, "cost", v)?;
+            let limit = policy.limits().limit();
+            if cost > limit {
+                return Err(field_error(
+                    policy,
+                    "cost",
+                    format!(
+                        "{cost} is above the policy's limit {limit}: no request would ever be admitted"
+                    ),
+                ));
+            }
+            Ok(CostRule::Constant(cost))
+        }
+        Some(Value::Object(m)) => parse_cost_header(policy, m),
+        Some(other) => Err(field_error(
+            policy,
+            "cost",
+            format!(
+                "must be a whole number or {{header, max}}, got {}",
+                describe(other)
+            ),
+        )),
+    }
+}
+
+/// `match`'s fields; `path` and `path_prefix` exclude each other.
+fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, ConfigError> {
+    let mut matcher = Matcher::default();
+    for (key, value) in m {
+        let field = format!("match.{key}");
+        match key.as_str() {
+            "methods" => matcher.methods = Some(parse_methods(policy, &field, value)?),
+            "path_prefix" => {
+                let prefix = value
+                    .as_str()
+                    .filter(|s| s.starts_with('/'))
+                    .ok_or_else(|| {
+                        field_error(policy, &field, "must be a path starting with '/'")
+                    })?;
+                normalized(policy, &field, prefix)?;
+                matcher.path_prefix = Some(prefix.to_owned());
+            }
+            "path" => {
+                let text = value.as_str().ok_or_else(|| {
+                    field_error(
+                        policy,
+                        &field,
+                        "must be a path pattern such as \"/orders/{id}\"",
+                    )
+                })?;
+                matcher.path = Some(
+                    PathPattern::parse(text)
+                        .map_err(|reason| field_error(policy, &field, reason))?,
+                );
+                normalized(policy, &field, text)?;
+            }
+            "host" => {
+                let host = value.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+                    field_error(
+                        policy,
+                        &field,
+                        "must be a host name such as api.example.com or *.example.com",
+                    )
+                })?;
+                // `api.example.com.` is `api.example.com`, fully qualified.
+                let host = host.strip_suffix('.').unwrap_or(host);
+                matcher.host = Some(host.to_ascii_lowercase());
+            }
+            "case_insensitive" => {
+                matcher.case_insensitive = value.as_bool().ok_or_else(|| {
+                    field_error(
+                        policy,
+                        &field,
+                        format!("must be true or false, got {}", describe(value)),
+                    )
+                })?;
+            }
+            "trailing_slash" => {
+                matcher.trailing_slash = parse_trailing_slash(policy, &field, value)?;
+            }
+            _ => {
+                return Err(field_error(
+                    policy,
+                    &field,
+                    "unknown field (expected: methods, path_prefix, path, host, case_insensitive, trailing_slash)",
+                ));
+            }
+        }
+    }
+    if matcher.path.is_some() && matcher.path_prefix.is_some() {
+        return Err(field_error(
+            policy,
+            "match",
+            "give path or path_prefix, not both",
+        ));
+    }
+    Ok(matcher)
+}
+
+/// `match.methods`: a non-empty list of methods, upper-cased.
+fn parse_methods(policy: &Policy, field: &str, value: &Value) -> Result<Vec<String>, ConfigError> {
+    let list = value
+        .as_array()
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| field_error(policy, field, "must be a non-empty list of HTTP methods"))?;
+    let mut methods = Vec::with_capacity(list.len());
+    for item in list {
+        let method = item
+            .as_str()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphabetic()))
+            .ok_or_else(|| {
+                field_error(
+                    policy,
+                    field,
+                    format!("{} is not an HTTP method", describe(item)),
+                )
+            })?;
+        methods.push(method.to_ascii_uppercase());
+    }
+    Ok(methods)
+}
+
+/// `match.trailing_slash`: `ignore` or `strict`.
+fn parse_trailing_slash(
+    policy: &Policy,
+    field: &str,
+    value: &Value,
+) -> Result<TrailingSlash, ConfigError> {
+    match value.as_str() {
+        Some("ignore") => Ok(TrailingSlash::Ignore),
+        Some("strict") => Ok(TrailingSlash::Strict),
+        Some(other) => Err(field_error(
+            policy,
+            field,
+            format!("must be ignore or strict, got {other:?}"),
+        )),
+        None => Err(field_error(
+            policy,
+            field,
+            format!("must be ignore or strict, got {}", describe(value)),
+        )),
+    }
+}
+
+/// Refuses a `match` path that no request can have: requests are matched by
+/// their normalized path, so `/a//b` or `/a%20b` would silently match nothing.
+fn normalized(policy: &Policy, field: &str, path: &str) -> Result<(), ConfigError> {
+    match normalize(path) {
+        Ok(p) if p == path => Ok(()),
+        Ok(p) => Err(field_error(
+            policy,
+            field,
+            format!(
+                "{path:?} matches no request: requests are matched by their normalized path, here {p:?} (docs/config.md, How paths are normalized)"
+            ),
+        )),
+        Err(fault) => Err(field_error(policy, field, format!("{path:?}: {fault}"))),
+    }
+}
+
+/// One entry of `identity`: a bare part (`bearer`, `client_ip`…) or a
+/// one-key mapping (`header: NAME`, `api_key: HEADER`, `literal: VALUE`).
+fn parse_identity_part(
+    policy: &Policy,
+    index: usize,
+    value: &Value,
+) -> Result<IdentityPart, ConfigError> {
+    let field = format!("identity[{index}]");
+    let unknown = |what: &str| {
+        field_error(
+            policy,
+            &field,
+            format!(
+                "{what} is not an identity part (expected one of: header: NAME, api_key: HEADER, bearer, client_ip, method, path, route, host, literal: VALUE)"
+            ),
+        )
+    };
+    match value {
+        Value::String(s) => match s.as_str() {
+            "bearer" => Ok(IdentityPart::Bearer),
+            "client_ip" => Ok(IdentityPart::ClientIp),
+            "method" => Ok(IdentityPart::Method),
+            "path" => Ok(IdentityPart::Path),
+            "route" => Ok(IdentityPart::Route),
+            "host" => Ok(IdentityPart::Host),
+            other => Err(unknown(&format!("{other:?}"))),
+        },
+        Value::Object(m) if m.len() == 1 => {
+            let (kind, arg) = m.iter().next().ok_or_else(|| unknown("an empty mapping"))?;
+            let arg = arg.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+                field_error(
+                    policy,
+                    &format!("{field}.{kind}"),
+                    format!("must be a non-empty string, got {}", describe(arg)),
+                )
+            })?;
+            let header = |name: &str| -> Result<String, ConfigError> {
+                if name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                {
+                    Ok(name.to_ascii_lowercase())
+                } else {
+                    Err(field_error(
+                        policy,
+                        &format!("{field}.{kind}"),
+                        format!("{name:?} is not a header name"),
+                    ))
+                }
+            };
+            match kind.as_str() {
+                "header" => Ok(IdentityPart::Header(header(arg)?)),
+                "api_key" => Ok(IdentityPart::ApiKey(header(arg)?)),
+                "literal" => Ok(IdentityPart::Literal(arg.to_owned())),
+                other => Err(unknown(&format!("{other:?}"))),
+            }
+        }
+        other => Err(unknown(&describe(other))),
+    }
+}
+
+/// `cost: {header, min, max, default}`: read from a header, bounded.
+fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule, ConfigError> {
+    if let Some(key) = m
+        .keys()
+        .find(|k| !matches!(k.as_str(), "header" | "min" | "max" | "default"))
+    {
+        return Err(field_error(
+            policy,
+            &format!("cost.{key}"),
+            "unknown field (expected: header, min, max, default)",
+        ));
+    }
+    let name = m
+        .get("header")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            field_error(
+                policy,
+                "cost.header",
+                "missing: the header to read the cost from",
+            )
+        })?;
+    let max = match m.get("max") {
+        Some(v) => whole_number(policy, "cost.max", v)?,
+        None => {
+            return Err(field_error(
+                policy,
+                "cost.max",
+                "missing: a cost read from a header needs a maximum",
+            ));
+        }
+    };
+    if max == 0 {
+        return Err(field_error(policy, "cost.max", "must be positive"));
+    }
+    let min = match m.get("min") {
+        Some(v) => whole_number(policy, "cost.min", v)?,
+        None => 1,
+    };
+    if min > max {
+        return Err(field_error(
+            policy,
+            "cost.min",
+            format!("{min} is above cost.max {max}"),
+        ));
+    }
+    let default = match m.get("default") {
+        Some(v) => whole_number(policy, "cost.default", v)?,
+        None => min.max(1),
+    };
+    if default > max {
+        return Err(field_error(
+            policy,
+            "cost.default",
+            format!("{default} is above cost.max {max}"),
+        ));
+    }
+    if default < min {
+        return Err(field_error(
+            policy,
+            "cost.default",
+            format!("{default} is below cost.min {min}"),
+        ));
+    }
+    if HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(field_error(
+            policy,
+            "cost.header",
+            format!("{name:?} is not a header name"),
+        ));
+    }
+    Ok(CostRule::Header {
+        name: name.to_ascii_lowercase(),
+        min,
+        max,
+        default,
+    })
+}

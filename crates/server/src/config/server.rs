@@ -1,0 +1,388 @@
+//! The `server` section: listeners, limits of a request, how forwarded
+//! requests are described, TLS. Also which of these are read only at start,
+//! so a reload reports and keeps them from one table.
+
+use std::net::SocketAddr;
+
+use hyper::http::HeaderName;
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde_json::Value;
+use tollgate_core::{ConfigError, describe};
+
+use crate::listen::ListenAddress;
+use crate::tls::TlsPaths;
+
+/// The environment variable holding the key for hashing secret identity parts.
+const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
+/// More HTTP workers than this is a typo, not a machine.
+const MAX_HTTP_WORKERS: usize = 1024;
+/// Header fields a request may carry by default: what nginx, Envoy (100 of
+/// the client's by default) and Traefik forward for any real client, with
+/// room for the proxy's own.
+const DEFAULT_MAX_HEADERS: usize = 256;
+/// Bytes a request's head may take by default: nginx forwards up to its
+/// `large_client_header_buffers` (4 × 8 KiB), Envoy up to 60 KiB.
+const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Bounds on the two: more headers cost hyper an allocation a request
+/// proportional to the count.
+const MAX_HEADERS_RANGE: std::ops::RangeInclusive<usize> = 16..=8192;
+const MAX_HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 4096..=1 << 20;
+
+/// The `server` section of a config.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Where to listen when `--listen` is not given.
+    #[serde(deserialize_with = "listen")]
+    pub listen: ListenAddress,
+    /// The status of a rejection on `/v1/authorize`. nginx's `auth_request`
+    /// passes only 2xx, 401 and 403, so nginx setups use 403 and turn it
+    /// back into the 429 contract (see examples/nginx.conf).
+    pub deny_status: u16,
+    /// Peers whose `X-Forwarded-For` / `X-Real-IP`, and whose description
+    /// of the original request (`forward_auth`), are believed: CIDR networks
+    /// or single addresses.
+    #[serde(deserialize_with = "networks")]
+    pub trusted_proxies: Vec<IpNet>,
+    /// Which headers describe the original request to `/v1/authorize`:
+    /// `nginx` (the default), `traefik`, `envoy`, or `{method, uri, host}`.
+    #[serde(deserialize_with = "forward_auth")]
+    pub forward_auth: ForwardAuth,
+    /// The most header fields a request may carry, and the most bytes its
+    /// head may take: beyond them hyper answers 431 (never a fail-open
+    /// status: docs/forward-auth.md). Read at start.
+    pub max_headers: usize,
+    /// The most bytes a request's head may take (see `max_headers`). Read
+    /// at start.
+    pub max_header_bytes: usize,
+    /// The environment variable holding the secret-hashing key.
+    pub identity_key_env: String,
+    /// Largest request body accepted by `/v1/check`.
+    pub max_body_bytes: usize,
+    /// Largest encoded identity accepted.
+    pub max_key_bytes: usize,
+    /// Largest number of checks in one `/v1/check` batch.
+    pub max_checks: usize,
+    /// How often the config file is checked for changes, in ms (0: never).
+    pub watch_interval_ms: u64,
+    /// Where Envoy's rate limit service (gRPC) listens when
+    /// `--grpc-listen` is not given; absent: not served.
+    #[serde(deserialize_with = "grpc_listen")]
+    pub grpc_listen: Option<ListenAddress>,
+    /// Whether `ShouldRateLimit` answers carry the RateLimit fields (and
+    /// `Retry-After`) for Envoy to add to its response.
+    pub grpc_response_headers: bool,
+    /// HTTP worker threads, each with its own runtime (0: one per core).
+    pub http_workers: usize,
+    /// Open HTTP connections beyond which new ones are closed at once.
+    pub max_connections: usize,
+    /// The longest a request's headers, and then its body, may take to
+    /// arrive; a slower client's connection is closed (a slow body gets 408
+    /// first). Read at start, like `http_workers`.
+    pub request_timeout_ms: u64,
+    /// TLS for both listeners: PEM certificate and key files, relative to
+    /// the config file. Read at start.
+    pub tls: Option<TlsPaths>,
+    /// The header carrying a request id on `/v1/authorize` (e.g.
+    /// draft-ietf-httpapi-idempotency-key-header's `Idempotency-Key`): a
+    /// retry under the same id is charged once. Off unless named: on forward
+    /// auth the id is the *client's* header, and a client reusing one id is
+    /// admitted for one charge unless the application behind honours it.
+    #[serde(deserialize_with = "header_name")]
+    pub request_id_header: Option<HeaderName>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: ListenAddress::from(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            deny_status: 429,
+            trusted_proxies: Vec::new(),
+            forward_auth: ForwardAuth::nginx(),
+            max_headers: DEFAULT_MAX_HEADERS,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            identity_key_env: DEFAULT_IDENTITY_KEY_ENV.to_owned(),
+            max_body_bytes: 64 * 1024,
+            max_key_bytes: 1024,
+            max_checks: 16,
+            watch_interval_ms: 1000,
+            grpc_listen: None,
+            grpc_response_headers: false,
+            http_workers: 0,
+            max_connections: 16_384,
+            request_timeout_ms: 30_000,
+            tls: None,
+            request_id_header: None,
+        }
+    }
+}
+
+impl ServerSettings {
+    /// The `server` section (absent: every default), validated.
+    pub(super) fn parse(value: Option<&Value>) -> Result<Self, ConfigError> {
+        let server: ServerSettings = match value {
+            None | Some(Value::Null) => ServerSettings::default(),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| ConfigError::Document(format!("server: {e}")))?,
+        };
+        server.validate()?;
+        Ok(server)
+    }
+
+    /// Refuses settings serde accepts but that cannot serve.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.http_workers > MAX_HTTP_WORKERS {
+            return Err(ConfigError::Document(format!(
+                "server: http_workers {} is more than {MAX_HTTP_WORKERS}",
+                self.http_workers
+            )));
+        }
+        for (name, value) in [
+            ("max_body_bytes", self.max_body_bytes),
+            ("max_key_bytes", self.max_key_bytes),
+            ("max_checks", self.max_checks),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Document(format!(
+                    "server: {name} must be positive"
+                )));
+            }
+        }
+        if !MAX_HEADERS_RANGE.contains(&self.max_headers) {
+            return Err(ConfigError::Document(format!(
+                "server: max_headers {} is outside {}..={}",
+                self.max_headers,
+                MAX_HEADERS_RANGE.start(),
+                MAX_HEADERS_RANGE.end()
+            )));
+        }
+        if !MAX_HEADER_BYTES_RANGE.contains(&self.max_header_bytes) {
+            return Err(ConfigError::Document(format!(
+                "server: max_header_bytes {} is outside {}..={}",
+                self.max_header_bytes,
+                MAX_HEADER_BYTES_RANGE.start(),
+                MAX_HEADER_BYTES_RANGE.end()
+            )));
+        }
+        if self.request_timeout_ms == 0 {
+            return Err(ConfigError::Document(
+                "server: request_timeout_ms must be positive".into(),
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Document(
+                "server: max_connections must be positive".into(),
+            ));
+        }
+        if !(400..=599).contains(&self.deny_status) {
+            return Err(ConfigError::Document(format!(
+                "server: deny_status {} is not an HTTP error status (400-599)",
+                self.deny_status
+            )));
+        }
+        Ok(())
+    }
+
+    /// The start-only settings that `new` changes from these running ones,
+    /// by name (`server.listen`), in [`START_ONLY`]'s order.
+    pub(crate) fn start_only_changes(&self, new: &ServerSettings) -> Vec<&'static str> {
+        START_ONLY
+            .iter()
+            .filter(|setting| (setting.differs)(self, new))
+            .map(|setting| setting.name)
+            .collect()
+    }
+
+    /// Puts back `running`'s start-only settings: what runs is what opened
+    /// at start, whatever a reloaded file says.
+    pub(crate) fn keep_start_only(&mut self, running: &ServerSettings) {
+        for setting in &START_ONLY {
+            (setting.keep)(self, running);
+        }
+    }
+}
+
+/// A `server` setting read once at start: a reload that changes it keeps
+/// its running value, applies the rest, and says it needs a restart.
+struct StartOnly {
+    /// As a reload names it: `server.listen`.
+    name: &'static str,
+    /// Whether the running settings and new ones differ in it.
+    differs: fn(&ServerSettings, &ServerSettings) -> bool,
+    /// Copies it from the running settings into new ones.
+    keep: fn(&mut ServerSettings, &ServerSettings),
+}
+
+/// The [`StartOnly`] entries of `server` fields, each named `server.FIELD`.
+macro_rules! start_only {
+    ($($field:ident),* $(,)?) => {
+        [$(StartOnly {
+            name: concat!("server.", stringify!($field)),
+            differs: |running, new| running.$field != new.$field,
+            keep: |new, running| new.$field.clone_from(&running.$field),
+        }),*]
+    };
+}
+
+/// The settings read once at start — listeners, workers, limits of a
+/// request's head, TLS — in the order a reload reports them. Both the
+/// report and the copy-back read this one list.
+const START_ONLY: [StartOnly; 8] = start_only![
+    listen,
+    grpc_listen,
+    http_workers,
+    max_connections,
+    request_timeout_ms,
+    max_headers,
+    max_header_bytes,
+    tls,
+];
+
+/// Which headers describe the original request to `/v1/authorize`. Only
+/// these are read, and only from a peer in `trusted_proxies`: a header of
+/// another family is never believed, whoever sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardAuth {
+    /// `nginx`, `traefik`, `envoy` or `custom`, for messages and docs.
+    pub family: &'static str,
+    /// The original method; absent: the call's own method.
+    pub method: Option<HeaderName>,
+    /// The original request target; absent: the call's own path (below
+    /// `/v1/authorize/` when the proxy appends it there, as Envoy does).
+    pub uri: Option<HeaderName>,
+    /// The original host; absent: the call's own `Host`.
+    pub host: Option<HeaderName>,
+}
+
+impl ForwardAuth {
+    /// nginx `auth_request`: `X-Original-Method`, `X-Original-URI` and the
+    /// `Host` nginx sets (examples/nginx.conf).
+    pub fn nginx() -> Self {
+        Self {
+            family: "nginx",
+            method: Some(HeaderName::from_static("x-original-method")),
+            uri: Some(HeaderName::from_static("x-original-uri")),
+            host: None,
+        }
+    }
+
+    /// Traefik ForwardAuth: `X-Forwarded-Method`, `-Uri`, `-Host`.
+    pub fn traefik() -> Self {
+        Self {
+            family: "traefik",
+            method: Some(HeaderName::from_static("x-forwarded-method")),
+            uri: Some(HeaderName::from_static("x-forwarded-uri")),
+            host: Some(HeaderName::from_static("x-forwarded-host")),
+        }
+    }
+
+    /// Envoy ext_authz (HTTP): the call itself is the original request
+    /// (its method, `path_prefix` + its path, its Host); no header is read.
+    pub fn envoy() -> Self {
+        Self {
+            family: "envoy",
+            method: None,
+            uri: None,
+            host: None,
+        }
+    }
+}
+
+fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D::Error> {
+    use serde::de::Error;
+    let value = Value::deserialize(d)?;
+    match &value {
+        Value::String(name) => match name.as_str() {
+            "nginx" => Ok(ForwardAuth::nginx()),
+            "traefik" => Ok(ForwardAuth::traefik()),
+            "envoy" => Ok(ForwardAuth::envoy()),
+            other => Err(D::Error::custom(format!(
+                "forward_auth: unknown proxy {other:?} (expected nginx, traefik, envoy, or {{method, uri, host}} header names)"
+            ))),
+        },
+        Value::Object(map) => {
+            let mut custom = ForwardAuth {
+                family: "custom",
+                method: None,
+                uri: None,
+                host: None,
+            };
+            for (key, v) in map {
+                let slot = match key.as_str() {
+                    "method" => &mut custom.method,
+                    "uri" => &mut custom.uri,
+                    "host" => &mut custom.host,
+                    other => {
+                        return Err(D::Error::custom(format!(
+                            "forward_auth.{other}: unknown field (expected: method, uri, host)"
+                        )));
+                    }
+                };
+                let name = v
+                    .as_str()
+                    .and_then(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+                    .ok_or_else(|| {
+                        D::Error::custom(format!(
+                            "forward_auth.{key}: must be a header name, got {}",
+                            describe(v)
+                        ))
+                    })?;
+                *slot = Some(name);
+            }
+            if custom.uri.is_none() {
+                return Err(D::Error::custom(
+                    "forward_auth: name at least the `uri` header (method and host fall back to the call's own)",
+                ));
+            }
+            Ok(custom)
+        }
+        other => Err(D::Error::custom(format!(
+            "forward_auth: must be nginx, traefik, envoy or a mapping of header names, got {}",
+            describe(other)
+        ))),
+    }
+}
+
+fn header_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<HeaderName>, D::Error> {
+    let text = String::deserialize(d)?;
+    HeaderName::from_bytes(text.as_bytes())
+        .map(Some)
+        .map_err(|_| {
+            serde::de::Error::custom(format!("request_id_header: {text:?} is not a header name"))
+        })
+}
+
+fn listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ListenAddress, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse()
+        .map_err(|e| serde::de::Error::custom(format!("listen: {e}")))
+}
+
+fn grpc_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ListenAddress>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    text.parse()
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("grpc_listen: {e}")))
+}
+
+fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| {
+            t.parse::<IpNet>()
+                .or_else(|_| t.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "trusted_proxies: {t:?} is not an IP address or CIDR network"
+                    ))
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,81 @@
+use super::*;
+
+/// A change to one setting.
+type Edit = fn(&mut ServerSettings);
+
+/// Each start-only setting's name and a change to it alone.
+fn one_change_each() -> Vec<(&'static str, Edit)> {
+    vec![
+        ("server.listen", |s| s.listen = address("127.0.0.1:9090")),
+        ("server.grpc_listen", |s| {
+            s.grpc_listen = Some(address("127.0.0.1:8081"));
+        }),
+        ("server.http_workers", |s| s.http_workers = 3),
+        ("server.max_connections", |s| s.max_connections = 7),
+        ("server.request_timeout_ms", |s| s.request_timeout_ms = 5),
+        ("server.max_headers", |s| s.max_headers = 32),
+        ("server.max_header_bytes", |s| s.max_header_bytes = 8192),
+        ("server.tls", |s| {
+            s.tls = Some(TlsPaths {
+                cert: "cert.pem".into(),
+                key: "key.pem".into(),
+            });
+        }),
+    ]
+}
+
+fn address(text: &str) -> ListenAddress {
+    match text.parse() {
+        Ok(address) => address,
+        Err(e) => panic!("{text}: {e}"),
+    }
+}
+
+#[test]
+fn every_start_only_setting_is_covered_here() {
+    let covered: Vec<&str> = one_change_each().iter().map(|(name, _)| *name).collect();
+    let table: Vec<&str> = START_ONLY.iter().map(|setting| setting.name).collect();
+    assert_eq!(covered, table);
+}
+
+#[test]
+fn a_change_to_a_start_only_setting_is_reported_and_its_running_value_kept() {
+    let running = ServerSettings::default();
+    for (name, edit) in one_change_each() {
+        let mut new = ServerSettings::default();
+        edit(&mut new);
+        assert_ne!(new, running, "{name} changed");
+        assert_eq!(running.start_only_changes(&new), [name]);
+        new.keep_start_only(&running);
+        assert_eq!(new, running, "{name} keeps its running value");
+    }
+}
+
+#[test]
+fn start_only_changes_are_reported_in_the_tables_order() {
+    let running = ServerSettings::default();
+    let mut new = ServerSettings::default();
+    for (_, edit) in one_change_each().into_iter().rev() {
+        edit(&mut new);
+    }
+    let names: Vec<&str> = START_ONLY.iter().map(|setting| setting.name).collect();
+    assert_eq!(running.start_only_changes(&new), names);
+    new.keep_start_only(&running);
+    assert_eq!(new, running);
+}
+
+#[test]
+fn a_setting_read_on_every_reload_is_neither_reported_nor_kept() {
+    let running = ServerSettings::default();
+    let mut new = ServerSettings {
+        deny_status: 403,
+        max_checks: 3,
+        watch_interval_ms: 0,
+        ..ServerSettings::default()
+    };
+    assert!(running.start_only_changes(&new).is_empty());
+    new.keep_start_only(&running);
+    assert_eq!(new.deny_status, 403);
+    assert_eq!(new.max_checks, 3);
+    assert_eq!(new.watch_interval_ms, 0);
+}

@@ -1,0 +1,235 @@
+//! Where state lives: one store's settings (`{memory: …}` or `{redis: …}`)
+//! and the stores a config names by role (`local`, `regional`, `global`),
+//! or today's single `store:`. A policy's scope picks one of them.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tollgate_core::{ConfigError, describe};
+use tollgate_store::RedisConfig;
+
+use super::doc;
+use super::regions::{Deployment, REGION_ENV};
+
+/// The stores' roles, in the order the limiter asks them: the cheapest
+/// first, so a local rejection never pays a round trip.
+pub const STORE_ROLES: [&str; 3] = ["local", "regional", "global"];
+
+/// Where state lives.
+#[derive(Debug, Clone)]
+pub enum StoreSettings {
+    /// This instance's memory.
+    Memory {
+        /// The most keys held; near it, the key nearest to expiry is evicted.
+        max_keys: usize,
+    },
+    /// A Redis server, Cluster or Sentinel-watched master.
+    Redis(Box<RedisConfig>),
+}
+
+impl StoreSettings {
+    /// Its kind and where it is, for logs: never a password.
+    pub fn describe(&self) -> String {
+        use tollgate_store::redact_url;
+        match self {
+            StoreSettings::Memory { max_keys } => format!("memory (max_keys {max_keys})"),
+            StoreSettings::Redis(config) => {
+                if let Some(url) = &config.url {
+                    format!("redis {}", redact_url(url))
+                } else if let Some(nodes) = &config.cluster {
+                    let nodes: Vec<String> = nodes.iter().map(|n| redact_url(n)).collect();
+                    format!("redis cluster {}", nodes.join(","))
+                } else if let Some(sentinel) = &config.sentinel {
+                    format!("redis sentinel master {}", sentinel.master)
+                } else {
+                    "redis".to_owned()
+                }
+            }
+        }
+    }
+
+    /// A Redis Cluster, which must be reachable to start (it learns its
+    /// slots from a seed node); the other stores start without their server.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, StoreSettings::Redis(c) if c.cluster.is_some())
+    }
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings::Memory {
+            max_keys: 1_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemorySettings {
+    #[serde(default = "default_max_keys")]
+    max_keys: usize,
+}
+
+fn default_max_keys() -> usize {
+    1_000_000
+}
+
+/// One store's settings (`{memory: …}` or `{redis: …}`) under `field`
+/// (`store`, `stores.global`, …), which every message names.
+fn parse_store_value(value: Option<&Value>, field: &str) -> Result<StoreSettings, ConfigError> {
+    let fault = |m: String| ConfigError::Document(m);
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(StoreSettings::default());
+    };
+    let map = value
+        .as_object()
+        .ok_or_else(|| fault(format!("{field}: must be a mapping")))?;
+    match map.iter().next() {
+        Some((kind, settings)) if map.len() == 1 && kind == "memory" => {
+            let settings: MemorySettings = if settings.is_null() {
+                MemorySettings {
+                    max_keys: default_max_keys(),
+                }
+            } else {
+                serde_json::from_value(settings.clone())
+                    .map_err(|e| fault(format!("{field}.memory: {e}")))?
+            };
+            if settings.max_keys == 0 {
+                return Err(fault(format!("{field}.memory: max_keys must be positive")));
+            }
+            Ok(StoreSettings::Memory {
+                max_keys: settings.max_keys,
+            })
+        }
+        Some((kind, settings)) if map.len() == 1 && kind == "redis" => {
+            let config: RedisConfig = serde_json::from_value(settings.clone())
+                .map_err(|e| fault(format!("{field}.redis: {e}")))?;
+            // Its messages name their field (`store.redis.url: …`) already.
+            config.validate().map_err(|e| {
+                fault(match e {
+                    tollgate_store::StoreError::Config(message) => {
+                        message.replacen("store.redis", &format!("{field}.redis"), 1)
+                    }
+                    other => format!("{field}.redis: {other}"),
+                })
+            })?;
+            Ok(StoreSettings::Redis(Box::new(config)))
+        }
+        _ => Err(fault(format!(
+            "{field}: expected exactly one of: memory, redis"
+        ))),
+    }
+}
+
+/// The stores a config names, by role, in [`STORE_ROLES`] order.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    /// Each named store with its role; a policy's store is an index here.
+    pub list: Vec<(&'static str, StoreSettings)>,
+}
+
+impl Stores {
+    /// `stores:` (roles to stores; `regional` may map each region to its
+    /// store), or today's single `store:`, or the memory store by default.
+    pub fn parse(top: &Map<String, Value>, deployment: &Deployment) -> Result<Self, ConfigError> {
+        match (top.get("store"), top.get("stores")) {
+            (Some(_), Some(_)) => Err(doc(
+                "give store (one store) or stores (by role), not both".into()
+            )),
+            (None, Some(Value::Object(map))) if !map.is_empty() => {
+                Self::parse_roles(map, deployment)
+            }
+            (None, Some(other)) => Err(doc(format!(
+                "stores: must map roles (local, regional, global) to stores, got {}",
+                describe(other)
+            ))),
+            (store, None) => {
+                let settings = parse_store_value(store, "store")?;
+                let role = match settings {
+                    StoreSettings::Memory { .. } => "local",
+                    StoreSettings::Redis(_) => "global",
+                };
+                Ok(Self {
+                    list: vec![(role, settings)],
+                })
+            }
+        }
+    }
+
+    fn parse_roles(map: &Map<String, Value>, deployment: &Deployment) -> Result<Self, ConfigError> {
+        if let Some(role) = map.keys().find(|k| !STORE_ROLES.contains(&k.as_str())) {
+            return Err(doc(format!(
+                "stores.{role}: unknown role (expected: local, regional, global)"
+            )));
+        }
+        let mut list = Vec::new();
+        for role in STORE_ROLES {
+            let Some(value) = map.get(role) else { continue };
+            let field = format!("stores.{role}");
+            let value = if role == "regional" {
+                this_regions_store(value, deployment)?
+            } else {
+                value
+            };
+            // `local: memory` is a store with its defaults.
+            let settings = match value {
+                Value::String(kind) => {
+                    let mut m = Map::new();
+                    m.insert(kind.clone(), Value::Null);
+                    parse_store_value(Some(&Value::Object(m)), &field)?
+                }
+                other => parse_store_value(Some(other), &field)?,
+            };
+            match (role, &settings) {
+                ("local", StoreSettings::Memory { .. })
+                | ("regional" | "global", StoreSettings::Redis(_)) => {}
+                ("local", _) => {
+                    return Err(doc(format!(
+                        "{field}: must be a memory store (it is this instance's own)"
+                    )));
+                }
+                _ => {
+                    return Err(doc(format!(
+                        "{field}: must be a redis store (a memory store is one instance's, not a {role} one)"
+                    )));
+                }
+            }
+            list.push((role, settings));
+        }
+        Ok(Self { list })
+    }
+
+    /// Where the store of `role` is in [`Stores::list`].
+    pub fn index(&self, role: &str) -> Option<usize> {
+        self.list.iter().position(|(r, _)| *r == role)
+    }
+
+    /// The store envoyproxy/ratelimit rules decide on: the most shared one.
+    pub fn default_index(&self) -> usize {
+        self.list.len().saturating_sub(1)
+    }
+}
+
+/// `regional` as one store, or as a map of regions to stores from which
+/// this instance's region's is taken.
+fn this_regions_store<'v>(
+    value: &'v Value,
+    deployment: &Deployment,
+) -> Result<&'v Value, ConfigError> {
+    let Value::Object(map) = value else {
+        return Ok(value);
+    };
+    if map.contains_key("redis") || map.contains_key("memory") {
+        return Ok(value);
+    }
+    let region = deployment.region.as_deref().ok_or_else(|| {
+        doc(format!(
+            "stores.regional: names a store per region, so this instance needs its region (region:, --region or {REGION_ENV})"
+        ))
+    })?;
+    map.get(region).ok_or_else(|| {
+        doc(format!(
+            "stores.regional: no store for this instance's region {region:?} (it names: {})",
+            map.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })
+}
