@@ -14,10 +14,15 @@ use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use tollgate_store::{RedisStore, StoreError};
 
+/// The state every protocol adapter shares while the server runs.
 pub struct App {
+    /// The current config, swapped whole on a successful reload.
     pub live: ArcSwap<LiveConfig>,
+    /// The limiter every decision goes through, with the stores it opened.
     pub limiter: Limiter,
+    /// The server's metrics, as `/metrics` exposes them.
     pub metrics: Arc<Metrics>,
+    /// The config file, read again on every reload.
     pub config_path: PathBuf,
     /// `--region` and `--store` (or their variables), which every reload
     /// must load the config with too.
@@ -30,6 +35,7 @@ pub struct App {
 /// Why a reload was refused; the previous config keeps serving.
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
+    /// The new config could not be loaded or is invalid.
     #[error(transparent)]
     Invalid(#[from] ConfigLoadError),
     /// The stores or the region: the limiter holds the stores it opened,

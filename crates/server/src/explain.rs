@@ -525,6 +525,7 @@ pub fn stores_json(stores: &Stores) -> Value {
     )
 }
 
+/// One store's settings as JSON, without credentials.
 pub fn store_json(store: &StoreSettings) -> Value {
     match store {
         StoreSettings::Memory { max_keys } => json!({"memory": {"max_keys": max_keys}}),

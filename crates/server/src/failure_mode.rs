@@ -13,7 +13,9 @@ pub const DEFAULT_LOCAL_SHARE_PERCENT: u8 = 10;
 /// A fault in one of the two fields: which, and what is wrong with it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct FieldFault {
+    /// `on_store_failure` or `local_share_percent`.
     pub field: &'static str,
+    /// What is wrong with its value.
     pub reason: String,
 }
 

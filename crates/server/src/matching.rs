@@ -22,6 +22,7 @@ enum Segment {
 }
 
 impl PathPattern {
+    /// Reads a pattern; the error says what is wrong with `text`.
     pub fn parse(text: &str) -> Result<Self, String> {
         let Some(body) = text.strip_prefix('/') else {
             return Err(format!("{text:?} must start with '/'"));
@@ -60,6 +61,7 @@ impl PathPattern {
         })
     }
 
+    /// The pattern as written.
     pub fn as_str(&self) -> &str {
         &self.text
     }
@@ -130,6 +132,7 @@ pub enum TrailingSlash {
 }
 
 impl TrailingSlash {
+    /// Its name in the config.
     pub fn as_str(self) -> &'static str {
         match self {
             TrailingSlash::Strict => "strict",
@@ -163,11 +166,14 @@ fn has_prefix(path: &str, prefix: &str, case_insensitive: bool) -> bool {
     }
 }
 
+/// A policy's `match`: which requests it applies to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Matcher {
     /// Upper-case method names.
     pub methods: Option<Vec<String>>,
+    /// A prefix the path must start with.
     pub path_prefix: Option<String>,
+    /// A pattern the whole path must fit.
     pub path: Option<PathPattern>,
     /// Lower-case, without a trailing dot; `*.example.com` matches any
     /// subdomain.

@@ -10,13 +10,17 @@ use tollgate_core::{Decision, Limits, Policy};
 pub mod ratelimit_draft {
     /// draft-ietf-httpapi-ratelimit-headers-11 (23 May 2026), still a draft.
     pub const VERSION: &str = "draft-ietf-httpapi-ratelimit-headers-11";
+    /// The policy field's name, lower-case.
     pub const POLICY_FIELD: &str = "ratelimit-policy";
+    /// The state field's name, lower-case.
     pub const STATE_FIELD: &str = "ratelimit";
 }
 
 /// The values of `RateLimit-Policy` and `RateLimit` for one answer.
 pub struct RateLimitFields {
+    /// The `RateLimit-Policy` value.
     pub policy: String,
+    /// The `RateLimit` value.
     pub state: String,
 }
 

@@ -21,14 +21,24 @@ const MAX_LINE_BYTES: usize = 1 << 20;
 /// How many decisions pass between sweeps of the memory store's idle keys.
 const SWEEP_EVERY: u64 = 65_536;
 
+/// Why a replay stopped.
 #[derive(Debug, Error)]
 pub enum ReplayError {
+    /// A trace line is malformed, or the store failed deciding it.
     #[error("line {line}: {fault}")]
-    Line { line: u64, fault: String },
+    Line {
+        /// The line's number, from 1.
+        line: u64,
+        /// What is wrong with it.
+        fault: String,
+    },
+    /// The trace could not be read.
     #[error("reading the trace: {0}")]
     Input(io::Error),
+    /// The decisions could not be written.
     #[error("writing decisions: {0}")]
     Output(io::Error),
+    /// The store could not be opened (or `--store` names none).
     #[error("store: {0}")]
     Store(StoreError),
 }
@@ -46,6 +56,7 @@ pub enum Format {
 /// How a replay reads and writes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
+    /// What each output line holds.
     pub format: Format,
     /// Report a bad line on the error stream and go on, instead of stopping.
     pub skip_bad_lines: bool,
@@ -56,9 +67,11 @@ pub struct Options {
 /// What a replay did.
 #[derive(Debug, Default)]
 pub struct Replayed {
+    /// Events decided.
     pub decided: u64,
     /// Bad lines reported and passed over (`skip_bad_lines`).
     pub skipped: u64,
+    /// Per-policy totals.
     pub summary: Summary,
 }
 

@@ -14,15 +14,23 @@ use thiserror::Error;
 /// these with 400 too, so no application ever sees such a request.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PathFault {
+    /// The target is neither origin-form nor absolute-form.
     #[error("the path must start with '/'")]
     NotAbsolute,
     /// `at` counts bytes from 0 in the request target as given.
+    /// A `%` not followed by two hex digits.
     #[error("the path has a malformed percent-escape at byte {at}")]
-    MalformedEscape { at: usize },
+    MalformedEscape {
+        /// Where the `%` is.
+        at: usize,
+    },
+    /// A NUL byte in the path, raw or as `%00`.
     #[error("the path decodes to a NUL byte")]
     Nul,
+    /// The decoded bytes are not UTF-8.
     #[error("the path is not UTF-8 once percent-decoded")]
     NotUtf8,
+    /// More `..` segments than there are segments above them.
     #[error("the path climbs above the root with `..`")]
     AboveRoot,
 }

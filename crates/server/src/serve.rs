@@ -29,6 +29,7 @@ const GRPC_DRAIN: Duration = Duration::from_secs(5);
 /// What `tollgate serve` was told on its command line (or environment).
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
+    /// The config file.
     pub config: PathBuf,
     /// Over `server.listen`.
     pub listen: Option<ListenAddress>,
@@ -38,6 +39,8 @@ pub struct ServeOptions {
     pub overrides: Overrides,
 }
 
+/// Serves until SIGTERM or SIGINT, reloading on SIGHUP; an error if it
+/// could not start or a listener failed.
 pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
     let ServeOptions {
         config: config_path,

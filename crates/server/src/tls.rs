@@ -39,23 +39,38 @@ pub struct TlsPaths {
 /// never quotes the key file's content).
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A file could not be read.
     #[error("server.tls.{field}: cannot read {}: {source}", path.display())]
     Read {
+        /// `cert` or `key`.
         field: &'static str,
+        /// The file.
         path: PathBuf,
+        /// Why reading failed.
         source: io::Error,
     },
+    /// The certificate file holds no usable certificate.
     #[error("server.tls.cert: {} holds no PEM certificate{}", path.display(), reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
     Cert {
+        /// The certificate file.
         path: PathBuf,
+        /// The PEM parser's error; `None` when the file parsed but holds none.
         reason: Option<String>,
     },
+    /// The key file holds no usable private key.
     #[error("server.tls.key: {} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)", path.display())]
-    Key { path: PathBuf },
+    Key {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The key and certificate do not make a usable server identity.
     #[error("server.tls: the key {} does not serve the certificate {}: {reason}", key.display(), cert.display())]
     Identity {
+        /// The certificate file.
         cert: PathBuf,
+        /// The key file.
         key: PathBuf,
+        /// Why the TLS library refused the pair.
         reason: String,
     },
 }
@@ -63,6 +78,7 @@ pub enum TlsError {
 /// A loaded `server.tls`, ready for both listeners.
 #[derive(Clone)]
 pub struct EdgeTls {
+    /// The files it was loaded from.
     pub paths: TlsPaths,
     http: Arc<ServerConfig>,
     grpc: Arc<ServerConfig>,
@@ -139,7 +155,9 @@ impl EdgeTls {
 
 /// An HTTP connection's stream: plain TCP, or TLS over it.
 pub enum EdgeStream {
+    /// Plain TCP.
     Plain(TcpStream),
+    /// TLS over TCP, handshake done.
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
 

@@ -29,6 +29,7 @@ pub enum Guarded {
 }
 
 impl Guarded {
+    /// Every group.
     pub const ALL: [Guarded; 3] = [Guarded::Check, Guarded::Admin, Guarded::Metrics];
 
     /// The environment variable holding this group's token.
@@ -45,14 +46,26 @@ impl Guarded {
 /// part of the message.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokenError {
+    /// The variable is set to the empty string.
     #[error("{var} is set but empty (unset it to leave the endpoint open)")]
-    Empty { var: &'static str },
+    Empty {
+        /// The variable's name.
+        var: &'static str,
+    },
+    /// The token is too short to resist guessing.
     #[error("{var} is shorter than {MIN_TOKEN_BYTES} bytes; use a longer, random token")]
-    TooShort { var: &'static str },
+    TooShort {
+        /// The variable's name.
+        var: &'static str,
+    },
+    /// The token has a character a bearer header cannot carry.
     #[error(
         "{var} must be printable ASCII without spaces (it is sent in an `Authorization: Bearer` header)"
     )]
-    NotPrintable { var: &'static str },
+    NotPrintable {
+        /// The variable's name.
+        var: &'static str,
+    },
 }
 
 /// A token as kept in memory: its BLAKE3 hash only.

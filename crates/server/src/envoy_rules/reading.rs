@@ -9,12 +9,22 @@ use tollgate_core::{PolicySet, describe};
 /// A fault in an envoyproxy/ratelimit file, with the file and the path in it.
 #[derive(Debug, Error)]
 pub enum RulesError {
+    /// A fault in the file as a whole (unreadable, not YAML, ...).
     #[error("{file}: {reason}")]
-    File { file: String, reason: String },
+    File {
+        /// The file at fault.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A fault at one place in the file.
     #[error("{file}: {path}: {reason}")]
     At {
+        /// The file at fault.
         file: String,
+        /// Where in it, as a dotted path.
         path: String,
+        /// What is wrong there.
         reason: String,
     },
 }

@@ -20,11 +20,16 @@ pub enum RuleKind {
     /// `unlimited: true`: answered OK without the store.
     Unlimited,
     /// `requests_per_unit: 0`: every request with a positive cost is over.
-    Blocked { unit: Unit },
+    Blocked {
+        /// The rule's `unit`.
+        unit: Unit,
+    },
     /// A limit decided by the store. `bound` names the tollgate policy it
     /// was bound to with `tollgate: {policy: NAME}`.
     Limited {
+        /// The policy the store decides by.
         policy: Policy,
+        /// The bound tollgate policy's name, if any.
         bound: Option<String>,
     },
 }
@@ -32,17 +37,22 @@ pub enum RuleKind {
 /// One configured limit (a descriptor with `rate_limit` or `tollgate`).
 #[derive(Debug, Clone)]
 pub struct Rule {
+    /// The domain of the file the rule is in.
     pub domain: String,
     /// envoyproxy/ratelimit's key for the rule, without the domain:
     /// `key_value.subkey` (the metrics label).
     pub key: String,
+    /// What a match does.
     pub kind: RuleKind,
     /// `rate_limit.name`, the name `replaces` refers to.
     pub name: Option<String>,
+    /// `rate_limit.replaces`: names of rules this one drops when both match.
     pub replaces: Vec<String>,
+    /// `shadow_mode: true`: an over-limit request is counted but allowed.
     pub shadow_mode: bool,
     /// What `current_limit` reports: `requests_per_unit` per `unit`.
     pub requests_per_unit: u32,
+    /// The unit `requests_per_unit` counts per.
     pub unit: Unit,
     /// The failure mode chosen by `tollgate: {on_store_failure: ...}`; `None`
     /// answers a store failure with an error status, as envoyproxy/ratelimit

@@ -34,6 +34,7 @@ pub(super) struct KeyChildren {
 pub struct EnvoyRules {
     pub(super) nodes: Vec<Node>,
     pub(super) domains: HashMap<String, usize>,
+    /// Every rule, indexed by [`Matched::rule`].
     pub rules: Vec<Rule>,
     /// The files read, in order (directories expanded).
     pub files: Vec<PathBuf>,
@@ -45,6 +46,7 @@ pub struct EnvoyRules {
 /// (a `share_threshold` wildcard's pattern in place of the request's value).
 #[derive(Debug)]
 pub struct Matched<'a> {
+    /// The matched rule's index in [`EnvoyRules::rules`].
     pub rule: usize,
     /// Each entry's `share_threshold` pattern, by position; empty when no
     /// entry has one (the common case, which allocates nothing).
@@ -52,14 +54,17 @@ pub struct Matched<'a> {
 }
 
 impl EnvoyRules {
+    /// Whether no domain was loaded.
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()
     }
 
+    /// Whether a file defines `domain`.
     pub fn has_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)
     }
 
+    /// Every loaded domain, in no particular order.
     pub fn domains(&self) -> impl Iterator<Item = &str> {
         self.domains.keys().map(String::as_str)
     }

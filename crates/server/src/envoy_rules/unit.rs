@@ -6,16 +6,24 @@
 /// (a month is 30 days, a year 365). Windows align to the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
+    /// One second.
     Second,
+    /// 60 seconds.
     Minute,
+    /// 60 minutes.
     Hour,
+    /// 24 hours.
     Day,
+    /// 7 days.
     Week,
+    /// 30 days.
     Month,
+    /// 365 days.
     Year,
 }
 
 impl Unit {
+    /// Every unit, shortest first.
     pub const ALL: [Unit; 7] = [
         Unit::Second,
         Unit::Minute,
@@ -31,12 +39,14 @@ impl Unit {
         self as usize
     }
 
+    /// The unit a YAML `unit` names, case-insensitively.
     pub fn parse(text: &str) -> Option<Unit> {
         Self::ALL
             .into_iter()
             .find(|u| u.name().eq_ignore_ascii_case(text))
     }
 
+    /// Its name in the YAML, lower-case.
     pub fn name(self) -> &'static str {
         match self {
             Unit::Second => "second",
@@ -49,6 +59,7 @@ impl Unit {
         }
     }
 
+    /// Its length in milliseconds.
     pub fn ms(self) -> u64 {
         const S: u64 = 1_000;
         match self {
@@ -75,6 +86,7 @@ impl Unit {
         }
     }
 
+    /// The unit for a protocol enum value, if it names one.
     pub fn from_proto(value: i32) -> Option<Unit> {
         Self::ALL.into_iter().find(|u| u.proto() == value)
     }

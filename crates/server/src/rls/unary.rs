@@ -137,12 +137,17 @@ pub fn refuse(status: Status) -> hyper::Response<GrpcBody> {
 /// error's trailers-only answer), or what tonic wrote for another method.
 #[derive(Default)]
 pub enum GrpcBody {
+    /// One framed message, then the OK trailers.
     Message {
+        /// The framed message, until it is sent.
         data: Option<Bytes>,
+        /// Whether the OK trailers are still to be sent.
         trailers: bool,
     },
+    /// No body: an error's trailers-only answer.
     #[default]
     Empty,
+    /// The body tonic wrote for another method.
     Routed(tonic::body::Body),
 }
 
