@@ -23,6 +23,7 @@
 //! decision written back by [`http`].
 
 // The guarded Redis store's nested futures need a deeper layout query.
+#![deny(missing_docs)]
 #![recursion_limit = "256"]
 
 // 1. config

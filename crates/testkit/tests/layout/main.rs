@@ -26,7 +26,7 @@ const MAX_FUNCTION_LINES: usize = 120;
 /// length then; each is being split by concern. A listed file may shrink
 /// but not grow; once within the limit (or gone) its entry must go. This
 /// list must end empty.
-const LONG_FILES: &[(&str, usize)] = &[("crates/server/src/config.rs", 1514)];
+const LONG_FILES: &[(&str, usize)] = &[];
 
 /// Functions over [`MAX_FUNCTION_LINES`] when the guard came in, in a file
 /// beside this one: one `path::name  lines` a line.
@@ -35,7 +35,7 @@ const LONG_FUNCTIONS: &str = "long_functions.txt";
 /// Cycles between the server's top-level modules that are being removed,
 /// written as the guard prints them. Any other cycle fails; so does an entry
 /// here once its cycle is gone: delete it. This list must end empty.
-const KNOWN_CYCLES: &[&str] = &["config -> scope -> config"];
+const KNOWN_CYCLES: &[&str] = &[];
 
 #[test]
 fn no_source_file_is_over_700_lines() {
