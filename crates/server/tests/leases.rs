@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{TollgateProcess, explain_json, wall_ms};
+use support::{TollgateProcess, explain_json, libfaketime, wall_ms};
 use tollgate_testkit::{Delay, DelayProxy, Link, RedisServer};
 
 const REGIONS: [&str; 3] = ["a", "b", "c"];
@@ -133,24 +133,6 @@ fn spawn(region: &str, config: &Path) -> TollgateProcess {
             )
         }
     }
-}
-
-/// Where Debian's `faketime` package puts libfaketime.
-fn libfaketime() -> String {
-    [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/faketime/libfaketime.so.1",
-        "/usr/local/lib/faketime/libfaketime.so.1",
-    ]
-    .into_iter()
-    .find(|path| Path::new(path).is_file())
-    .unwrap_or_else(|| {
-        panic!(
-            "libfaketime is missing: install it with `apt-get install -y faketime` (scripts/test does this)"
-        )
-    })
-    .to_owned()
 }
 
 /// The current window's end, as the tally keys it.

