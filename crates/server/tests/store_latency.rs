@@ -79,10 +79,19 @@ async fn a_sub_millisecond_store_call_is_observed_in_microseconds_not_as_zero() 
     // script): none is observed below that, where a call measured in whole
     // milliseconds lands as 0 ...
     assert_eq!(within(0.000_05), 0, "calls observed as 0: {buckets:?}");
-    // ... and calls under a millisecond are observed as what they took:
-    // some lie between 50 µs and 0.8 ms, which whole milliseconds never read.
+    // ... and every call is observed as what it took, to the µs: in whole
+    // milliseconds the sum would be a whole number of them, however loaded
+    // the machine (a µs sum of 50 calls lands on a whole ms 1 time in 1,000;
+    // the bucket above, empty, rules out whole ms on its own whenever a
+    // call took under one).
+    let sum_us = metric(&text, &format!("{name}_sum")).expect("the histogram's sum") * 1e6;
     assert!(
-        within(0.000_8) > 0,
-        "no call observed under a millisecond: {buckets:?}"
+        (sum_us - sum_us.round()).abs() < 0.01,
+        "the sum is not whole µs: {sum_us}"
+    );
+    let fraction_of_a_ms = sum_us.round() as u64 % 1_000;
+    assert!(
+        fraction_of_a_ms != 0 || within(0.001) == 0,
+        "calls under a millisecond were observed in whole milliseconds: {buckets:?}, sum {sum_us} µs"
     );
 }
