@@ -428,3 +428,47 @@ async fn readiness_holds_through_a_store_outage_and_reports_the_store() {
     assert_eq!(metric(&server, "tollgate_store_up").await, Some(1.0));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_circuit_cools_down_on_the_monotonic_clock_whatever_the_wall_clock_does() {
+    let redis = RedisServer::start().expect("redis-server");
+    let server = TestServer::start(&config(&redis.url())).await;
+    assert_eq!(
+        server.check(r#"{"policy":"open","key":"steady"}"#).await.1["remaining"],
+        4
+    );
+    redis.pause().expect("SIGSTOP");
+    // (The stalled calls run when Redis resumes: on their own key.)
+    for _ in 0..5 {
+        let (_, d) = server.check(r#"{"policy":"open","key":"outage"}"#).await;
+        assert_eq!(d["path"], "fail_open");
+    }
+    assert_eq!(
+        metric(&server, "tollgate_store_circuit_state").await,
+        Some(1.0),
+        "five timeouts opened the circuit"
+    );
+    redis.resume().expect("SIGCONT");
+    // The wall clock steps back 30 s; the cool-down (1 s) then passes on
+    // the monotonic clock alone.
+    let now_ms = tollgate_core::Clock::now_ms(&*server.clock);
+    server.clock.set(now_ms - 30_000);
+    server.clock.advance(999);
+    let (_, skipped) = server.check(r#"{"policy":"open","key":"steady"}"#).await;
+    assert_eq!(
+        skipped["path"], "fail_open",
+        "1 ms before the cool-down ends"
+    );
+    server.clock.advance(1);
+    let (_, probed) = server.check(r#"{"policy":"open","key":"steady"}"#).await;
+    assert!(
+        probed.get("degraded").is_none(),
+        "a cool-down after the circuit opened, the probe goes to the store: {probed}"
+    );
+    assert_eq!(probed["remaining"], 3);
+    assert_eq!(
+        metric(&server, "tollgate_store_circuit_state").await,
+        Some(0.0)
+    );
+    server.stop().await;
+}

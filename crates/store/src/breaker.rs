@@ -91,7 +91,8 @@ impl CircuitBreaker {
         }
     }
 
-    /// Whether a call at `now_ms` may go to the store.
+    /// Whether a call at `now_ms` (the monotonic clock's, so a stepped wall
+    /// clock neither shortens nor stretches a cool-down) may go to the store.
     pub fn admit(&self, now_ms: u64) -> Admission {
         match self.state.load(Ordering::Acquire) {
             CLOSED => Admission::Call,

@@ -111,7 +111,8 @@ pub struct Guarded<S> {
 }
 
 impl<S: Store> Guarded<S> {
-    /// `clock` times the breaker and the local budgets; `local_keys` bounds
+    /// `clock` times the breaker (on its monotonic clock) and the local
+    /// budgets (on its wall clock); `local_keys` bounds
     /// the local fallback's memory.
     pub fn new(
         shared: S,
@@ -166,7 +167,9 @@ impl<S: Store> Guarded<S> {
         checks: &[GuardedCheck<'_>],
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
-        let admission = self.breaker.admit(self.clock.now_ms());
+        // The breaker's durations run on the monotonic clock: a wall clock
+        // stepped back does not hold the circuit open the longer.
+        let admission = self.breaker.admit(self.clock.monotonic_ms());
         let mut error = None;
         let mut store_us = None;
         if admission != Admission::Skip {
@@ -201,9 +204,10 @@ impl<S: Store> Guarded<S> {
                     .await
                 }
             };
-            store_us = Some(self.clock.monotonic_us().saturating_sub(started));
+            let ended = self.clock.monotonic_us();
+            store_us = Some(ended.saturating_sub(started));
             self.breaker
-                .record(admission, result.is_ok(), self.clock.now_ms());
+                .record(admission, result.is_ok(), ended / 1_000);
             match result {
                 Ok((decisions, replay)) => {
                     return GuardedDecisions {
