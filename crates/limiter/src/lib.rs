@@ -15,6 +15,38 @@
 //!   time decisions are dated by and the monotonic time lease terms and
 //!   latencies run on. Nothing here reads a system clock.
 //! - No HTTP, gRPC or YAML: those are the server's doors.
+//!
+//! A service deciding in process, on the embedded store:
+//!
+//! ```
+//! # #![recursion_limit = "256"]
+//! use std::sync::Arc;
+//!
+//! use prometheus_client::registry::Registry;
+//! use tollgate_core::{Clock, Identity, Limits, Policy, Rate, SystemClock};
+//! use tollgate_limiter::{Backend, Check, Limiter, LimiterMetrics, Plan};
+//! use tollgate_store::OnStoreFailure;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+//! let mut registry = Registry::with_prefix("tollgate");
+//! let metrics = Arc::new(LimiterMetrics::register(&mut registry, Arc::clone(&clock)));
+//! let limiter = Limiter::new(vec![Backend::memory(100_000, Arc::clone(&clock))], metrics, clock);
+//!
+//! // Built once: 20 a burst, 5 a second, on store 0.
+//! let write_api = Policy::new("write-api", Limits::TokenBucket(Rate::new(20, 5, 1_000).unwrap()));
+//! let plan = Plan::new(write_api, 0).with_failure_mode(OnStoreFailure::FailClosed);
+//!
+//! let acme = Identity::value("acme");
+//! let decided = limiter.decide(&[Check::new(&plan, &acme, 2)]).await;
+//! assert!(decided.decisions[0].allowed);
+//! assert_eq!(decided.decisions[0].remaining, 18);
+//! # });
+//! ```
+//!
+//! A crate awaiting [`Limiter::decide`] on a Redis store may need
+//! `#![recursion_limit = "256"]`: the guarded Redis store's future is a deep
+//! type, kept inline (unboxed) because the decision path moves it per call.
 
 #![deny(missing_docs)]
 // The guarded Redis store's nested futures need a deeper layout query.
