@@ -133,7 +133,6 @@ impl Limiter {
             };
         };
         let now_ms = self.clock.now_ms();
-        let monotonic_ms = self.clock.monotonic_ms();
         let retry = id
             .zip(checks.first().and_then(|c| c.plan.retry()))
             .map(|(id, rule)| Retry {
@@ -155,9 +154,7 @@ impl Limiter {
         } else {
             Vec::new()
         };
-        let mut decided = self
-            .call(backend, checks, &picks, 0, monotonic_ms, retry)
-            .await;
+        let mut decided = self.call(backend, checks, &picks, 0, retry).await;
         if matches!(decided.replay, Replay::CostMismatch { .. }) {
             // The client's fault, answered 422: no decision was made.
             self.observe_store(&decided);
@@ -171,9 +168,7 @@ impl Limiter {
             && !decided.by.is_degraded()
             && decided.decisions.first().is_some_and(|d| !d.allowed)
         {
-            let spilled = self
-                .call(backend, checks, &picks, 1, monotonic_ms, retry)
-                .await;
+            let spilled = self.call(backend, checks, &picks, 1, retry).await;
             if spilled.decisions.len() == 1 {
                 let store_us = match (decided.store_us, spilled.store_us) {
                     (Some(a), Some(b)) => Some(a + b),
@@ -278,13 +273,12 @@ impl Limiter {
         checks: &[Check<'_>],
         picks: &[Option<usize>],
         spill: usize,
-        monotonic_ms: u64,
         retry: Option<Retry<'_>>,
     ) -> Decided {
         let pick = |i: usize| picks.get(i).copied().flatten();
         match checks {
             [one] => {
-                let share = one.share(monotonic_ms);
+                let share = one.share(&*self.clock);
                 let shard = one.shard(pick(0), spill);
                 let guarded = one.guarded(
                     share.as_deref(),
@@ -297,7 +291,7 @@ impl Limiter {
                 // batch allocates its guarded checks and nothing else.
                 let shares: Vec<Option<Arc<Policy>>> =
                     if checks.iter().any(|c| c.plan.lease().is_some()) {
-                        checks.iter().map(|c| c.share(monotonic_ms)).collect()
+                        checks.iter().map(|c| c.share(&*self.clock)).collect()
                     } else {
                         Vec::new()
                     };

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tollgate_core::{Identity, Policy, split_policy};
+use tollgate_core::{Clock, Identity, Policy, split_policy};
 use tollgate_store::{
     DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, GuardedCheck, OnStoreFailure, local_policy,
 };
@@ -236,11 +236,11 @@ impl<'a> Check<'a> {
     }
 
     /// The share to decide under, for a leased plan (its demand counted),
-    /// at `monotonic_ms`.
-    pub(crate) fn share(&self, monotonic_ms: u64) -> Option<Arc<Policy>> {
+    /// now on `clock`'s monotonic time (read only for a leased plan).
+    pub(crate) fn share(&self, clock: &dyn Clock) -> Option<Arc<Policy>> {
         let lease = self.plan.lease.as_ref()?;
         lease.record_demand(self.cost);
-        Some(lease.share(monotonic_ms))
+        Some(lease.share(clock.monotonic_ms()))
     }
 
     /// The store's check: under `share` when leased, on `shard` (its
