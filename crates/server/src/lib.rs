@@ -10,9 +10,9 @@
 //!    `validate` and `serve` alike (with `config/scope`), beside `envoy_rules/`
 //!    (Envoy's descriptor rules) and the small parsers it uses
 //!    (`failure_mode`, `listen`, `matching`, `request_path`, `tls`, `tokens`).
-//! 2. **`live`** — the loaded config as the limiter serves it, swapped
-//!    whole on reload; `app` is the state every adapter shares, `metrics`
-//!    its Prometheus registry. The decision itself is the `tollgate-limiter`
+//! 2. **`live`** — the loaded config with each policy's limiter `Plan`
+//!    built once per load, replaced whole on reload; `app` is the state
+//!    every adapter shares, `metrics` the server's Prometheus series. The decision itself is the `tollgate-limiter`
 //!    crate (stores, failure modes, clock, decision metrics).
 //! 3. **protocol adapters** — input → checks → `Limiter::decide` → answer:
 //!    HTTP (`http/`, one file an endpoint), Envoy RLS (`rls/`), `replay`
