@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tollgate::rls::GrpcBody;
+use tollgate::GrpcBody;
 
 mod baseline;
 

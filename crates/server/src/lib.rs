@@ -1,60 +1,79 @@
 //! The tollgate server as a library. The `tollgate` binary is a thin CLI
 //! over it; tests drive it in-process with a manual clock over real
-//! loopback HTTP and gRPC.
+//! loopback HTTP and gRPC. Its modules are private: the list below is all
+//! the binary and the tests reach.
 //!
 //! Layers, each importing only those above it in this list (no cycles; see
 //! docs/design.md §2):
 //!
-//! 1. **config** — what a file says, loaded and validated once for
-//!    `validate` and `serve` alike: [`config`], [`envoy_rules`],
-//!    [`failure_mode`], [`listen`], [`matching`], [`request_path`], [`scope`], [`tls`],
-//!    [`tokens`].
-//! 2. **limiter** — the one decision seam: [`limiter`] (stores, failure
-//!    modes, clock, decision metrics) over the [`live`] config, with
-//!    [`metrics`], [`hot`] and [`decision_log`]; [`app`] is the state every
-//!    adapter shares.
-//! 3. **protocol adapters** — input → checks → [`limiter::Limiter::decide`]
-//!    → answer: HTTP ([`http`], one file an endpoint), Envoy RLS ([`rls`]),
-//!    [`replay`]; both doors write RateLimit fields by [`ratelimit_fields`].
-//! 4. **serve** — [`workers`] and [`serve`]: listen, reload, shut down.
+//! 1. **`config/`** — what a file says, loaded and validated once for
+//!    `validate` and `serve` alike (with `config/scope`), beside `envoy_rules/`
+//!    (Envoy's descriptor rules) and the small parsers it uses
+//!    (`failure_mode`, `listen`, `matching`, `request_path`, `tls`, `tokens`).
+//! 2. **`live`** — the loaded config with each policy's limiter `Plan`
+//!    built once per load, replaced whole on reload; `app` is the state
+//!    every adapter shares, `metrics` the server's Prometheus series. The decision itself is the `tollgate-limiter`
+//!    crate (stores, failure modes, clock, decision metrics).
+//! 3. **protocol adapters** — input → checks → `Limiter::decide` → answer:
+//!    HTTP (`http/`, one file an endpoint), Envoy RLS (`rls/`), `replay`
+//!    and `explain`; both doors write RateLimit fields by `ratelimit_fields`.
+//! 4. **`workers`, `serve`, then `main`** — listen, reload, shut down; the
+//!    binary parses the command line and calls in here.
 //!
-//! A `/v1/check` walks: [`workers`] accepts → `http::route` → the body
-//! parsed into checks → [`limiter::Limiter::decide`] → the store → the
-//! decision written back by [`http`].
+//! A `/v1/check` walks: `workers` accepts → `http::route` → the body parsed
+//! into checks → `Limiter::decide` → the store → the decision written back
+//! by `http`.
 
-// The guarded Redis store's nested futures need a deeper layout query.
 #![deny(missing_docs)]
+// The guarded Redis store's nested futures need a deeper layout query.
 #![recursion_limit = "256"]
 
 // 1. config
-pub mod config;
-pub mod envoy_rules;
-pub mod failure_mode;
-pub mod listen;
-pub mod matching;
-pub mod request_path;
-pub use config::scope;
-pub mod tls;
-pub mod tokens;
+mod config;
+mod envoy_rules;
+mod failure_mode;
+mod listen;
+mod matching;
+mod request_path;
+use config::scope;
+mod tls;
+mod tokens;
 
-// 2. limiter
-pub mod app;
+// 2. live config and shared state; the limiter is its own crate, so a Rust
+// service can depend on it alone.
+mod app;
 mod deadline;
-pub mod live;
-pub mod metrics;
-/// The limiter, its own crate: a Rust service can depend on it alone.
-pub use tollgate_limiter as limiter;
+mod live;
+mod metrics;
+use tollgate_limiter as limiter;
 
 // 3. protocol adapters
-pub mod explain;
-pub mod http;
-pub mod ratelimit_fields;
-pub mod replay;
-pub mod rls;
+mod explain;
+mod http;
+mod ratelimit_fields;
+mod replay;
+mod rls;
 
 // 4. serve
 mod error;
-pub mod serve;
-pub mod workers;
+mod serve;
+mod workers;
 
+// What the binary runs: `serve`, `replay`, `validate` and `explain`.
+pub use config::{ConfigLoadError, Overrides, ServeConfig};
 pub use error::ServeError;
+pub use explain::{describe_policy, explain, explain_json};
+pub use listen::ListenAddress;
+pub use replay::{ReplayError, ReplayFormat, ReplayOptions, Replayed, replay_trace};
+pub use serve::{ServeOptions, serve};
+
+// What the tests drive in-process: an `App` over a loaded config, served
+// on their own listeners, and the parts of a config they inspect.
+pub use app::App;
+pub use config::ServerSettings;
+pub use envoy_rules::RuleKind;
+pub use serve::serve_app;
+pub use workers::serve_grpc;
+
+// What the examples' baselines share with the RLS door: its gRPC body.
+pub use rls::GrpcBody;

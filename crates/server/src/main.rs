@@ -4,14 +4,15 @@
 // The limiter's nested futures (replay's loop) need a deeper layout query.
 #![recursion_limit = "256"]
 
-use tollgate::{config, explain, replay, serve};
-
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use tollgate::listen::ListenAddress;
+use tollgate::{
+    ConfigLoadError, ListenAddress, Overrides, ReplayError, ReplayOptions, ServeConfig,
+    ServeOptions,
+};
 
 #[derive(Parser)]
 #[command(
@@ -136,8 +137,7 @@ fn init_logs(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+    match Cli::parse().command {
         Command::Serve {
             config,
             listen,
@@ -147,27 +147,12 @@ fn main() -> ExitCode {
             log_format,
         } => {
             init_logs(log_format);
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => return fail(&format_args!("cannot start the runtime: {e}"), 1),
-            };
-            let options = serve::ServeOptions {
+            serve_command(ServeOptions {
                 config,
                 listen,
                 grpc_listen,
-                overrides: config::Overrides { region, store },
-            };
-            let served = runtime.block_on(serve::run(options));
-            // Everything has drained ("tollgate stopped"): nothing left on
-            // the runtime is worth waiting for.
-            runtime.shutdown_background();
-            match served {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(message) => fail(&message, 1),
-            }
+                overrides: Overrides { region, store },
+            })
         }
         Command::Replay {
             config,
@@ -178,87 +163,118 @@ fn main() -> ExitCode {
             summary,
             line_buffered,
         } => {
-            let policies = match load_policies(&config) {
-                Ok(p) => p,
-                Err(message) => return fail(&message, 2),
-            };
-            let options = replay::Options {
+            let options = ReplayOptions {
                 format: match format {
-                    ReplayFormat::Decision => replay::Format::Decision,
-                    ReplayFormat::Full => replay::Format::Full,
+                    ReplayFormat::Decision => tollgate::ReplayFormat::Decision,
+                    ReplayFormat::Full => tollgate::ReplayFormat::Full,
                 },
                 skip_bad_lines,
                 line_buffered,
             };
-            let stdin = io::stdin().lock();
-            let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
-            let stderr = io::stderr();
-            let replayed = match replay::run_on(
-                &policies,
-                max_keys,
-                store.as_deref(),
-                options,
-                stdin,
-                stdout,
-                &stderr,
-            ) {
-                Ok(replayed) => replayed,
-                Err(replay::ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
-                    return ExitCode::SUCCESS;
-                }
-                Err(e) => return fail(&e, 2),
-            };
-            if summary {
-                let _ = write!(stderr.lock(), "{}", replayed.summary);
-            }
-            if replayed.skipped > 0 {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            }
+            replay_command(&config, max_keys, store.as_deref(), options, summary)
         }
-        Command::Validate { config, region } => {
-            match config::ServeConfig::load_in_region(&config, region.as_deref()) {
-                Ok(loaded) => {
-                    let mut out = io::stdout().lock();
-                    let _ = writeln!(
-                        out,
-                        "config {} is valid (hash {})",
-                        config.display(),
-                        loaded.hash
-                    );
-                    for serve in &loaded.policies {
-                        let _ = writeln!(out, "{}", explain::describe_policy(&serve.declared));
-                    }
-                    let mut err = io::stderr().lock();
-                    for warning in loaded.warnings() {
-                        let _ = writeln!(err, "tollgate: warning: {warning}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(message) => fail(&message, 1),
-            }
-        }
+        Command::Validate { config, region } => validate_command(&config, region.as_deref()),
         Command::Explain {
             config,
             region,
             json,
-        } => match config::ServeConfig::load_in_region(&config, region.as_deref()) {
-            Ok(loaded) => {
-                let path = config.display().to_string();
-                let text = if json {
-                    let mut text = explain::explain_json(&loaded, &path).to_string();
-                    text.push('\n');
-                    text
-                } else {
-                    explain::explain(&loaded, &path)
-                };
-                let _ = io::stdout().lock().write_all(text.as_bytes());
-                ExitCode::SUCCESS
-            }
-            Err(message) => fail(&message, 1),
-        },
+        } => explain_command(&config, region.as_deref(), json),
     }
+}
+
+/// `tollgate serve`: a runtime for the server, gone once it has drained.
+fn serve_command(options: ServeOptions) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(&format_args!("cannot start the runtime: {e}"), 1),
+    };
+    let served = runtime.block_on(tollgate::serve(options));
+    // Everything has drained ("tollgate stopped"): nothing left on
+    // the runtime is worth waiting for.
+    runtime.shutdown_background();
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => fail(&message, 1),
+    }
+}
+
+/// `tollgate replay`: stdin's trace decided onto stdout; exit 2 when it
+/// stopped, 3 when it skipped a bad line.
+fn replay_command(
+    config: &Path,
+    max_keys: usize,
+    store: Option<&str>,
+    options: ReplayOptions,
+    summary: bool,
+) -> ExitCode {
+    let policies = match load_policies(config) {
+        Ok(p) => p,
+        Err(message) => return fail(&message, 2),
+    };
+    let stdin = io::stdin().lock();
+    let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    let stderr = io::stderr();
+    let replayed =
+        match tollgate::replay_trace(&policies, max_keys, store, options, stdin, stdout, &stderr) {
+            Ok(replayed) => replayed,
+            Err(ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => return fail(&e, 2),
+        };
+    if summary {
+        let _ = write!(stderr.lock(), "{}", replayed.summary);
+    }
+    if replayed.skipped > 0 {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `tollgate validate`: the config's hash and policies, then its warnings.
+fn validate_command(config: &Path, region: Option<&str>) -> ExitCode {
+    let loaded = match ServeConfig::load_in_region(config, region) {
+        Ok(loaded) => loaded,
+        Err(message) => return fail(&message, 1),
+    };
+    let mut out = io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "config {} is valid (hash {})",
+        config.display(),
+        loaded.hash
+    );
+    for serve in &loaded.policies {
+        let _ = writeln!(out, "{}", tollgate::describe_policy(&serve.declared));
+    }
+    let mut err = io::stderr().lock();
+    for warning in loaded.warnings() {
+        let _ = writeln!(err, "tollgate: warning: {warning}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `tollgate explain`: each policy's scope, bound and failure mode, as
+/// text or JSON.
+fn explain_command(config: &Path, region: Option<&str>, json: bool) -> ExitCode {
+    let loaded = match ServeConfig::load_in_region(config, region) {
+        Ok(loaded) => loaded,
+        Err(message) => return fail(&message, 1),
+    };
+    let path = config.display().to_string();
+    let text = if json {
+        let mut text = tollgate::explain_json(&loaded, &path).to_string();
+        text.push('\n');
+        text
+    } else {
+        tollgate::explain(&loaded, &path)
+    };
+    let _ = io::stdout().lock().write_all(text.as_bytes());
+    ExitCode::SUCCESS
 }
 
 /// `tollgate replay --format`.
@@ -269,10 +285,8 @@ enum ReplayFormat {
 }
 
 /// Any tollgate config (a serve config's extra sections are checked too).
-fn load_policies(
-    path: &std::path::Path,
-) -> Result<tollgate_core::PolicySet, config::ConfigLoadError> {
-    config::ServeConfig::load(path).map(|c| c.set)
+fn load_policies(path: &Path) -> Result<tollgate_core::PolicySet, ConfigLoadError> {
+    ServeConfig::load(path).map(|c| c.set)
 }
 
 fn fail(message: &dyn std::fmt::Display, code: u8) -> ExitCode {

@@ -45,7 +45,7 @@ pub enum ReplayError {
 
 /// What one output line holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Format {
+pub enum ReplayFormat {
     /// The decision alone, as the shipped vectors' `expected.jsonl` spells it.
     #[default]
     Decision,
@@ -55,9 +55,9 @@ pub enum Format {
 
 /// How a replay reads and writes.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Options {
+pub struct ReplayOptions {
     /// What each output line holds.
-    pub format: Format,
+    pub format: ReplayFormat,
     /// Report a bad line on the error stream and go on, instead of stopping.
     pub skip_bad_lines: bool,
     /// Flush the output after every line, for a reader following along.
@@ -128,11 +128,11 @@ impl fmt::Display for Summary {
 /// `redis://` / `rediss://` URL. The limiter's clock is set to each event's
 /// time; the memory store reads it, and Redis is handed it.
 /// Bad lines, when skipped, are reported on `errors`.
-pub fn run_on(
+pub fn replay_trace(
     policies: &PolicySet,
     max_keys: usize,
     store: Option<&str>,
-    options: Options,
+    options: ReplayOptions,
     input: impl BufRead,
     output: impl Write,
     errors: impl Write,
@@ -198,7 +198,7 @@ async fn replay(
     plans: &BTreeMap<&str, Plan>,
     limiter: &Limiter,
     clock: &ManualClock,
-    options: Options,
+    options: ReplayOptions,
     mut input: impl BufRead,
     mut output: impl Write,
     mut errors: impl Write,
@@ -324,11 +324,11 @@ async fn decide(
 }
 
 /// The output line of one decided event, newline included.
-fn write_line(out: &mut String, format: Format, event: &Event, decision: &Decision) {
+fn write_line(out: &mut String, format: ReplayFormat, event: &Event, decision: &Decision) {
     let decision_text = decision.vector_line();
     match format {
-        Format::Decision => out.push_str(&decision_text),
-        Format::Full => {
+        ReplayFormat::Decision => out.push_str(&decision_text),
+        ReplayFormat::Full => {
             // serde_json quotes and escapes the strings; the decision's own
             // fields follow, in the vectors' spelling.
             let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "null".into());

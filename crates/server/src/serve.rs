@@ -41,7 +41,7 @@ pub struct ServeOptions {
 
 /// Serves until SIGTERM or SIGINT, reloading on SIGHUP; an error if it
 /// could not start or a listener failed.
-pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let ServeOptions {
         config: config_path,
         listen,

@@ -9,7 +9,7 @@ mod support;
 use std::path::PathBuf;
 
 use support::{TestServer, TollgateProcess};
-use tollgate::config::ServeConfig;
+use tollgate::ServeConfig;
 
 const BUCKETS: &str = r#"
 server:
@@ -172,7 +172,7 @@ async fn policies_and_explain_say_the_same_about_a_memory_store_failing() {
         })
     );
     let config = ServeConfig::parse(MEMORY, |_| None).expect("valid");
-    let explained = tollgate::explain::explain(&config, "tollgate.yaml");
+    let explained = tollgate::explain(&config, "tollgate.yaml");
     let said = failure["while_degraded"].as_str().expect("text");
     assert!(
         explained.contains(&format!("\n  on store failure: {said}.\n")),
@@ -203,7 +203,7 @@ fn a_config_of_envoy_rules_only_lists_them_in_policies_and_explain() {
     std::fs::write(&config_path, "envoy_ratelimit_configs: [rules.yaml]\n").expect("write");
 
     let loaded = ServeConfig::load(&config_path).expect("valid");
-    let explained = tollgate::explain::explain(&loaded, "tollgate.yaml");
+    let explained = tollgate::explain(&loaded, "tollgate.yaml");
     assert!(
         explained.contains(
             "  envoy rule shop user: 2 per minute (fixed_window)\n  envoy rule shop route_checkout.user: 10 per hour (fixed_window)\n"
@@ -236,7 +236,7 @@ fn a_config_of_envoy_rules_only_lists_them_in_policies_and_explain() {
     );
     assert_eq!(
         policies["envoy_rules"],
-        tollgate::explain::explain_json(&loaded, "tollgate.yaml")["envoy_rules"]
+        tollgate::explain_json(&loaded, "tollgate.yaml")["envoy_rules"]
     );
 }
 

@@ -13,10 +13,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tokio::net::TcpListener;
-use tollgate::app::App;
-use tollgate::config::ServeConfig;
-use tollgate::serve::serve_app;
-use tollgate::workers::serve_grpc;
+use tollgate::{App, ServeConfig, serve_app, serve_grpc};
 use tollgate_core::ManualClock;
 use tollgate_testkit::RedisServer;
 

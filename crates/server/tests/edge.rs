@@ -21,10 +21,7 @@ use serde_json::{Value, json};
 use support::{T0, TestServer, TollgateProcess, envoy_binary, free_port, tollgate_bin};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tollgate::app::App;
-use tollgate::config::ServeConfig;
-use tollgate::serve::serve_app;
-use tollgate::workers::serve_grpc;
+use tollgate::{App, ServeConfig, serve_app, serve_grpc};
 use tollgate_core::ManualClock;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 

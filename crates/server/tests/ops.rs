@@ -377,7 +377,7 @@ async fn a_process_reloads_on_sighup_and_on_file_change_and_stops_gracefully_on_
 fn server_settings_out_of_range_are_refused_with_their_reason() {
     let refused = |server: &str| {
         let yaml = format!("server: {server}\n{V1}");
-        match tollgate::config::ServeConfig::parse(&yaml, |_| None) {
+        match tollgate::ServeConfig::parse(&yaml, |_| None) {
             Ok(_) => panic!("accepted server: {server}"),
             Err(e) => e.to_string(),
         }
@@ -398,7 +398,7 @@ fn server_settings_out_of_range_are_refused_with_their_reason() {
         refused("{deny_status: 200}"),
         "config: server: deny_status 200 is not an HTTP error status (400-599)"
     );
-    let empty = tollgate::config::ServeConfig::parse("policies: []\n", |_| None)
+    let empty = tollgate::ServeConfig::parse("policies: []\n", |_| None)
         .err()
         .map(|e| e.to_string());
     assert_eq!(

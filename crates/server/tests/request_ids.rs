@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use support::{TestServer, TollgateProcess};
-use tollgate::config::ServeConfig;
+use tollgate::ServeConfig;
 use tollgate_testkit::{RedisCluster, RedisServer};
 
 const POLICIES: &str = r#"

@@ -17,9 +17,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use support::T0;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tollgate::app::App;
-use tollgate::config::ServeConfig;
-use tollgate::workers::serve_grpc;
+use tollgate::{App, ServeConfig, serve_grpc};
 use tollgate_core::ManualClock;
 use tonic::transport::Channel;
 
@@ -1302,7 +1300,7 @@ descriptors:
         .rules
         .iter()
         .map(|r| match &r.kind {
-            tollgate::envoy_rules::RuleKind::Limited { policy, .. } => policy.limits().window_ms(),
+            tollgate::RuleKind::Limited { policy, .. } => policy.limits().window_ms(),
             other => panic!("{other:?}"),
         })
         .collect();

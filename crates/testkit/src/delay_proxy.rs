@@ -37,7 +37,9 @@ const SEED: u64 = 0x746f_6c6c_6761_7465;
 /// counts as `min`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delay {
+    /// The shortest wait.
     pub min: Duration,
+    /// The longest wait.
     pub max: Duration,
 }
 
@@ -125,10 +127,12 @@ impl DelayProxy {
         })
     }
 
+    /// The loopback address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
+    /// The port of [`DelayProxy::addr`].
     pub fn port(&self) -> u16 {
         self.addr.port()
     }

@@ -11,6 +11,8 @@
 //! A [`DelayProxy`] stands between a client and such a server to make the
 //! link slow, reset or partitioned, as between regions.
 
+#![deny(missing_docs)]
+
 mod delay_proxy;
 
 pub use delay_proxy::{Delay, DelayProxy, Link, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
@@ -28,26 +30,40 @@ const INSTALL_HINT: &str = "apt-get install -y redis-server";
 /// How long a started server may take to answer PING.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
+/// Why the harness could not give a test its servers.
 #[derive(Debug, Error)]
 pub enum HarnessError {
+    /// A program the harness runs is not installed.
     #[error("{program} is not installed (run `{INSTALL_HINT}`): {source}")]
     Missing {
+        /// The program, e.g. `redis-server`.
         program: &'static str,
+        /// Why it could not be run.
         source: std::io::Error,
     },
+    /// A file, directory or socket operation failed.
     #[error("{what}: {source}")]
     Io {
+        /// What the harness was doing.
         what: String,
+        /// The error it met.
         source: std::io::Error,
     },
+    /// A server is not running, or did not become ready in time.
     #[error("{0}")]
     NotReady(String),
     /// Another process bound the port between [`free_port`] and the server's
     /// own bind; starting again on a fresh port is the cure.
     #[error("port {0} was taken before the server could bind it")]
     PortTaken(u16),
+    /// A `redis-cli` command failed.
     #[error("{command} failed: {output}")]
-    Command { command: String, output: String },
+    Command {
+        /// The command, as run.
+        command: String,
+        /// What it printed.
+        output: String,
+    },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HarnessError {
@@ -118,15 +134,18 @@ impl RedisServer {
         }
     }
 
+    /// The loopback port it listens on.
     pub fn port(&self) -> u16 {
         self.port
     }
 
     /// `redis://127.0.0.1:PORT`
+    /// Its `redis://127.0.0.1:PORT` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Its temporary directory: config, logs and any files it writes.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -279,15 +298,18 @@ impl RedisSentinel {
         Ok(sentinel)
     }
 
+    /// The loopback port it listens on.
     pub fn port(&self) -> u16 {
         self.port
     }
 
     /// `redis://127.0.0.1:PORT`
+    /// Its `redis://127.0.0.1:PORT` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Its temporary directory: config, logs and any files it writes.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -341,10 +363,12 @@ impl RedisCluster {
         Ok(cluster)
     }
 
+    /// Its masters, in the order they were started.
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
 
+    /// The master at `index`, to kill, pause or restart; `None` past the end.
     pub fn node_mut(&mut self, index: usize) -> Option<&mut RedisServer> {
         self.nodes.get_mut(index)
     }

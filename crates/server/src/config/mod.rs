@@ -16,12 +16,11 @@ mod server;
 mod stores;
 
 pub use document::Overrides;
-pub use policy_fields::{HotLeaseRule, ServePolicy};
-pub use regions::{Deployment, REGION_ENV, Region};
+pub use policy_fields::ServePolicy;
+pub use regions::{Deployment, REGION_ENV};
 pub use request_shaping::{CostRule, IdentityPart};
-pub use retry::RetryRule;
-pub use server::{ForwardAuth, ServerSettings};
-pub use stores::{STORE_ROLES, StoreSettings, Stores};
+pub use server::ServerSettings;
+pub use stores::{StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -11,7 +11,7 @@ mod rule;
 mod tree;
 mod unit;
 
-pub use files::{MAX_FILES, expand, stamp_into};
+pub use files::stamp_into;
 pub use reading::RulesError;
 pub use rule::{Rule, RuleKind};
 pub use tree::{EnvoyRules, MAX_DEPTH, Matched};

@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tollgate::app::App;
-use tollgate::config::ServeConfig;
-use tollgate::serve::serve_app;
+use tollgate::{App, ServeConfig, serve_app};
 use tollgate_core::ManualClock;
 
 /// The Unix time tests start at: a round number makes windows easy to reason about.

@@ -133,6 +133,30 @@ impl RedisStore {
         at: At,
         margin_ms: u64,
     ) -> Result<Retried, StoreError> {
+        let groups = self.record_slot_first(items);
+        let Some((record_group, others)) = groups.split_first() else {
+            return Ok(Retried {
+                decisions: Vec::new(),
+                replay: Replay::Fresh,
+            });
+        };
+        let call = OnceCall {
+            store: self,
+            items,
+            once,
+            at,
+            margin_ms,
+        };
+        if others.is_empty() {
+            call.one_slot(record_group).await
+        } else {
+            call.across_slots(record_group, others).await
+        }
+    }
+
+    /// `items`' indices grouped by Cluster slot (one group off a Cluster),
+    /// the record's slot (the first item's) first.
+    fn record_slot_first(&self, items: &[Item]) -> Vec<Vec<usize>> {
         let mut groups: Vec<Vec<usize>> = if self.shared.connection.is_cluster() {
             let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
             for (i, item) in items.iter().enumerate() {
@@ -142,110 +166,10 @@ impl RedisStore {
         } else {
             vec![(0..items.len()).collect()]
         };
-        // The record's slot (the first item's) first.
         if let Some(at) = groups.iter().position(|g| g.first() == Some(&0)) {
             groups.swap(0, at);
         }
-        let mismatch = |recorded| Retried {
-            decisions: Vec::new(),
-            replay: Replay::CostMismatch { recorded },
-        };
-        let mut out: Vec<Option<Decision>> = vec![None; items.len()];
-        let place = |out: &mut Vec<Option<Decision>>, group: &[usize], found: Vec<Decision>| {
-            for (&i, d) in group.iter().zip(found) {
-                out[i] = Some(d);
-            }
-        };
-        let collect = |out: Vec<Option<Decision>>| -> Result<Vec<Decision>, StoreError> {
-            out.into_iter()
-                .map(|d| d.ok_or_else(|| StoreError::Protocol("a check went undecided".into())))
-                .collect()
-        };
-        let (record_group, others) = match groups.split_first() {
-            Some(split) => split,
-            None => {
-                return Ok(Retried {
-                    decisions: Vec::new(),
-                    replay: Replay::Fresh,
-                });
-            }
-        };
-        let part =
-            |group, mode, once, peek| self.part(items, group, at, margin_ms, mode, once, peek);
-        // A replay: the record's slot answered; the others are peeked.
-        let replay = |mut out: Vec<Option<Decision>>| async move {
-            for group in others {
-                if let Part::Decided(found, _) = part(group, "consume", None, true).await? {
-                    place(&mut out, group, found);
-                }
-            }
-            Ok::<_, StoreError>(Retried {
-                decisions: request_id::replayed(collect(out)?),
-                replay: Replay::Replayed,
-            })
-        };
-        if others.is_empty() {
-            return Ok(
-                match part(record_group, "consume", Some(once), false).await? {
-                    Part::CostMismatch(recorded) => mismatch(recorded),
-                    Part::Decided(found, replayed) => Retried {
-                        decisions: found,
-                        replay: if replayed {
-                            Replay::Replayed
-                        } else {
-                            Replay::Fresh
-                        },
-                    },
-                },
-            );
-        }
-        // Phase one: every slot's verdict, the record's first; nothing written.
-        let (found, replayed) = match part(record_group, "verdict", Some(once), false).await? {
-            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
-            Part::Decided(found, replayed) => (found, replayed),
-        };
-        place(&mut out, record_group, found);
-        if replayed {
-            return replay(out).await;
-        }
-        let mut all = out.iter().flatten().all(|d| d.allowed);
-        for group in others {
-            if let Part::Decided(found, _) = part(group, "verdict", None, false).await? {
-                all &= found.iter().all(|d| d.allowed);
-                place(&mut out, group, found);
-            }
-        }
-        // Phase two, the record's slot first: it consumes and records, or
-        // finds the id recorded meanwhile and replays.
-        let mode = if all { "consume" } else { "probe" };
-        let (found, replayed) = match part(record_group, mode, Some(once), false).await? {
-            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
-            Part::Decided(found, replayed) => (found, replayed),
-        };
-        let admitted = found.iter().all(|d| d.allowed);
-        place(&mut out, record_group, found);
-        if replayed {
-            return replay(out).await;
-        }
-        // A consuming record slot that rejected (a race) stops here, as
-        // in all_or_nothing; later slots keep their verdicts.
-        if !all || admitted {
-            for group in others {
-                let Part::Decided(found, _) = part(group, mode, None, false).await? else {
-                    continue;
-                };
-                let admitted = found.iter().all(|d| d.allowed);
-                place(&mut out, group, found);
-                if all && !admitted {
-                    self.forget_id(once).await?;
-                    break;
-                }
-            }
-        }
-        Ok(Retried {
-            decisions: collect(out)?,
-            replay: Replay::Fresh,
-        })
+        groups
     }
 
     /// Forgets a request id recorded by a call that ended rejected.
@@ -294,4 +218,149 @@ impl RedisStore {
         })
         .await
     }
+}
+
+/// One call under a request id, [`RedisStore::once_or_nothing`]'s: what
+/// each of its phases asks of a slot.
+struct OnceCall<'a> {
+    store: &'a RedisStore,
+    items: &'a [Item],
+    once: &'a Once,
+    at: At,
+    margin_ms: u64,
+}
+
+impl OnceCall<'_> {
+    /// `group`'s share in `mode`, under the id when `once` is given.
+    async fn part(
+        &self,
+        group: &[usize],
+        mode: &'static str,
+        once: Option<&Once>,
+        peek: bool,
+    ) -> Result<Part, StoreError> {
+        self.store
+            .part(self.items, group, self.at, self.margin_ms, mode, once, peek)
+            .await
+    }
+
+    /// Every key in the record's slot: one call decides and records.
+    async fn one_slot(&self, group: &[usize]) -> Result<Retried, StoreError> {
+        Ok(
+            match self.part(group, "consume", Some(self.once), false).await? {
+                Part::CostMismatch(recorded) => mismatch(recorded),
+                Part::Decided(found, replayed) => Retried {
+                    decisions: found,
+                    replay: if replayed {
+                        Replay::Replayed
+                    } else {
+                        Replay::Fresh
+                    },
+                },
+            },
+        )
+    }
+
+    /// Two phases across slots, the record's slot first in each: every
+    /// slot's verdict, nothing written; then consume (or probe, when one
+    /// rejected), forgetting the id should a later slot reject after all.
+    async fn across_slots(
+        &self,
+        record_group: &[usize],
+        others: &[Vec<usize>],
+    ) -> Result<Retried, StoreError> {
+        let mut out: Vec<Option<Decision>> = vec![None; self.items.len()];
+        // Phase one: every slot's verdict, the record's first; nothing written.
+        let (found, replayed) = match self
+            .part(record_group, "verdict", Some(self.once), false)
+            .await?
+        {
+            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Decided(found, replayed) => (found, replayed),
+        };
+        place(&mut out, record_group, found);
+        if replayed {
+            return self.replay(others, out).await;
+        }
+        let mut all = out.iter().flatten().all(|d| d.allowed);
+        for group in others {
+            if let Part::Decided(found, _) = self.part(group, "verdict", None, false).await? {
+                all &= found.iter().all(|d| d.allowed);
+                place(&mut out, group, found);
+            }
+        }
+        // Phase two, the record's slot first: it consumes and records, or
+        // finds the id recorded meanwhile and replays.
+        let mode = if all { "consume" } else { "probe" };
+        let (found, replayed) = match self
+            .part(record_group, mode, Some(self.once), false)
+            .await?
+        {
+            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Decided(found, replayed) => (found, replayed),
+        };
+        let admitted = found.iter().all(|d| d.allowed);
+        place(&mut out, record_group, found);
+        if replayed {
+            return self.replay(others, out).await;
+        }
+        // A consuming record slot that rejected (a race) stops here, as
+        // in all_or_nothing; later slots keep their verdicts.
+        if !all || admitted {
+            for group in others {
+                let Part::Decided(found, _) = self.part(group, mode, None, false).await? else {
+                    continue;
+                };
+                let admitted = found.iter().all(|d| d.allowed);
+                place(&mut out, group, found);
+                if all && !admitted {
+                    self.store.forget_id(self.once).await?;
+                    break;
+                }
+            }
+        }
+        Ok(Retried {
+            decisions: collect(out)?,
+            replay: Replay::Fresh,
+        })
+    }
+
+    /// A replay: the record's slot answered; the others are peeked.
+    async fn replay(
+        &self,
+        others: &[Vec<usize>],
+        mut out: Vec<Option<Decision>>,
+    ) -> Result<Retried, StoreError> {
+        for group in others {
+            if let Part::Decided(found, _) = self.part(group, "consume", None, true).await? {
+                place(&mut out, group, found);
+            }
+        }
+        Ok(Retried {
+            decisions: request_id::replayed(collect(out)?),
+            replay: Replay::Replayed,
+        })
+    }
+}
+
+/// The answer to an id recorded with other costs.
+fn mismatch(recorded: String) -> Retried {
+    Retried {
+        decisions: Vec::new(),
+        replay: Replay::CostMismatch { recorded },
+    }
+}
+
+/// `found` in `group`'s places of `out`.
+fn place(out: &mut [Option<Decision>], group: &[usize], found: Vec<Decision>) {
+    for (&i, d) in group.iter().zip(found) {
+        out[i] = Some(d);
+    }
+}
+
+/// Every check's decision, in order; an error if a slot left one out.
+fn collect(out: Vec<Option<Decision>>) -> Result<Vec<Decision>, StoreError> {
+    out.into_iter()
+        .map(|d| d.ok_or_else(|| StoreError::Protocol("a check went undecided".into())))
+        .collect()
 }
