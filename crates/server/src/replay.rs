@@ -156,7 +156,8 @@ pub fn replay_trace(
         }
         Some(other) => {
             return Err(ReplayError::Store(StoreError::Config(format!(
-                "--store {other:?}: expected memory or a redis:// URL"
+                "--store {:?}: expected memory or a redis:// URL",
+                tollgate_store::redact_url(other)
             ))));
         }
     };

@@ -101,6 +101,7 @@ fn parse_store_value(value: Option<&Value>, field: &str) -> Result<StoreSettings
             })
         }
         Some((kind, settings)) if map.len() == 1 && kind == "redis" => {
+            secrets_are_text(settings, field)?;
             let config: RedisConfig = serde_json::from_value(settings.clone())
                 .map_err(|e| fault(format!("{field}.redis: {e}")))?;
             // Its messages name their field (`store.redis.url: …`) already.
@@ -117,6 +118,38 @@ fn parse_store_value(value: Option<&Value>, field: &str) -> Result<StoreSettings
         _ => Err(fault(format!(
             "{field}: expected exactly one of: memory, redis"
         ))),
+    }
+}
+
+/// A password or URL of the wrong type would be quoted by the
+/// deserializer's message (`invalid type: integer `123456``): refuse it
+/// here, by name and without its value.
+fn secrets_are_text(redis: &Value, field: &str) -> Result<(), ConfigError> {
+    let text = |v: &Value| v.is_string();
+    let list = |v: &Value| v.as_array().is_some_and(|items| items.iter().all(text));
+    let sentinel_nodes = redis.get("sentinel").and_then(|s| s.get("nodes"));
+    let wrong = [
+        ("password", redis.get("password"), "a string"),
+        ("username", redis.get("username"), "a string"),
+        ("url", redis.get("url"), "a string"),
+        ("cluster", redis.get("cluster"), "a list of strings"),
+        ("sentinel.nodes", sentinel_nodes, "a list of strings"),
+    ]
+    .into_iter()
+    .find(|(_, value, kind)| {
+        value.is_some_and(|v| {
+            if kind.starts_with("a list") {
+                !list(v)
+            } else {
+                !text(v)
+            }
+        })
+    });
+    match wrong {
+        Some((name, _, kind)) => Err(ConfigError::Document(format!(
+            "{field}.redis.{name}: must be {kind} (quote it)"
+        ))),
+        None => Ok(()),
     }
 }
 

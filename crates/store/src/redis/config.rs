@@ -252,16 +252,48 @@ impl fmt::Debug for SentinelConfig {
     }
 }
 
-/// A URL with any `user:password@` part hidden, for logs and errors.
+/// A URL with its credentials hidden, for logs and errors. Every message
+/// that shows a store URL goes through here.
+///
+/// The rule: everything between `://` (or the start, when there is none)
+/// and the *last* `@` of the whole text becomes `<redacted>`, and the value
+/// of a `pass=` or `password=` query parameter (a `redis+unix://` URL's way
+/// to carry one) becomes `<redacted>` too.
+///
+/// Why the last `@` of the whole text, not of the authority: an unencoded
+/// password may hold `/`, `?`, `#` or `@` (`redis://:p@ss/w@rd@host/0`), so
+/// where the authority ends cannot be known from the text. An `@` that
+/// really sits in a query or path (`rediss://h:6380/0?x=@`) is taken for
+/// the end of the credentials too: that hides the host, never a password.
+/// A list of URLs in one string is hidden from its first `://` to its last
+/// `@`, for the same reason; lists in the config are redacted node by node.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let shown = match rest.rfind('@') {
+        Some(at) => format!("{scheme}<redacted>@{}", &rest[at + 1..]),
+        None => format!("{scheme}{rest}"),
+    };
+    redact_query_password(&shown)
+}
+
+/// `…?db=1&pass=secret` → `…?db=1&pass=<redacted>`.
+fn redact_query_password(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();
     };
-    let host_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if matches!(name, "pass" | "password") => {
+                format!("{name}=<redacted>")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", pairs.join("&"))
 }
 
 fn default_prefix() -> String {
@@ -306,6 +338,74 @@ mod tests {
             shown.contains("redis://<redacted>@127.0.0.1:6379/0"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn redaction_hides_everything_up_to_the_last_at() {
+        let cases = [
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            (
+                "redis://user:hunter2@h:6379/0",
+                "redis://<redacted>@h:6379/0",
+            ),
+            // A password holding `/`: the authority seems to end early.
+            (
+                "redis://user:pa/ss@host:6379/0",
+                "redis://<redacted>@host:6379/0",
+            ),
+            // `@` and `/` in the password, several times.
+            (
+                "redis://:p@ss/w@rd@host:6379/0",
+                "redis://<redacted>@host:6379/0",
+            ),
+            // `?` and `#` in the password.
+            (
+                "rediss://u:p?q#r@host:6380",
+                "rediss://<redacted>@host:6380",
+            ),
+            // An `@` in a query hides the host: over-hiding, never leaking.
+            ("rediss://h:6380/0?x=@", "rediss://<redacted>@"),
+            // No scheme: from the start.
+            ("user:pa/ss@host:6379", "<redacted>@host:6379"),
+            // Two URLs in one string: from the first `://`.
+            (
+                "redis://a:p1@h1:7000,redis://b:p2@h2:7000",
+                "redis://<redacted>@h2:7000",
+            ),
+            // A unix socket's password travels in the query.
+            (
+                "redis+unix:///run/redis.sock?db=1&pass=s/e@c",
+                "redis+unix://<redacted>@c",
+            ),
+            (
+                "redis+unix:///run/redis.sock?db=1&pass=secret",
+                "redis+unix:///run/redis.sock?db=1&pass=<redacted>",
+            ),
+            (
+                "unix:///run/redis.sock?password=secret&db=2",
+                "unix:///run/redis.sock?password=<redacted>&db=2",
+            ),
+            ("memory", "memory"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn an_unparsable_url_is_refused_without_its_password() {
+        for (url, secret) in [
+            ("redis://user:se/cret@host:6379/0", "se/cret"),
+            ("redis://:hun@ter/2@host:x/0", "ter/2"),
+        ] {
+            let config = RedisConfig::standalone(url);
+            let Err(error) = config.validate() else {
+                panic!("{url} was accepted");
+            };
+            let message = error.to_string();
+            assert!(message.contains("<redacted>@host"), "{message}");
+            assert!(!message.contains(secret), "{message}");
+        }
     }
 
     #[test]
