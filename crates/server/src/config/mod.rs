@@ -19,6 +19,9 @@ pub use document::Overrides;
 pub use policy_fields::ServePolicy;
 pub use regions::{Deployment, REGION_ENV};
 pub use request_shaping::{CostRule, IdentityPart};
+// Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
+#[cfg(test)]
+pub(crate) use request_shaping::ClientNetworks;
 pub use server::ServerSettings;
 pub use stores::{StoreSettings, Stores};
 

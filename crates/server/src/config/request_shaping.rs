@@ -3,8 +3,10 @@
 //! These are the fields forward auth and `/v1/check` read from a request.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 
 use hyper::http::HeaderName;
+use ipnet::IpNet;
 use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, Policy, describe};
 
@@ -21,8 +23,9 @@ pub enum IdentityPart {
     ApiKey(String),
     /// The token of `Authorization: Bearer <token>`, hashed.
     Bearer,
-    /// The client's address (forwarded only from trusted proxies).
-    ClientIp,
+    /// The client's network (its address forwarded only from trusted
+    /// proxies), at the prefixes given.
+    ClientIp(ClientNetworks),
     /// The request's method, upper-cased.
     Method,
     /// The request's path, as the policy's `match` compares it.
@@ -42,7 +45,7 @@ impl IdentityPart {
             IdentityPart::Header(h) => h,
             IdentityPart::ApiKey(_) => "api_key",
             IdentityPart::Bearer => "bearer",
-            IdentityPart::ClientIp => "client_ip",
+            IdentityPart::ClientIp(_) => "client_ip",
             IdentityPart::Method => "method",
             IdentityPart::Path => "path",
             IdentityPart::Route => "route",
@@ -62,7 +65,52 @@ impl IdentityPart {
             IdentityPart::Header(h) => format!("header:{h}"),
             IdentityPart::ApiKey(h) => format!("api_key:{h}"),
             IdentityPart::Literal(v) => format!("literal:{v}"),
+            IdentityPart::ClientIp(networks) if *networks != ClientNetworks::default() => {
+                format!(
+                    "client_ip:ipv4_prefix={},ipv6_prefix={}",
+                    networks.ipv4_prefix, networks.ipv6_prefix
+                )
+            }
             other => other.name().to_owned(),
+        }
+    }
+}
+
+/// How wide a network one `client_ip` budget covers. One host of IPv6
+/// usually holds a whole /64 (and a home a /56 or /48), so keying per
+/// address would give one client as many budgets as it has addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientNetworks {
+    /// IPv4 addresses are keyed by this prefix (32: the address).
+    pub ipv4_prefix: u8,
+    /// IPv6 addresses are keyed by this prefix (64 unless configured).
+    pub ipv6_prefix: u8,
+}
+
+impl Default for ClientNetworks {
+    fn default() -> Self {
+        Self {
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+        }
+    }
+}
+
+impl ClientNetworks {
+    /// The identity value of a client at `ip`: an IPv4-mapped IPv6 address
+    /// (`::ffff:198.51.100.77`) is its IPv4 address; a full-length prefix
+    /// gives the plain address (`198.51.100.77`), any other the network in
+    /// CIDR text (`2001:db8:1:2::/64`).
+    pub fn key(&self, ip: IpAddr) -> String {
+        let ip = ip.to_canonical();
+        let prefix = match ip {
+            IpAddr::V4(_) => self.ipv4_prefix,
+            IpAddr::V6(_) => self.ipv6_prefix,
+        };
+        match IpNet::new(ip, prefix) {
+            Ok(net) if net.prefix_len() < net.max_prefix_len() => net.trunc().to_string(),
+            // A full prefix, or one out of range (refused at load).
+            _ => ip.to_string(),
         }
     }
 }
@@ -111,7 +159,7 @@ pub(super) fn parse_identity(
     matcher: &Matcher,
 ) -> Result<Vec<IdentityPart>, ConfigError> {
     let identity = match value {
-        None | Some(Value::Null) => vec![IdentityPart::ClientIp],
+        None | Some(Value::Null) => vec![IdentityPart::ClientIp(ClientNetworks::default())],
         Some(Value::Array(parts)) if !parts.is_empty() => parts
             .iter()
             .enumerate()
@@ -331,13 +379,17 @@ fn parse_identity_part(
     match value {
         Value::String(s) => match s.as_str() {
             "bearer" => Ok(IdentityPart::Bearer),
-            "client_ip" => Ok(IdentityPart::ClientIp),
+            "client_ip" => Ok(IdentityPart::ClientIp(ClientNetworks::default())),
             "method" => Ok(IdentityPart::Method),
             "path" => Ok(IdentityPart::Path),
             "route" => Ok(IdentityPart::Route),
             "host" => Ok(IdentityPart::Host),
             other => Err(unknown(&format!("{other:?}"))),
         },
+        Value::Object(m) if m.len() == 1 && m.contains_key("client_ip") => {
+            parse_client_networks(policy, &format!("{field}.client_ip"), &m["client_ip"])
+                .map(IdentityPart::ClientIp)
+        }
         Value::Object(m) if m.len() == 1 => {
             let (kind, arg) = m.iter().next().ok_or_else(|| unknown("an empty mapping"))?;
             let arg = arg.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
@@ -370,6 +422,54 @@ fn parse_identity_part(
         }
         other => Err(unknown(&describe(other))),
     }
+}
+
+/// `client_ip: {ipv6_prefix: 1..=128, ipv4_prefix: 1..=32}`, both optional.
+fn parse_client_networks(
+    policy: &Policy,
+    field: &str,
+    value: &Value,
+) -> Result<ClientNetworks, ConfigError> {
+    let mut networks = ClientNetworks::default();
+    let options = match value {
+        Value::Null => return Ok(networks),
+        Value::Object(options) => options,
+        other => {
+            return Err(field_error(
+                policy,
+                field,
+                format!(
+                    "expected a mapping of ipv6_prefix and ipv4_prefix, got {}",
+                    describe(other)
+                ),
+            ));
+        }
+    };
+    for (name, value) in options {
+        let (slot, max) = match name.as_str() {
+            "ipv6_prefix" => (&mut networks.ipv6_prefix, 128),
+            "ipv4_prefix" => (&mut networks.ipv4_prefix, 32),
+            other => {
+                return Err(field_error(
+                    policy,
+                    field,
+                    format!("{other:?} is not an option (expected ipv6_prefix, ipv4_prefix)"),
+                ));
+            }
+        };
+        *slot = value
+            .as_u64()
+            .filter(|p| (1..=max).contains(p))
+            .and_then(|p| u8::try_from(p).ok())
+            .ok_or_else(|| {
+                field_error(
+                    policy,
+                    &format!("{field}.{name}"),
+                    format!("{value} is not a prefix length (expected 1 to {max})"),
+                )
+            })?;
+    }
+    Ok(networks)
 }
 
 /// `cost: {header, min, max, default}`: read from a header, bounded.

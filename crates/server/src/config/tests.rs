@@ -111,3 +111,91 @@ fn a_key_given_twice_is_refused_not_last_wins() {
         Err(r#"config is not valid YAML: duplicate key "path" at line 6 column 24"#.to_owned())
     );
 }
+
+fn with_identity(identity: &str) -> Result<ServeConfig, String> {
+    let yaml = format!(
+        "policies:\n  - name: login\n    algorithm: gcra\n    capacity: 5\n    refill: {{ tokens: 1, per: 1s }}\n    identity: {identity}\n"
+    );
+    ServeConfig::parse(&yaml, |_| None).map_err(|e| e.to_string())
+}
+
+#[test]
+fn client_ip_keys_ipv6_per_64_unless_a_policy_says_otherwise() {
+    let networks = |identity: &str| match with_identity(identity) {
+        Ok(config) => config.policies[0].identity.clone(),
+        Err(e) => panic!("identity {identity} was refused: {e}"),
+    };
+    let default = ClientNetworks {
+        ipv4_prefix: 32,
+        ipv6_prefix: 64,
+    };
+    assert_eq!(networks("[client_ip]"), [IdentityPart::ClientIp(default)]);
+    assert_eq!(
+        networks("[{client_ip: {ipv6_prefix: 56}}]"),
+        [IdentityPart::ClientIp(ClientNetworks {
+            ipv4_prefix: 32,
+            ipv6_prefix: 56
+        })]
+    );
+    assert_eq!(
+        networks("[{client_ip: {ipv6_prefix: 128, ipv4_prefix: 24}}, method]"),
+        [
+            IdentityPart::ClientIp(ClientNetworks {
+                ipv4_prefix: 24,
+                ipv6_prefix: 128
+            }),
+            IdentityPart::Method
+        ]
+    );
+    assert_eq!(
+        networks("[{client_ip: {}}]"),
+        [IdentityPart::ClientIp(default)]
+    );
+    assert_eq!(
+        IdentityPart::ClientIp(ClientNetworks {
+            ipv4_prefix: 32,
+            ipv6_prefix: 56
+        })
+        .describe(),
+        "client_ip:ipv4_prefix=32,ipv6_prefix=56"
+    );
+    assert_eq!(IdentityPart::ClientIp(default).describe(), "client_ip");
+}
+
+#[test]
+fn client_ip_prefixes_outside_their_range_are_refused_with_the_field_named() {
+    let refused = |identity: &str| match with_identity(identity) {
+        Ok(_) => panic!("identity {identity} was accepted"),
+        Err(e) => e,
+    };
+    for (identity, words) in [
+        (
+            "[{client_ip: {ipv6_prefix: 0}}]",
+            "identity[0].client_ip.ipv6_prefix: 0 is not a prefix length (expected 1 to 128)",
+        ),
+        (
+            "[{client_ip: {ipv6_prefix: 129}}]",
+            "identity[0].client_ip.ipv6_prefix: 129 is not a prefix length (expected 1 to 128)",
+        ),
+        (
+            "[method, {client_ip: {ipv4_prefix: 33}}]",
+            "identity[1].client_ip.ipv4_prefix: 33 is not a prefix length (expected 1 to 32)",
+        ),
+        (
+            "[{client_ip: {ipv6_prefix: \"64\"}}]",
+            "identity[0].client_ip.ipv6_prefix: \"64\" is not a prefix length",
+        ),
+        (
+            "[{client_ip: {ipv6: 64}}]",
+            "identity[0].client_ip: \"ipv6\" is not an option (expected ipv6_prefix, ipv4_prefix)",
+        ),
+        (
+            "[{client_ip: 64}]",
+            "identity[0].client_ip: expected a mapping of ipv6_prefix and ipv4_prefix",
+        ),
+    ] {
+        let message = refused(identity);
+        assert!(message.contains("login"), "{message}");
+        assert!(message.contains(words), "{identity}: {message}");
+    }
+}

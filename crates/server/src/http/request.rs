@@ -137,8 +137,14 @@ impl<'a> Forwarded<'a> {
     }
 }
 
+/// Whether a trusted proxy is at `ip`, written either way: an IPv4-mapped
+/// address (`::ffff:10.0.0.7`, a dual-stack socket's peer) matches an IPv4
+/// network, and still matches a network written mapped.
 fn is_trusted(trusted: &[IpNet], ip: &IpAddr) -> bool {
-    trusted.iter().any(|net| net.contains(ip))
+    let canonical = ip.to_canonical();
+    trusted
+        .iter()
+        .any(|net| net.contains(ip) || net.contains(&canonical))
 }
 
 /// One `X-Forwarded-For` hop: an address, optionally with a port
@@ -154,8 +160,17 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
 /// no trusted proxy vouches for), else `X-Real-IP`. Hops are read from the
 /// right until that one; a hop read on the way that is not an address is a
 /// fault (naming the header), while what stands left of the client's hop
-/// was written by the client and is never read.
+/// was written by the client and is never read. An IPv4-mapped address
+/// comes back as its IPv4 address, so one client has one spelling.
 pub(crate) fn client_ip(
+    headers: &HeaderMap,
+    peer: IpAddr,
+    trusted: &[IpNet],
+) -> Result<IpAddr, RequestFault> {
+    told_client_ip(headers, peer, trusted).map(|ip| ip.to_canonical())
+}
+
+fn told_client_ip(
     headers: &HeaderMap,
     peer: IpAddr,
     trusted: &[IpNet],
@@ -230,7 +245,7 @@ pub(crate) fn identity_of(
                     .ok_or_else(|| missing("bearer (Authorization: Bearer <token>)".into()))?;
                 Cow::Owned(hash(hasher, token)?)
             }
-            IdentityPart::ClientIp => Cow::Owned(request.client_ip()?.to_string()),
+            IdentityPart::ClientIp(networks) => Cow::Owned(networks.key(request.client_ip()?)),
             IdentityPart::Method => upper(request.method),
             IdentityPart::Path => policy.matcher.canonical_path(&request.path),
             IdentityPart::Route => match policy.matcher.route() {
@@ -346,6 +361,7 @@ pub(crate) fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ClientNetworks;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -357,6 +373,57 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().expect("ip")
+    }
+
+    #[test]
+    fn client_ip_keys_are_networks_ipv6_per_64_and_ipv4_per_address() {
+        let default = ClientNetworks::default();
+        let cases = [
+            ("198.51.100.77", "198.51.100.77"),
+            ("::ffff:198.51.100.77", "198.51.100.77"),
+            ("2001:db8:1:2::1", "2001:db8:1:2::/64"),
+            ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),
+            ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+            ("::1", "::/64"),
+        ];
+        for (address, key) in cases {
+            assert_eq!(default.key(ip(address)), key, "{address}");
+        }
+        let wide = ClientNetworks {
+            ipv4_prefix: 24,
+            ipv6_prefix: 56,
+        };
+        assert_eq!(wide.key(ip("2001:db8:1:2ff::9")), "2001:db8:1:200::/56");
+        assert_eq!(wide.key(ip("::ffff:198.51.100.77")), "198.51.100.0/24");
+        let exact = ClientNetworks {
+            ipv4_prefix: 32,
+            ipv6_prefix: 128,
+        };
+        assert_eq!(exact.key(ip("2001:db8::1")), "2001:db8::1");
+    }
+
+    #[test]
+    fn a_mapped_address_is_one_client_and_one_proxy_with_its_ipv4_spelling() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        let h = headers(&[("x-forwarded-for", "::ffff:203.0.113.9")]);
+        // A dual-stack socket's peer is a mapped address: still the proxy.
+        let mapped_proxy = ip("::ffff:10.0.0.7");
+        assert_eq!(client_ip(&h, mapped_proxy, &trusted), Ok(ip("203.0.113.9")));
+        // A hop spelled mapped is the proxy it names, and is skipped.
+        let hops = headers(&[("x-forwarded-for", "203.0.113.9, ::ffff:10.0.0.9")]);
+        assert_eq!(
+            client_ip(&hops, ip("10.0.0.7"), &trusted),
+            Ok(ip("203.0.113.9"))
+        );
+        // An untrusted mapped peer is its IPv4 address.
+        let stranger = ip("::ffff:192.0.2.1");
+        assert_eq!(client_ip(&h, stranger, &trusted), Ok(ip("192.0.2.1")));
+        // A network written mapped still matches.
+        let mapped_net: Vec<IpNet> = vec!["::ffff:10.0.0.0/104".parse().expect("net")];
+        assert_eq!(
+            client_ip(&h, mapped_proxy, &mapped_net),
+            Ok(ip("203.0.113.9"))
+        );
     }
 
     #[test]
