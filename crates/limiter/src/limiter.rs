@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use tollgate_core::{Clock, Decision, Identity, Policy};
 use tollgate_store::{
-    DecidedBy, GuardedCheck, GuardedDecisions, Replay, RequestId, Retry, StoreError,
+    DecidedBy, GuardedCheck, GuardedDecisions, Replay, RequestDigest, RequestHasher, RequestId,
+    Retry, StoreError,
 };
 
 use crate::backend::Backend;
@@ -92,17 +93,28 @@ impl Limiter {
     /// stores may be rejected having consumed some of another policy's
     /// budget — it never admits more than any policy allows.
     pub async fn decide(&self, checks: &[Check<'_>]) -> Decided {
-        self.decide_request(checks, None).await
+        self.decide_request(checks, None, None).await
     }
 
     /// [`Limiter::decide`] under a request id (`Idempotency-Key`): on each
     /// store the id is recorded with the store's first check, under that
-    /// check's plan's retry rule (none when it keeps no ids), and a retry
-    /// inside the window is answered from the record, consuming nothing
-    /// ([`Replay::Replayed`]); under other costs it is refused
-    /// ([`Replay::CostMismatch`], no decisions).
-    pub async fn decide_request(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
+    /// check's plan's retry rule (none when it keeps no ids), for the whole
+    /// request: every check's policy, identity and cost, and `shape`, what
+    /// the door knows of the request beyond its checks (forward auth: its
+    /// method and normalized path). A retry of the same request inside the
+    /// window is answered from the record, consuming nothing
+    /// ([`Replay::Replayed`]); the id sent with any other request is
+    /// refused ([`Replay::Mismatch`], no decisions).
+    pub async fn decide_request(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+        shape: Option<&str>,
+    ) -> Decided {
         let started_us = self.clock.monotonic_us();
+        // Over every check, whichever store decides it: each store's record
+        // answers only the whole request.
+        let id = id.map(|id| (id, digest(checks, shape)));
         let first = checks.first().map_or(0, |c| c.plan.store());
         let decided = if checks.iter().all(|c| c.plan.store() == first) {
             self.decide_on(first, checks, id).await
@@ -121,7 +133,7 @@ impl Limiter {
         &self,
         store: usize,
         checks: &[Check<'_>],
-        id: Option<&RequestId>,
+        id: Option<(&RequestId, RequestDigest)>,
     ) -> Decided {
         let Some(backend) = self.backends.get(store) else {
             return Decided {
@@ -133,13 +145,14 @@ impl Limiter {
             };
         };
         let now_ms = self.clock.now_ms();
-        let retry = id
-            .zip(checks.first().and_then(|c| c.plan.retry()))
-            .map(|(id, rule)| Retry {
-                id,
-                window_ms: rule.window_ms,
-                max_ids: rule.max_ids,
-            });
+        let retry =
+            id.zip(checks.first().and_then(|c| c.plan.retry()))
+                .map(|((id, request), rule)| Retry {
+                    id,
+                    request,
+                    window_ms: rule.window_ms,
+                    max_ids: rule.max_ids,
+                });
         if let ([one], None) = (checks, retry)
             && let Some(hot) = one.plan.hot_lease()
             && let Some(decided) = Box::pin(self.decide_by_block(backend, one, hot, now_ms)).await
@@ -155,7 +168,7 @@ impl Limiter {
             Vec::new()
         };
         let mut decided = self.call(backend, checks, &picks, 0, retry).await;
-        if matches!(decided.replay, Replay::CostMismatch { .. }) {
+        if decided.replay == Replay::Mismatch {
             // The client's fault, answered 422: no decision was made.
             self.observe_store(&decided);
             return decided;
@@ -207,7 +220,11 @@ impl Limiter {
     /// request id each store keeps its own record, so a request rejected
     /// by a later store has its retry charged there only; it reads
     /// replayed when every store replayed it.
-    async fn decide_across(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
+    async fn decide_across(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<(&RequestId, RequestDigest)>,
+    ) -> Decided {
         let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
         let mut by = DecidedBy::Shared;
         let mut error = None;
@@ -231,7 +248,7 @@ impl Limiter {
             let decided = self
                 .decide_on(store, &group, if rejected { None } else { id })
                 .await;
-            if matches!(decided.replay, Replay::CostMismatch { .. }) {
+            if decided.replay == Replay::Mismatch {
                 return decided;
             }
             replayed &= decided.replay == Replay::Replayed;
@@ -413,4 +430,17 @@ fn error_kind(error: &StoreError) -> &'static str {
         StoreError::Protocol(_) => "protocol",
         StoreError::Config(_) => "config",
     }
+}
+
+/// The whole request's digest, as its request id's records hold it.
+fn digest(checks: &[Check<'_>], shape: Option<&str>) -> RequestDigest {
+    let mut hasher = RequestHasher::new(shape);
+    for check in checks {
+        hasher.check(
+            check.plan.policy().name(),
+            check.identity.as_bytes(),
+            check.cost,
+        );
+    }
+    hasher.finish()
 }

@@ -1048,7 +1048,7 @@ async fn a_retry_with_its_idempotency_key_is_charged_once_through_nginx() {
             "type": "about:blank",
             "title": "Unprocessable Content",
             "status": 422,
-            "detail": "this request id was first admitted with costs [1, 100], and this request has costs [1, 50]: a retry must repeat its request, and a new request needs a new id",
+            "detail": "this request id was first admitted for a different request (other policies, identities, costs, or method and path): a retry must repeat its request, and a new request needs a new id",
         })
     );
     assert_eq!(stack.upstream.count(), 2);

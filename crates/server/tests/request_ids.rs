@@ -120,7 +120,7 @@ async fn another_cost_under_one_id_is_a_422_and_charges_nothing() {
     assert_eq!(status, 422);
     assert_eq!(
         problem["detail"],
-        "this request id was first admitted with cost 3, and this request has cost 4: a retry must repeat its request, and a new request needs a new id"
+        "this request id was first admitted for a different request (other policies, identities, costs, or method and path): a retry must repeat its request, and a new request needs a new id"
     );
     let (_, peek) = server
         .check(r#"{"policy":"reports","key":"acme","cost":0}"#)
@@ -224,6 +224,154 @@ async fn forward_auth_reads_idempotency_key() {
     assert_eq!(twice.status(), 400);
     let fresh = authorize(&server, "/orders/new", &[("idempotency-key", "other")]).await;
     assert_eq!(fresh.headers()["ratelimit"], "\"orders\";r=0;t=7200");
+}
+
+/// The example's shape: every request is charged per address, logins and
+/// exports on their own limits, and forward auth reads `Idempotency-Key`.
+const EXAMPLE: &str = r#"
+server:
+  trusted_proxies: [127.0.0.1]
+  request_id_header: Idempotency-Key
+policies:
+  - name: per-ip
+    algorithm: fixed_window
+    limit: 1000
+    window: 1h
+    identity: [client_ip]
+  - name: login
+    algorithm: fixed_window
+    limit: 5
+    window: 10m
+    match: { methods: [POST], path: /login }
+    identity: [client_ip]
+  - name: exports
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+    match: { path_prefix: /api/exports }
+    identity:
+      - header: X-Tenant
+    cost: { header: X-Export-Rows-Thousands, max: 100, default: 1 }
+"#;
+
+/// A forwarded `method uri` from 198.51.100.7 with `headers`.
+async fn forwarded(
+    server: &TestServer,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = server
+        .client
+        .get(server.url("/v1/authorize"))
+        .header("x-original-method", method)
+        .header("x-original-uri", uri)
+        .header("x-forwarded-for", "198.51.100.7");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("request")
+}
+
+/// (status, replayed) of each answer.
+async fn outcomes(answers: Vec<reqwest::Response>) -> Vec<(u16, bool)> {
+    answers
+        .iter()
+        .map(|r| {
+            let replayed = r.headers().get("tollgate-replayed").is_some();
+            (r.status().as_u16(), replayed)
+        })
+        .collect()
+}
+
+/// The attack: one `GET /api/exports/x` recorded under an id, then `POST
+/// /login` from the same address with the same id. Before, the record of
+/// the first check (`per-ip`) and its costs (`1,1`) matched, so every login
+/// was admitted from it and the login limit never charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_ids_record_does_not_admit_logins_on_another_path() {
+    let server = TestServer::start(EXAMPLE).await;
+    let key = ("idempotency-key", "k-1");
+    let export = forwarded(
+        &server,
+        "GET",
+        "/api/exports/x",
+        &[key, ("x-tenant", "acme")],
+    )
+    .await;
+    assert_eq!(export.status(), 200);
+    let mut reused = Vec::new();
+    for _ in 0..10 {
+        reused.push(forwarded(&server, "POST", "/login", &[key]).await);
+    }
+    let refusal = reused[0].headers()["tollgate-problem"]
+        .to_str()
+        .expect("ascii");
+    let problem: serde_json::Value = serde_json::from_str(refusal).expect("json");
+    assert_eq!(problem["status"], 422);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("different request")),
+        "{problem}"
+    );
+    assert_eq!(outcomes(reused).await, vec![(422, false); 10]);
+    // The refusals spent nothing: each new login is charged, five admitted.
+    let mut logins = Vec::new();
+    for i in 0..10 {
+        let own = format!("login-{i}");
+        logins.push(forwarded(&server, "POST", "/login", &[("idempotency-key", &own)]).await);
+    }
+    let mut want = vec![(200, false); 5];
+    want.extend([(429, false); 5]);
+    assert_eq!(outcomes(logins).await, want);
+    // The export's own retry still replays.
+    let retry = forwarded(
+        &server,
+        "GET",
+        "/api/exports/x",
+        &[key, ("x-tenant", "acme")],
+    )
+    .await;
+    assert_eq!(retry.headers()["tollgate-replayed"], "true");
+}
+
+/// The attack: a tenant whose export budget is spent sends another
+/// tenant's id from the same address. Before, the first check's record
+/// (`per-ip`) matched, and the spent tenant was admitted from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_record_does_not_admit_a_spent_tenant() {
+    let server = TestServer::start(EXAMPLE).await;
+    let acme = [("idempotency-key", "acme-export"), ("x-tenant", "acme")];
+    assert_eq!(
+        forwarded(&server, "GET", "/api/exports/x", &acme)
+            .await
+            .status(),
+        200
+    );
+    let spend = [("x-tenant", "globex"), ("x-export-rows-thousands", "100")];
+    assert_eq!(
+        forwarded(&server, "GET", "/api/exports/y", &spend)
+            .await
+            .status(),
+        200
+    );
+    let borrowed = [("idempotency-key", "acme-export"), ("x-tenant", "globex")];
+    let mut answers = Vec::new();
+    for _ in 0..10 {
+        answers.push(forwarded(&server, "GET", "/api/exports/x", &borrowed).await);
+    }
+    assert_eq!(outcomes(answers).await, vec![(422, false); 10]);
+    // globex's budget is spent still; acme's own retry still replays.
+    let own = [("idempotency-key", "globex-own"), ("x-tenant", "globex")];
+    assert_eq!(
+        forwarded(&server, "GET", "/api/exports/x", &own)
+            .await
+            .status(),
+        429
+    );
+    let retry = forwarded(&server, "GET", "/api/exports/x", &acme).await;
+    assert_eq!(retry.headers()["tollgate-replayed"], "true");
 }
 
 /// On forward auth the id is the client's own header: unless a config

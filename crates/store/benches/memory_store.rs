@@ -46,7 +46,9 @@ use governor::{Quota, RateLimiter as Governor};
 use limitador::RateLimiter as Limitador;
 use limitador::limit::{Context as LimitadorContext, Expression, Limit, Namespace};
 use tollgate_core::{Clock, Identity, Limits, ManualClock, Policy, Rate, SystemClock, Window};
-use tollgate_store::{Check, MemoryStore, MemoryStoreConfig, RequestId, Retry, Store};
+use tollgate_store::{
+    Check, MemoryStore, MemoryStoreConfig, RequestDigest, RequestId, Retry, Store,
+};
 
 const MANY_KEYS: usize = 1_000_000;
 /// Each thread moves the simulated clock `TICK_MS` every `TICK` decisions.
@@ -163,12 +165,13 @@ impl TollgateWithIds {
 impl Contender for TollgateWithIds {
     fn decide(&self, index: usize) -> bool {
         let id = &self.ids[self.next.fetch_add(1, Ordering::Relaxed) % self.ids.len()];
+        let check = self.tollgate.check(index);
         let retry = Retry {
             id,
+            request: RequestDigest::of(std::slice::from_ref(&check), None),
             window_ms: 60_000,
             max_ids: 64,
         };
-        let check = self.tollgate.check(index);
         self.tollgate
             .store
             .decide_once_now(std::slice::from_ref(&check), retry)

@@ -1,12 +1,13 @@
 -- Decides every key on its own, in order, as decide.lua, each under its
 -- own request id (concurrent single checks batched into one call).
 -- KEYS: the N states, then their N id records (record.lua). ARGV: as
--- decide.lua, then after the fields four per key: the id, its costs (the
--- check's cost), the retry window in ms and the most ids a record keeps.
+-- decide.lua, then after the fields four per key: the id, its request's
+-- digest (record.lua), the retry window in ms and the most ids a record
+-- keeps.
 -- Returns five integers per key: decide.lua's four, then 0 (decided; the
 -- id recorded when admitted), 1 (replayed: a peek, admitted, nothing
--- consumed) or 2 (the id was recorded with other costs: nothing decided
--- or written; the caller reads the record for them).
+-- consumed) or 2 (the id was recorded for another request: nothing
+-- decided or written).
 NKEYS = #KEYS / 2
 local now = read_now()
 local margin = tonumber(ARGV[2])
@@ -23,10 +24,10 @@ for i = 1, NKEYS do
   end
   local key, record = KEYS[i], KEYS[NKEYS + i]
   local ids = 3 + NKEYS * FIELDS + (i - 1) * 4
-  local id, costs = ARGV[ids], ARGV[ids + 1]
-  local known = recall(record, id, costs, now)
+  local id, request = ARGV[ids], ARGV[ids + 1]
+  local known = recall(record, id, request, now)
   local o = (i - 1) * 5
-  if known ~= nil and known ~= true then
+  if known == false then
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 0, 0, 0, 0, 2
   else
     local cost = known and 0 or tonumber(ARGV[at + 1])
@@ -41,7 +42,7 @@ for i = 1, NKEYS do
     if known then
       allowed, retry = true, 0
     elseif allowed then
-      remember(record, id, costs, now, tonumber(ARGV[ids + 2]), tonumber(ARGV[ids + 3]))
+      remember(record, id, request, now, tonumber(ARGV[ids + 2]), tonumber(ARGV[ids + 3]))
     end
     out[o + 1] = allowed and 1 or 0
     out[o + 2] = remaining

@@ -1,10 +1,12 @@
 -- Request ids (crate::request_id): a record is a hash in the slot of the
--- state it was recorded with, id -> "<expires_ms>:<costs>", its TTL the
--- policy's retry window.
+-- state it was recorded with, id -> "<expires_ms>:<request>", its TTL the
+-- policy's retry window. <request> is the hex digest of the whole request
+-- (crate::request_id::RequestDigest); an older version's joined costs
+-- ("1,1") never equal one.
 
 -- What `record` knows of `id` at `now`: nil (unknown or expired), true
--- (recorded with these `costs`), or the other costs it was recorded with.
-local function recall(record, id, costs, now)
+-- (recorded for this `request`), or false (recorded for another request).
+local function recall(record, id, request, now)
   local known = redis.call('HGET', record, id)
   if not known then
     return nil
@@ -13,16 +15,12 @@ local function recall(record, id, costs, now)
   if tonumber(string.sub(known, 1, colon - 1)) <= now then
     return nil
   end
-  local was = string.sub(known, colon + 1)
-  if was == costs then
-    return true
-  end
-  return was
+  return string.sub(known, colon + 1) == request
 end
 
 -- Records `id` until now + window; a full record first forgets what
 -- expired, then its oldest ids until there is room.
-local function remember(record, id, costs, now, window, max_ids)
+local function remember(record, id, request, now, window, max_ids)
   if redis.call('HLEN', record) >= max_ids then
     local all = redis.call('HGETALL', record)
     local live = {}
@@ -41,6 +39,6 @@ local function remember(record, id, costs, now, window, max_ids)
       end
     end
   end
-  redis.call('HSET', record, id, int(now + window) .. ':' .. costs)
+  redis.call('HSET', record, id, int(now + window) .. ':' .. request)
   redis.call('PEXPIRE', record, int(window))
 end

@@ -35,9 +35,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Decides every check all-or-nothing, as [`Store::decide_all`], under a
     /// request id: when `retry.id` is recorded beside the first check's
-    /// state with the same costs and inside its window, nothing is consumed
-    /// and the call answers admitted again ([`crate::Replay::Replayed`]);
-    /// with other costs it is refused ([`crate::Replay::CostMismatch`]).
+    /// state for the same request (`retry.request`) and inside its window,
+    /// nothing is consumed and the call answers admitted again
+    /// ([`crate::Replay::Replayed`]); recorded for any other request it is
+    /// refused ([`crate::Replay::Mismatch`]).
     /// Otherwise the checks are decided and, when all admit, the id is
     /// recorded in the same atomic step (crate::request_id).
     fn decide_once(

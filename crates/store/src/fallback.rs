@@ -275,7 +275,7 @@ impl<S: Store> Guarded<S> {
                 (r.decisions, r.replay)
             }
         };
-        if matches!(replay, Replay::CostMismatch { .. }) {
+        if replay == Replay::Mismatch {
             return GuardedDecisions {
                 decisions: Vec::new(),
                 by: DecidedBy::Local,

@@ -7,8 +7,11 @@
 //!
 //! Only admissions are recorded: a rejection consumed nothing, so its retry
 //! is a new question (waiting `retry_after_ms` must admit it, design §3).
-
-use std::fmt::Write as _;
+//!
+//! A record holds the [`RequestDigest`] of the whole request it admitted
+//! (every check's policy, identity and cost, and the door's shape of the
+//! request), so an id is found only by the request it was made for: the
+//! same id on any other request is refused ([`Replay::Mismatch`]).
 
 use thiserror::Error;
 use tollgate_core::Decision;
@@ -75,12 +78,91 @@ impl std::fmt::Debug for RequestId {
     }
 }
 
+/// A digest of the whole request an id was sent with: what its record
+/// holds, and what a retry must match. Made by [`RequestDigest::of`], or
+/// check by check with [`RequestHasher`] when the request spans stores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RequestDigest(blake3::Hash);
+
+/// Builds a [`RequestDigest`] from an unambiguous encoding: a version tag,
+/// the shape (absent, or its length and bytes), then each check's policy
+/// name and identity (each length-prefixed) and its cost, in order.
+pub struct RequestHasher(blake3::Hasher);
+
+impl RequestHasher {
+    /// A request of `shape`: what the door knows of the request beyond its
+    /// checks (forward auth: the method and normalized path; `/v1/check`:
+    /// none, its checks are the request).
+    pub fn new(shape: Option<&str>) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(b"tollgate request v1\0");
+        match shape {
+            None => {
+                hasher.update(&[0]);
+            }
+            Some(shape) => {
+                hasher.update(&[1]);
+                field(&mut hasher, shape.as_bytes());
+            }
+        }
+        Self(hasher)
+    }
+
+    /// Adds one check, in the request's order.
+    pub fn check(&mut self, policy: &str, identity: &[u8], cost: u64) -> &mut Self {
+        field(&mut self.0, policy.as_bytes());
+        field(&mut self.0, identity);
+        self.0.update(&cost.to_le_bytes());
+        self
+    }
+
+    /// The digest of the request so far.
+    pub fn finish(&self) -> RequestDigest {
+        RequestDigest(self.0.finalize())
+    }
+}
+
+/// `bytes`, prefixed by their length, so no two fields run together.
+fn field(hasher: &mut blake3::Hasher, bytes: &[u8]) {
+    hasher.update(&(bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+impl RequestDigest {
+    /// The digest of `checks` (every one of the request's, in order) under
+    /// `shape` (see [`RequestHasher::new`]).
+    pub fn of(checks: &[Check<'_>], shape: Option<&str>) -> Self {
+        let mut hasher = RequestHasher::new(shape);
+        for check in checks {
+            hasher.check(check.policy.name(), check.identity.as_bytes(), check.cost);
+        }
+        hasher.finish()
+    }
+
+    /// As Redis stores it: the first 128 bits in 32 lowercase hex digits,
+    /// so a record's values stay small (Redis keeps a hash of short values
+    /// compact, in insertion order). A record an older version wrote
+    /// (joined costs such as `1,1`) never equals one.
+    pub(crate) fn to_hex(self) -> String {
+        self.0.to_hex()[..32].to_owned()
+    }
+}
+
+impl std::fmt::Debug for RequestDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RequestDigest({})", &self.0.to_hex()[..16])
+    }
+}
+
 /// What a request id asks of a store: remember `id` for `window_ms`
-/// beside the first check's state, keeping at most `max_ids` per key.
+/// beside the first check's state, keeping at most `max_ids` per key, as
+/// the id of the request `request` digests.
 #[derive(Debug, Clone, Copy)]
 pub struct Retry<'a> {
     /// The client's id for this unit of work.
     pub id: &'a RequestId,
+    /// The whole request the id is sent with: a record answers only it.
+    pub request: RequestDigest,
     /// How long the id is remembered after its first admission.
     pub window_ms: u64,
     /// Ids kept per key; beyond it the oldest is forgotten.
@@ -94,12 +176,9 @@ pub enum Replay {
     Fresh,
     /// The id was known: nothing consumed, admitted as recorded.
     Replayed,
-    /// The id was recorded with other costs (`recorded`, comma-separated
-    /// in the checks' order): refused, nothing consumed.
-    CostMismatch {
-        /// The costs the id was first admitted with.
-        recorded: String,
-    },
+    /// The id was recorded for a different request (other policies,
+    /// identities, costs or shape): refused, nothing consumed.
+    Mismatch,
 }
 
 /// The decisions of a call with a request id, and what the id made of it.
@@ -109,19 +188,6 @@ pub struct Retried {
     pub decisions: Vec<Decision>,
     /// Whether the call was decided, replayed or refused.
     pub replay: Replay,
-}
-
-/// The costs of a call as recorded with its id: `3`, or `1,2,1` for a
-/// batch. A retry must send the same.
-pub(crate) fn costs(checks: &[Check<'_>]) -> String {
-    let mut out = String::with_capacity(checks.len() * 4);
-    for (i, check) in checks.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "{}", check.cost);
-    }
-    out
 }
 
 /// A replay's answer: admitted, as recorded, from peeks (cost 0) that
@@ -153,6 +219,29 @@ mod tests {
             Err(RequestIdError::NotPrintable(2))
         );
         assert_eq!(RequestId::new("é"), Err(RequestIdError::NotPrintable(0)));
+    }
+
+    #[test]
+    fn a_digest_tells_every_part_of_a_request_apart() {
+        let of = |shape: Option<&str>, checks: &[(&str, &[u8], u64)]| {
+            let mut hasher = RequestHasher::new(shape);
+            for (policy, identity, cost) in checks {
+                hasher.check(policy, identity, *cost);
+            }
+            hasher.finish()
+        };
+        let base = of(None, &[("ab", b"c", 1)]);
+        assert_eq!(base, of(None, &[("ab", b"c", 1)]));
+        // Lengths keep fields from running together.
+        assert_ne!(base, of(None, &[("a", b"bc", 1)]));
+        assert_ne!(base, of(None, &[("ab", b"c", 2)]));
+        assert_ne!(base, of(Some(""), &[("ab", b"c", 1)]));
+        assert_ne!(
+            of(Some("GET /a"), &[("ab", b"c", 1)]),
+            of(Some("POST /a"), &[("ab", b"c", 1)])
+        );
+        assert_ne!(base, of(None, &[("ab", b"c", 1), ("ab", b"d", 1)]));
+        assert_eq!(base.to_hex().len(), 32);
     }
 
     #[test]

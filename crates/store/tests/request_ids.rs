@@ -12,7 +12,8 @@ use std::sync::Arc;
 use redis_support::Topology;
 use tollgate_core::{Decision, Identity, Limits, ManualClock, Policy, Rate, Window};
 use tollgate_store::{
-    Check, MemoryStore, MemoryStoreConfig, RedisStore, Replay, RequestId, Retried, Retry, Store,
+    Check, MemoryStore, MemoryStoreConfig, RedisStore, Replay, RequestDigest, RequestId, Retried,
+    Retry, Store,
 };
 
 const T0: u64 = 1_700_000_000_000;
@@ -22,6 +23,11 @@ const WINDOW_MS: u64 = 60_000;
 trait Subject {
     async fn once(&self, checks: &[Check<'_>], retry: Retry<'_>, t_ms: u64) -> Retried;
     async fn plain(&self, checks: &[Check<'_>], t_ms: u64) -> Vec<Decision>;
+
+    /// `checks` as a whole request under `id`.
+    async fn sent(&self, checks: &[Check<'_>], id: &RequestId, t_ms: u64) -> Retried {
+        self.once(checks, retry(id, checks), t_ms).await
+    }
 }
 
 struct Memory {
@@ -82,9 +88,11 @@ fn id(text: &str) -> RequestId {
     RequestId::new(text).expect("a valid id")
 }
 
-fn retry(id: &RequestId) -> Retry<'_> {
+/// `id` sent with `checks` (the whole request, no shape beside them).
+fn retry<'a>(id: &'a RequestId, checks: &[Check<'_>]) -> Retry<'a> {
     Retry {
         id,
+        request: RequestDigest::of(checks, None),
         window_ms: WINDOW_MS,
         max_ids: 64,
     }
@@ -116,12 +124,12 @@ async fn the_last_token_is_spent_once(s: &impl Subject, tag: &str) {
     let spend = [check(&policy, &who, 1)];
     // One token left after this.
     assert_eq!(s.plain(&spend, T0).await[0].remaining, 1);
-    let admitted = s.once(&spend, retry(&first), T0 + 10).await;
+    let admitted = s.once(&spend, retry(&first, &spend), T0 + 10).await;
     assert_eq!(seen(&admitted), (vec![(true, 0)], Replay::Fresh));
-    let again = s.once(&spend, retry(&first), T0 + 20).await;
+    let again = s.once(&spend, retry(&first, &spend), T0 + 20).await;
     assert_eq!(seen(&again), (vec![(true, 0)], Replay::Replayed));
     assert_eq!(again.decisions[0].retry_after_ms, Some(0));
-    let new = s.once(&spend, retry(&second), T0 + 30).await;
+    let new = s.once(&spend, retry(&second, &spend), T0 + 30).await;
     assert_eq!(seen(&new), (vec![(false, 0)], Replay::Fresh));
     assert!(new.decisions[0].retry_after_ms.is_some_and(|r| r > 0));
 }
@@ -130,20 +138,10 @@ async fn another_cost_under_one_id_is_refused(s: &impl Subject, tag: &str) {
     let policy = bucket(&format!("cost-{tag}"), 10);
     let who = Identity::value("tenant-a");
     let key = id("k");
-    let three = s.once(&[check(&policy, &who, 3)], retry(&key), T0).await;
+    let three = s.sent(&[check(&policy, &who, 3)], &key, T0).await;
     assert_eq!(seen(&three), (vec![(true, 7)], Replay::Fresh));
-    let five = s
-        .once(&[check(&policy, &who, 5)], retry(&key), T0 + 1)
-        .await;
-    assert_eq!(
-        seen(&five),
-        (
-            vec![],
-            Replay::CostMismatch {
-                recorded: "3".into()
-            }
-        )
-    );
+    let five = s.sent(&[check(&policy, &who, 5)], &key, T0 + 1).await;
+    assert_eq!(seen(&five), (vec![], Replay::Mismatch));
     // Nothing was consumed by the refusal.
     assert_eq!(
         s.plain(&[check(&policy, &who, 0)], T0 + 2).await[0].remaining,
@@ -156,10 +154,12 @@ async fn an_id_is_forgotten_after_its_window(s: &impl Subject, tag: &str) {
     let who = Identity::value("tenant-a");
     let key = id("k");
     let spend = [check(&policy, &who, 1)];
-    s.once(&spend, retry(&key), T0).await;
-    let inside = s.once(&spend, retry(&key), T0 + WINDOW_MS - 1).await;
+    s.once(&spend, retry(&key, &spend), T0).await;
+    let inside = s
+        .once(&spend, retry(&key, &spend), T0 + WINDOW_MS - 1)
+        .await;
     assert_eq!(seen(&inside), (vec![(true, 9)], Replay::Replayed));
-    let after = s.once(&spend, retry(&key), T0 + WINDOW_MS).await;
+    let after = s.once(&spend, retry(&key, &spend), T0 + WINDOW_MS).await;
     assert_eq!(seen(&after), (vec![(true, 8)], Replay::Fresh));
 }
 
@@ -170,7 +170,7 @@ async fn ids_per_identity_are_bounded_oldest_first(s: &impl Subject, tag: &str) 
     let ids: Vec<RequestId> = (0..3).map(|i| id(&format!("id-{i}"))).collect();
     let two = |id| Retry {
         max_ids: 2,
-        ..retry(id)
+        ..retry(id, &spend)
     };
     for (i, key) in ids.iter().enumerate() {
         s.once(&spend, two(key), T0 + i as u64).await;
@@ -187,10 +187,10 @@ async fn an_id_belongs_to_one_identity(s: &impl Subject, tag: &str) {
     let policy = window(&format!("scope-{tag}"), 10);
     let (a, b) = (Identity::value("tenant-a"), Identity::value("tenant-b"));
     let key = id("shared-id");
-    s.once(&[check(&policy, &a, 1)], retry(&key), T0).await;
-    let other = s.once(&[check(&policy, &b, 4)], retry(&key), T0 + 1).await;
+    s.sent(&[check(&policy, &a, 1)], &key, T0).await;
+    let other = s.sent(&[check(&policy, &b, 4)], &key, T0 + 1).await;
     assert_eq!(seen(&other), (vec![(true, 6)], Replay::Fresh));
-    let own = s.once(&[check(&policy, &a, 1)], retry(&key), T0 + 2).await;
+    let own = s.sent(&[check(&policy, &a, 1)], &key, T0 + 2).await;
     assert_eq!(seen(&own), (vec![(true, 9)], Replay::Replayed));
 }
 
@@ -200,18 +200,13 @@ async fn a_batch_replays_whole(s: &impl Subject, tag: &str) {
     let (a, b) = (Identity::value("tenant-a"), Identity::value("user-7"));
     let key = id("batch");
     let batch = [check(&wide, &a, 2), check(&narrow, &b, 1)];
-    let first = s.once(&batch, retry(&key), T0).await;
+    let first = s.once(&batch, retry(&key, &batch), T0).await;
     assert_eq!(seen(&first), (vec![(true, 8), (true, 2)], Replay::Fresh));
-    let again = s.once(&batch, retry(&key), T0 + 5).await;
+    let again = s.once(&batch, retry(&key, &batch), T0 + 5).await;
     assert_eq!(seen(&again), (vec![(true, 8), (true, 2)], Replay::Replayed));
     let other = [check(&wide, &a, 2), check(&narrow, &b, 2)];
-    let refused = s.once(&other, retry(&key), T0 + 6).await;
-    assert_eq!(
-        refused.replay,
-        Replay::CostMismatch {
-            recorded: "2,1".into()
-        }
-    );
+    let refused = s.once(&other, retry(&key, &other), T0 + 6).await;
+    assert_eq!(refused.replay, Replay::Mismatch);
     let peek = [check(&wide, &a, 0), check(&narrow, &b, 0)];
     let left: Vec<i64> = s
         .plain(&peek, T0 + 7)
@@ -229,12 +224,95 @@ async fn a_rejected_attempt_is_not_recorded(s: &impl Subject, tag: &str) {
     let key = id("k");
     let spend = [check(&policy, &who, 2)];
     s.plain(&[check(&policy, &who, 1)], T0).await;
-    let rejected = s.once(&spend, retry(&key), T0 + 1).await;
+    let rejected = s.once(&spend, retry(&key, &spend), T0 + 1).await;
     assert_eq!(seen(&rejected), (vec![(false, 1)], Replay::Fresh));
     let wait = rejected.decisions[0].retry_after_ms.expect("a finite wait");
     // Waiting as told admits the same request under the same id.
-    let retried = s.once(&spend, retry(&key), T0 + 1 + wait).await;
+    let retried = s.once(&spend, retry(&key, &spend), T0 + 1 + wait).await;
     assert_eq!(seen(&retried), (vec![(true, 0)], Replay::Fresh));
+}
+
+/// The attack: one id recorded for a batch, then sent with the same first
+/// check and another identity in the second check. Before, only the first
+/// check's record and the joined costs (`1,1`) were compared, so the other
+/// identity was admitted from the record without being charged.
+async fn one_id_with_another_second_identity_is_refused(s: &impl Subject, tag: &str) {
+    let api = window(&format!("api-{tag}"), 10);
+    let login = bucket(&format!("login-{tag}"), 3);
+    let (addr, alice, mallory) = (
+        Identity::value("198.51.100.7"),
+        Identity::value("alice"),
+        Identity::value("mallory"),
+    );
+    let key = id("reused");
+    let first = s
+        .sent(&[check(&api, &addr, 1), check(&login, &alice, 1)], &key, T0)
+        .await;
+    assert_eq!(seen(&first), (vec![(true, 9), (true, 2)], Replay::Fresh));
+    let other = [check(&api, &addr, 1), check(&login, &mallory, 1)];
+    let refused = s.sent(&other, &key, T0 + 1).await;
+    assert_eq!(seen(&refused), (vec![], Replay::Mismatch));
+    // Nothing consumed by the refusal; mallory's login is untouched.
+    let peek = [check(&api, &addr, 0), check(&login, &mallory, 0)];
+    let left: Vec<i64> = s
+        .plain(&peek, T0 + 2)
+        .await
+        .iter()
+        .map(|d| d.remaining)
+        .collect();
+    assert_eq!(left, vec![9, 3]);
+}
+
+/// The attack: an id recorded for one policy, then sent with a request
+/// that matches that policy and another one (forward auth's `GET
+/// /api/exports/x`, then a request matching `exports` and `login`).
+async fn one_id_with_another_policy_set_is_refused(s: &impl Subject, tag: &str) {
+    let exports = window(&format!("exports-{tag}"), 10);
+    let login = bucket(&format!("login-set-{tag}"), 5);
+    let addr = Identity::value("198.51.100.7");
+    let key = id("reused");
+    let one = s.sent(&[check(&exports, &addr, 1)], &key, T0).await;
+    assert_eq!(seen(&one), (vec![(true, 9)], Replay::Fresh));
+    let wider = [check(&exports, &addr, 1), check(&login, &addr, 1)];
+    assert_eq!(
+        seen(&s.sent(&wider, &key, T0 + 1).await),
+        (vec![], Replay::Mismatch)
+    );
+    let peek = [check(&exports, &addr, 0), check(&login, &addr, 0)];
+    let left: Vec<i64> = s
+        .plain(&peek, T0 + 2)
+        .await
+        .iter()
+        .map(|d| d.remaining)
+        .collect();
+    assert_eq!(left, vec![9, 5]);
+    // The recorded request itself still replays.
+    let again = s.sent(&[check(&exports, &addr, 1)], &key, T0 + 3).await;
+    assert_eq!(seen(&again), (vec![(true, 9)], Replay::Replayed));
+}
+
+/// The attack: the same checks, but another request's shape (forward auth:
+/// `GET /api/exports/x` recorded, `POST /login` sent with the same id).
+async fn one_id_with_another_shape_is_refused(s: &impl Subject, tag: &str) {
+    let shared = window(&format!("shape-{tag}"), 10);
+    let addr = Identity::value("198.51.100.7");
+    let key = id("reused");
+    let spend = [check(&shared, &addr, 1)];
+    let shaped = |shape| Retry {
+        request: RequestDigest::of(&spend, Some(shape)),
+        ..retry(&key, &spend)
+    };
+    let get = s.once(&spend, shaped("GET /api/exports/x"), T0).await;
+    assert_eq!(seen(&get), (vec![(true, 9)], Replay::Fresh));
+    let post = s.once(&spend, shaped("POST /login"), T0 + 1).await;
+    assert_eq!(seen(&post), (vec![], Replay::Mismatch));
+    // Without a shape (`/v1/check`) it is another request too.
+    assert_eq!(
+        seen(&s.sent(&spend, &key, T0 + 2).await),
+        (vec![], Replay::Mismatch)
+    );
+    let again = s.once(&spend, shaped("GET /api/exports/x"), T0 + 3).await;
+    assert_eq!(seen(&again), (vec![(true, 9)], Replay::Replayed));
 }
 
 async fn suite(s: &impl Subject, tag: &str) {
@@ -245,6 +323,9 @@ async fn suite(s: &impl Subject, tag: &str) {
     an_id_belongs_to_one_identity(s, tag).await;
     a_batch_replays_whole(s, tag).await;
     a_rejected_attempt_is_not_recorded(s, tag).await;
+    one_id_with_another_second_identity_is_refused(s, tag).await;
+    one_id_with_another_policy_set_is_refused(s, tag).await;
+    one_id_with_another_shape_is_refused(s, tag).await;
 }
 
 #[tokio::test]
@@ -277,15 +358,15 @@ fn memory_ids_count_toward_the_store_bound_and_go_before_any_state() {
     let ids: Vec<RequestId> = (0..4).map(|i| id(&format!("id-{i}"))).collect();
     let spend = [check(&policy, &who, 1)];
     for key in &ids {
-        let fresh = memory.store.decide_once_now(&spend, retry(key));
+        let fresh = memory.store.decide_once_now(&spend, retry(key, &spend));
         assert_eq!(fresh.replay, Replay::Fresh);
     }
     // The fourth id went over the bound: the oldest id was forgotten, and
     // no state was evicted (that would hand the identity a fresh quota).
     assert_eq!(memory.store.evictions(), 0);
-    let newest = memory.store.decide_once_now(&spend, retry(&ids[3]));
+    let newest = memory.store.decide_once_now(&spend, retry(&ids[3], &spend));
     assert_eq!(seen(&newest), (vec![(true, 96)], Replay::Replayed));
-    let oldest = memory.store.decide_once_now(&spend, retry(&ids[0]));
+    let oldest = memory.store.decide_once_now(&spend, retry(&ids[0], &spend));
     assert_eq!(seen(&oldest), (vec![(true, 95)], Replay::Fresh));
     // Expired ids are swept like expired keys.
     memory.clock.set(T0 + WINDOW_MS);
@@ -305,8 +386,9 @@ async fn racing_attempts_are_charged_once(topology: &Topology, tag: &str) {
         let store = if i % 2 == 0 { one.clone() } else { two.clone() };
         let (policy, who, key) = (policy.clone(), who.clone(), key.clone());
         tasks.spawn(async move {
+            let spend = [check(&policy, &who, 5)];
             store
-                .decide_once(&[check(&policy, &who, 5)], retry(&key))
+                .decide_once(&spend, retry(&key, &spend))
                 .await
                 .expect("decides")
         });
@@ -344,11 +426,11 @@ async fn the_id_record_shares_the_state_slot_and_expires_with_its_window() {
     let policy = window("layout", 10);
     let who = Identity::value("tenant-a");
     let key = id("k");
+    let spend = [check(&policy, &who, 1)];
     let short = Retry {
         window_ms: 1_000,
-        ..retry(&key)
+        ..retry(&key, &spend)
     };
-    let spend = [check(&policy, &who, 1)];
     let first = store.decide_once(&spend, short).await.expect("decides");
     assert_eq!(first.replay, Replay::Fresh);
     let state = String::from_utf8(store.key(&policy, &who)).expect("utf-8 key");
@@ -366,23 +448,43 @@ async fn the_id_record_shares_the_state_slot_and_expires_with_its_window() {
     let replay = store.decide_once(&spend, short).await.expect("decides");
     assert_eq!(replay.replay, Replay::Replayed);
     // Batched single checks refuse another cost as the all-or-nothing path does.
+    let two = [check(&policy, &who, 2)];
     let other = store
-        .decide_once(&[check(&policy, &who, 2)], short)
+        .decide_once(
+            &two,
+            Retry {
+                window_ms: 1_000,
+                ..retry(&key, &two)
+            },
+        )
         .await
         .expect("decides");
-    assert_eq!(
-        seen(&other),
-        (
-            vec![],
-            Replay::CostMismatch {
-                recorded: "1".into()
-            }
-        )
-    );
+    assert_eq!(seen(&other), (vec![], Replay::Mismatch));
     // Past the window the same id is a new request.
     tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     let after = store.decide_once(&spend, short).await.expect("decides");
     assert_eq!(seen(&after), (vec![(true, 8)], Replay::Fresh));
+}
+
+/// A record an older version wrote (`<expires_ms>:<joined costs>`) is never
+/// taken for this request's digest: across an upgrade, a retry inside the
+/// window is refused (422), and nothing is consumed.
+#[tokio::test]
+async fn an_older_versions_cost_record_is_refused_not_replayed() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    let policy = window("upgrade", 10);
+    let who = Identity::value("tenant-a");
+    let record = [store.key(&policy, &who), b":ids".to_vec()].concat();
+    let record = String::from_utf8(record).expect("utf-8 key");
+    let old = format!("{}:1", T0 + WINDOW_MS);
+    tollgate_testkit::cli(topology.ports()[0], &["hset", &record, "k", &old]).expect("hset");
+    let key = id("k");
+    let spend = [check(&policy, &who, 1)];
+    let retried = store.once(&spend, retry(&key, &spend), T0 + 1).await;
+    assert_eq!(seen(&retried), (vec![], Replay::Mismatch));
+    let left = store.plain(&[check(&policy, &who, 0)], T0 + 2).await;
+    assert_eq!(left[0].remaining, 10);
 }
 
 /// Single checks under ids on the store's clock take the batched path
@@ -397,7 +499,12 @@ async fn batched_single_checks_keep_the_contract() {
     let spend = [check(&policy, &who, 1)];
     let once = |id| {
         let store = store.clone();
-        async move { store.decide_once(&spend, retry(id)).await.expect("decides") }
+        async move {
+            store
+                .decide_once(&spend, retry(id, &spend))
+                .await
+                .expect("decides")
+        }
     };
     store.decide(spend[0]).await.expect("decides");
     assert_eq!(seen(&once(&first).await), (vec![(true, 0)], Replay::Fresh));
@@ -415,7 +522,7 @@ async fn batched_single_checks_keep_the_contract() {
     let ids: Vec<RequestId> = (0..3).map(|i| id(&format!("id-{i}"))).collect();
     let two = |id| Retry {
         max_ids: 2,
-        ..retry(id)
+        ..retry(id, &spend)
     };
     for key in &ids {
         store.decide_once(&spend, two(key)).await.expect("decides");
@@ -447,7 +554,7 @@ async fn vectors_hold_under_fresh_ids(s: &impl Subject) {
         let who = Identity::value(&event.key);
         let key = id(&format!("event-{n}"));
         let got = s
-            .once(&[check(policy, &who, event.cost)], retry(&key), event.t_ms)
+            .sent(&[check(policy, &who, event.cost)], &key, event.t_ms)
             .await;
         assert_eq!(got.replay, Replay::Fresh, "event {n}");
         let decision = got.decisions.first().copied().expect("a decision");

@@ -103,8 +103,16 @@ pub(super) async fn authorize_request<B>(
         .iter()
         .map(|(live, identity, cost)| Check::new(&live.plan, identity, *cost))
         .collect();
-    let decided = app.limiter.decide_request(&checks, id.as_ref()).await;
-    let replayed = match replayed(&decided.replay, &checks) {
+    // The id is bound to the request's method and normalized path too, so
+    // it never admits another route's request from its record.
+    let shape = id
+        .as_ref()
+        .map(|_| format!("{} {}", request.method, request.path));
+    let decided = app
+        .limiter
+        .decide_request(&checks, id.as_ref(), shape.as_deref())
+        .await;
+    let replayed = match replayed(&decided.replay) {
         Ok(replayed) => replayed,
         Err(problem) => return client_problem(app, problem),
     };
@@ -187,7 +195,7 @@ fn client_fault(app: &App, RequestFault(detail): RequestFault) -> Response {
 }
 
 /// The client's fault on `/v1/authorize` (a 400, or a 422 for a request id
-/// retried with other costs), its problem copied into a header.
+/// sent with a different request), its problem copied into a header.
 fn client_problem(app: &App, problem: Problem) -> Response {
     // auth_request drops the body; nginx relays the fault from this header.
     let copy = HeaderValue::from_bytes(problem.body().as_bytes());

@@ -126,9 +126,10 @@ async fn check_one(
     let checks = [Check::new(&live.plan, &identity, cost)];
     let decided = match id {
         None => app.limiter.decide(&checks).await,
-        Some(id) => app.limiter.decide_request(&checks, Some(id)).await,
+        // The checks are the whole request: no shape beside them.
+        Some(id) => app.limiter.decide_request(&checks, Some(id), None).await,
     };
-    let replayed = replayed(&decided.replay, &checks)?;
+    let replayed = replayed(&decided.replay)?;
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;
@@ -183,8 +184,8 @@ async fn check_batch(
         .zip(items)
         .map(|((live, identity), item)| Check::new(&live.plan, identity, item.cost))
         .collect();
-    let decided = app.limiter.decide_request(&checks, id).await;
-    let replayed = replayed(&decided.replay, &checks)?;
+    let decided = app.limiter.decide_request(&checks, id, None).await;
+    let replayed = replayed(&decided.replay)?;
     let allowed = decided.decisions.iter().all(|d| d.allowed);
     let mut body = String::with_capacity(48 + 160 * decided.decisions.len());
     let _ = write!(body, "{{\"allowed\":{allowed},");

@@ -14,7 +14,6 @@ use tollgate_store::Replay;
 use tower::ServiceExt;
 
 use crate::app::App;
-use crate::limiter::Check;
 use crate::metrics::{EndpointLabels, StatusLabels};
 use crate::tokens::{self, Guarded};
 use authorize::{AUTHORIZE_ALLOW, AUTHORIZE_METHODS, authorize_request, is_authorize_path};
@@ -144,15 +143,12 @@ fn unknown_policy(name: &str) -> Problem {
 }
 
 /// Whether the request id replayed the decisions; a 422 when it was
-/// recorded with other costs.
-fn replayed(replay: &Replay, checks: &[Check<'_>]) -> Result<bool, Problem> {
+/// recorded for a different request.
+fn replayed(replay: &Replay) -> Result<bool, Problem> {
     match replay {
         Replay::Fresh => Ok(false),
         Replay::Replayed => Ok(true),
-        Replay::CostMismatch { recorded } => Err(request_id::cost_mismatch(
-            recorded,
-            checks.iter().map(|c| c.cost),
-        )),
+        Replay::Mismatch => Err(request_id::mismatch()),
     }
 }
 

@@ -31,25 +31,11 @@ pub(crate) fn from_header(
         .map_err(|e| RequestFault(format!("header {name}: {e}")))
 }
 
-/// A request id sent again with other costs: a 422, and nothing charged.
-/// The id itself is not echoed (the client has it; logs need not).
-pub(crate) fn cost_mismatch(recorded: &str, costs: impl Iterator<Item = u64>) -> Problem {
-    let sent: Vec<String> = costs.map(|c| c.to_string()).collect();
-    let recorded: Vec<&str> = recorded.split(',').collect();
-    Problem::unprocessable(format!(
-        "this request id was first admitted with {}, and this request has {}: a retry must repeat its request, and a new request needs a new id",
-        spell(&recorded),
-        spell(&sent)
-    ))
-}
-
-/// `cost 3`, or `costs [1, 100]` (one a policy, in order) for a batch.
-fn spell<S: AsRef<str>>(costs: &[S]) -> String {
-    match costs {
-        [one] => format!("cost {}", one.as_ref()),
-        many => {
-            let list: Vec<&str> = many.iter().map(AsRef::as_ref).collect();
-            format!("costs [{}]", list.join(", "))
-        }
-    }
+/// A request id sent again with a different request (other policies,
+/// identities, costs, or method and path): a 422, and nothing charged. The
+/// id itself is not echoed (the client has it; logs need not).
+pub(crate) fn mismatch() -> Problem {
+    Problem::unprocessable(
+        "this request id was first admitted for a different request (other policies, identities, costs, or method and path): a retry must repeat its request, and a new request needs a new id",
+    )
 }

@@ -9,7 +9,7 @@ use tollgate_core::Algorithm;
 
 use super::{MemoryStore, Table, table_for};
 use crate::Check;
-use crate::request_id::{self, Replay, RequestId, Retried, Retry};
+use crate::request_id::{self, Replay, RequestDigest, RequestId, Retried, Retry};
 
 /// The request ids recorded with one key as a call's first check.
 pub(super) struct Records {
@@ -23,8 +23,8 @@ pub(super) struct Records {
 
 pub(super) struct Recorded {
     id: RequestId,
-    /// The call's costs ([`request_id::costs`]): a retry must send the same.
-    costs: Box<str>,
+    /// The whole request it admitted: only the same request replays it.
+    request: RequestDigest,
     pub(super) until_ms: u64,
 }
 
@@ -63,20 +63,17 @@ impl MemoryStore {
         let now = self.clock.now_ms();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let mut guards = self.lock(&hashes);
-        let costs = request_id::costs(checks);
         let hash = hashes[0];
         let recorded = table_for(&mut guards, self.shard_index(hash))
             .records
             .find(hash, |r| r.is(hash, first))
             .and_then(|r| r.live(retry.id, now))
-            .map(|r| r.costs.clone());
+            .map(|r| r.request);
         if let Some(recorded) = recorded {
-            if *recorded != *costs {
+            if recorded != retry.request {
                 return Retried {
                     decisions: Vec::new(),
-                    replay: Replay::CostMismatch {
-                        recorded: recorded.into(),
-                    },
+                    replay: Replay::Mismatch,
                 };
             }
             let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, ..*c }).collect();
@@ -89,7 +86,7 @@ impl MemoryStore {
         let decisions = self.decide_locked(&mut guards, checks, &hashes, now);
         if decisions.iter().all(|d| d.allowed) {
             let table = table_for(&mut guards, self.shard_index(hash));
-            self.record(table, hash, first, retry, costs.into(), now);
+            self.record(table, hash, first, retry, now);
         }
         Retried {
             decisions,
@@ -99,18 +96,10 @@ impl MemoryStore {
 
     /// Records `retry.id` with `check`'s key, dropping its expired ids and,
     /// past `max_ids`, its oldest; then holds the shard to its bound.
-    fn record(
-        &self,
-        table: &mut Table,
-        hash: u64,
-        check: &Check<'_>,
-        retry: Retry<'_>,
-        costs: Box<str>,
-        now: u64,
-    ) {
+    fn record(&self, table: &mut Table, hash: u64, check: &Check<'_>, retry: Retry<'_>, now: u64) {
         let recorded = Recorded {
             id: retry.id.clone(),
-            costs,
+            request: retry.request,
             until_ms: now.saturating_add(retry.window_ms),
         };
         let max = usize::try_from(retry.max_ids).unwrap_or(usize::MAX).max(1);

@@ -110,8 +110,7 @@ async fn send(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
 }
 
 /// Jobs under request ids: `decide_each_once.lua`. A job whose id was
-/// recorded with another cost reads the recorded costs from the record
-/// (rare: one round trip more) for its refusal.
+/// recorded for another request is refused ([`Replay::Mismatch`]).
 async fn send_once(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
     let items: Vec<&Item> = jobs.iter().map(|j| &j.item).collect();
     let onces: Vec<&Once> = jobs.iter().filter_map(|j| j.once.as_ref()).collect();
@@ -157,44 +156,11 @@ async fn send_once(shared: &Shared, connection: &Connection, jobs: Vec<Job>) {
         let answer = match d[4] {
             0 => decision(&job.item, &d[..4]).map(|d| (d, Replay::Fresh)),
             1 => decision(&job.item, &d[..4]).map(|d| (d, Replay::Replayed)),
-            2 => match &job.once {
-                Some(once) => recorded_costs(shared, connection, once)
-                    .await
-                    .map(|recorded| (refused(&job.item), Replay::CostMismatch { recorded })),
-                None => Err(StoreError::Protocol(
-                    "a check without an id was refused".into(),
-                )),
-            },
+            2 => Ok((refused(&job.item), Replay::Mismatch)),
             x => Err(StoreError::Protocol(format!("replay = {x}"))),
         };
         let _ = job.reply.send(answer);
     }
-}
-
-/// The costs an id was recorded with (`<expires_ms>:<costs>`).
-async fn recorded_costs(
-    shared: &Shared,
-    connection: &Connection,
-    once: &Once,
-) -> Result<String, StoreError> {
-    let value = tokio::time::timeout(
-        Duration::from_millis(shared.timeout_ms),
-        connection.query(redis::cmd("HGET").arg(&once.key[..]).arg(&once.id)),
-    )
-    .await
-    .map_err(|_| StoreError::Timeout {
-        timeout_ms: shared.timeout_ms,
-    })?
-    .map_err(super::connection::from_redis)?;
-    let text = match value {
-        redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        // Expired in between: the refusal still stands for what it saw.
-        _ => return Ok("another".into()),
-    };
-    Ok(text
-        .split_once(':')
-        .map_or(text.as_str(), |(_, costs)| costs)
-        .to_owned())
 }
 
 /// The placeholder decision of a refused job (the caller reads the replay).

@@ -157,9 +157,7 @@ impl Connection {
             Err(e) if e.code() == Some(UNRESOLVED_SCALES) => {
                 unresolved(e.detail().unwrap_or_default(), items.len()).map(Reply::Unresolved)
             }
-            Err(e) if e.code() == Some(ID_COST_MISMATCH) => Ok(Reply::CostMismatch(
-                e.detail().unwrap_or_default().to_owned(),
-            )),
+            Err(e) if e.code() == Some(ID_MISMATCH) => Ok(Reply::Mismatch),
             Err(e) => Err(from_redis(e)),
         }
     }
@@ -167,9 +165,9 @@ impl Connection {
 
 /// The error code of a call that met gcra states in scales it was not told.
 const UNRESOLVED_SCALES: &str = "TOLLGATESCALE";
-/// The error code of a call whose request id was recorded with other
-/// costs (decide_once.lua), which it names.
-const ID_COST_MISMATCH: &str = "TOLLGATEIDCOST";
+/// The error code of a call whose request id was recorded for another
+/// request (decide_once.lua).
+const ID_MISMATCH: &str = "TOLLGATEIDOTHER";
 
 /// What a script call answered.
 #[derive(Debug)]
@@ -179,9 +177,9 @@ pub enum Reply {
     /// Nothing was decided or written: these keys (by index) hold gcra
     /// states in the scales tagged so, which the call must name.
     Unresolved(Vec<(usize, u16)>),
-    /// Nothing was decided or written: the request id was recorded with
-    /// these costs.
-    CostMismatch(String),
+    /// Nothing was decided or written: the request id was recorded for
+    /// another request.
+    Mismatch,
 }
 
 /// `"0:3 2:5"` → `[(0, 3), (2, 5)]`, each index below `keys`.

@@ -140,7 +140,7 @@ impl Shared {
             };
             let missing = match reply {
                 Reply::Decided(integers) => return Ok(Answer::Decided(integers)),
-                Reply::CostMismatch(recorded) => return Ok(Answer::CostMismatch(recorded)),
+                Reply::Mismatch => return Ok(Answer::Mismatch),
                 Reply::Unresolved(missing) => missing,
             };
             let own = patched.get_or_insert_with(|| items.iter().map(|&i| i.clone()).collect());
@@ -162,8 +162,8 @@ impl Shared {
 /// What a script call came to.
 enum Answer {
     Decided(Vec<i64>),
-    /// A request id recorded with these other costs.
-    CostMismatch(String),
+    /// A request id recorded for another request.
+    Mismatch,
 }
 
 impl Answer {
@@ -171,8 +171,8 @@ impl Answer {
     fn integers(self) -> Result<Vec<i64>, StoreError> {
         match self {
             Answer::Decided(integers) => Ok(integers),
-            Answer::CostMismatch(_) => Err(StoreError::Protocol(
-                "a script without a request id named a request id's costs".into(),
+            Answer::Mismatch => Err(StoreError::Protocol(
+                "a script without a request id refused one".into(),
             )),
         }
     }
@@ -661,7 +661,7 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
         let never = check::never_fit_in_batch(checks);
-        let once = self.once(checks, &items, retry);
+        let once = self.once(&items, retry);
         async move {
             let Some(once) = once else {
                 return Ok(Retried {

@@ -23,7 +23,8 @@ use crate::{Check, StoreError};
 enum Part {
     /// The decisions, and whether the id replayed them.
     Decided(Vec<Decision>, bool),
-    CostMismatch(String),
+    /// The id was recorded for another request.
+    Mismatch,
 }
 
 impl RedisStore {
@@ -36,7 +37,7 @@ impl RedisStore {
     ) -> Result<Retried, StoreError> {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
         self.shared.tag_all(&mut items).await;
-        let Some(once) = self.once(checks, &items, retry) else {
+        let Some(once) = self.once(&items, retry) else {
             return Ok(Retried {
                 decisions: Vec::new(),
                 replay: Replay::Fresh,
@@ -53,17 +54,12 @@ impl RedisStore {
     }
 
     /// A request id's arguments: recorded with the first check's key.
-    pub(super) fn once(
-        &self,
-        checks: &[Check<'_>],
-        items: &[Item],
-        retry: Retry<'_>,
-    ) -> Option<Once> {
+    pub(super) fn once(&self, items: &[Item], retry: Retry<'_>) -> Option<Once> {
         let first = items.first()?;
         Some(Once {
             key: key::record_key(&first.key),
             id: retry.id.as_str().to_owned(),
-            costs: request_id::costs(checks),
+            request: retry.request.to_hex(),
             window_ms: retry.window_ms,
             max_ids: retry.max_ids,
         })
@@ -113,7 +109,7 @@ impl RedisStore {
             .await?;
         let mut integers = match answer {
             Answer::Decided(integers) => integers,
-            Answer::CostMismatch(recorded) => return Ok(Part::CostMismatch(recorded)),
+            Answer::Mismatch => return Ok(Part::Mismatch),
         };
         let replayed = once.is_some() && integers.pop() == Some(1);
         Ok(Part::Decided(decisions(&group_items, &integers)?, replayed))
@@ -210,7 +206,7 @@ impl RedisStore {
                 .map_err(|_| StoreError::Unavailable("a batch was dropped".into()))??;
             Ok(Retried {
                 decisions: match replay {
-                    Replay::CostMismatch { .. } => Vec::new(),
+                    Replay::Mismatch => Vec::new(),
                     _ => vec![decision],
                 },
                 replay,
@@ -248,7 +244,7 @@ impl OnceCall<'_> {
     async fn one_slot(&self, group: &[usize]) -> Result<Retried, StoreError> {
         Ok(
             match self.part(group, "consume", Some(self.once), false).await? {
-                Part::CostMismatch(recorded) => mismatch(recorded),
+                Part::Mismatch => mismatch(),
                 Part::Decided(found, replayed) => Retried {
                     decisions: found,
                     replay: if replayed {
@@ -275,7 +271,7 @@ impl OnceCall<'_> {
             .part(record_group, "verdict", Some(self.once), false)
             .await?
         {
-            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Mismatch => return Ok(mismatch()),
             Part::Decided(found, replayed) => (found, replayed),
         };
         place(&mut out, record_group, found);
@@ -296,7 +292,7 @@ impl OnceCall<'_> {
             .part(record_group, mode, Some(self.once), false)
             .await?
         {
-            Part::CostMismatch(recorded) => return Ok(mismatch(recorded)),
+            Part::Mismatch => return Ok(mismatch()),
             Part::Decided(found, replayed) => (found, replayed),
         };
         let admitted = found.iter().all(|d| d.allowed);
@@ -343,11 +339,11 @@ impl OnceCall<'_> {
     }
 }
 
-/// The answer to an id recorded with other costs.
-fn mismatch(recorded: String) -> Retried {
+/// The answer to an id recorded for another request.
+fn mismatch() -> Retried {
     Retried {
         decisions: Vec::new(),
-        replay: Replay::CostMismatch { recorded },
+        replay: Replay::Mismatch,
     }
 }
 

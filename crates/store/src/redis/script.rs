@@ -170,8 +170,8 @@ pub struct Once {
     /// The id record: the first item's key with `:ids` (same slot).
     pub key: Vec<u8>,
     pub id: String,
-    /// The call's costs, `3` or `1,2,1`.
-    pub costs: String,
+    /// The whole request's digest, in hex (crate::request_id::RequestDigest).
+    pub request: String,
     pub window_ms: u64,
     pub max_ids: u32,
 }
@@ -252,7 +252,7 @@ pub fn command(
     }
     for once in onces {
         cmd.arg(&once.id)
-            .arg(&once.costs)
+            .arg(&once.request)
             .arg(once.window_ms)
             .arg(once.max_ids);
     }
