@@ -1,46 +1,31 @@
 //! What the limiter does besides deciding: an operator's reset, lease
 //! renewals, the periodic sweep, the store gauges and readiness.
 
-use tollgate_core::{Identity, Policy};
+use tollgate_core::Identity;
 use tollgate_store::{StoreError, StoreStats};
 
 use crate::lease::Lease;
 use crate::limiter::Limiter;
+use crate::plan::Plan;
 
 impl Limiter {
-    /// Forgets `policy`'s state for `identity` on `store` — an operator's
-    /// reset: the identity starts afresh, on every shard when `shards`
-    /// names them. Whether there was a state.
-    pub async fn forget(
-        &self,
-        store: usize,
-        policy: &Policy,
-        shards: &[Policy],
-        identity: &Identity,
-    ) -> Result<bool, StoreError> {
+    /// Forgets `plan`'s state for `identity` — an operator's reset: the
+    /// identity starts afresh, on every shard when the plan is sharded.
+    /// Whether there was a state.
+    pub async fn forget(&self, plan: &Plan, identity: &Identity) -> Result<bool, StoreError> {
+        let store = plan.store();
         let Some(backend) = self.backends.get(store) else {
             return Err(StoreError::Config(format!("no store {store}")));
         };
-        if shards.is_empty() {
-            return backend.forget(policy, identity).await;
+        if plan.shards().is_empty() {
+            return backend.forget(plan.policy(), identity).await;
         }
         let mut existed = false;
-        for (index, shard) in shards.iter().enumerate() {
+        for (index, shard) in plan.shards().iter().enumerate() {
             let id = u16::try_from(index).unwrap_or(u16::MAX);
             existed |= backend.forget(shard, &identity.shard(id)).await?;
         }
         Ok(existed)
-    }
-
-    /// Forgets `plan`'s state for `identity`: an operator's reset, on
-    /// every shard when the plan is sharded.
-    pub async fn forget_plan(
-        &self,
-        plan: &crate::Plan,
-        identity: &Identity,
-    ) -> Result<bool, StoreError> {
-        self.forget(plan.store(), plan.policy(), plan.shards(), identity)
-            .await
     }
 
     /// Renews `lease` with its ledger on store `ledger` (the global one):

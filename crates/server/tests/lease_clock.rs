@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{TollgateProcess, explain_json, libfaketime, metric, metrics_text, wall_ms};
+use support::{
+    TollgateProcess, check_json, explain_json, libfaketime, metric, metrics_text, wall_ms,
+};
 use tokio::time::Instant;
 use tollgate_testkit::RedisServer;
 
@@ -98,15 +100,12 @@ impl WallClock {
 async fn behind_ms(client: &reqwest::Client, base: &str) -> i64 {
     static PROBES: AtomicU64 = AtomicU64::new(0);
     let probe = PROBES.fetch_add(1, Ordering::Relaxed);
-    let answer: Value = client
-        .post(format!("{base}/v1/check"))
-        .body(format!(r#"{{"policy":"wall","key":"probe-{probe}"}}"#))
-        .send()
-        .await
-        .expect("check")
-        .json()
-        .await
-        .expect("JSON");
+    let answer = check_json(
+        client,
+        base,
+        format!(r#"{{"policy":"wall","key":"probe-{probe}"}}"#),
+    )
+    .await;
     let ours = wall_ms();
     let reset = answer["reset_after_ms"]
         .as_u64()

@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::{TollgateProcess, metric, metrics_text};
+use support::{TollgateProcess, check_json, metric, metrics_text};
 use tollgate_testkit::RedisServer;
 
 const CALLS: u64 = 50;
@@ -44,15 +44,12 @@ async fn a_sub_millisecond_store_call_is_observed_in_microseconds_not_as_zero() 
     let process = TollgateProcess::spawn(&path, &[]);
     let client = reqwest::Client::new();
     for i in 0..CALLS {
-        let answer: serde_json::Value = client
-            .post(format!("{}/v1/check", process.base))
-            .body(format!(r#"{{"policy":"api","key":"tenant-{i}"}}"#))
-            .send()
-            .await
-            .expect("check")
-            .json()
-            .await
-            .expect("JSON");
+        let answer = check_json(
+            &client,
+            &process.base,
+            format!(r#"{{"policy":"api","key":"tenant-{i}"}}"#),
+        )
+        .await;
         assert_eq!(
             (&answer["allowed"], answer.get("degraded")),
             (&serde_json::Value::Bool(true), None),

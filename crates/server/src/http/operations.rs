@@ -134,7 +134,7 @@ pub(super) async fn reset_state(
         Err(refusal) => return *refusal,
     };
     let policy = live.serve.policy.name();
-    match app.limiter.forget_plan(&live.plan, &identity).await {
+    match app.limiter.forget(&live.plan, &identity).await {
         Ok(existed) => {
             app.metrics
                 .state_resets

@@ -277,3 +277,16 @@ pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
         .await
         .expect("metrics text")
 }
+
+/// `POST {base}/v1/check` with `body`: the answer's JSON.
+pub async fn check_json(client: &reqwest::Client, base: &str, body: String) -> serde_json::Value {
+    client
+        .post(format!("{base}/v1/check"))
+        .body(body)
+        .send()
+        .await
+        .expect("POST /v1/check")
+        .json()
+        .await
+        .expect("JSON")
+}
