@@ -293,21 +293,10 @@ impl<'a> Resolver<'a> {
 /// policy is one budget whichever door asks.
 fn composite_identity<'a>(
     entries: impl Iterator<Item = (&'a str, &'a str)>,
-    shared: Option<&[Option<&str>]>,
+    shared: Option<&'a [Option<&'a str>]>,
     max_bytes: usize,
 ) -> Result<Identity, String> {
-    let parts: Vec<(&str, &str)> = entries
-        .enumerate()
-        .map(|(i, (key, value))| {
-            let value = shared
-                .and_then(|s| s.get(i))
-                .copied()
-                .flatten()
-                .unwrap_or(value);
-            (key, value)
-        })
-        .collect();
-    let identity = Identity::composite(parts).map_err(|e| e.to_string())?;
+    let identity = Identity::composite(with_shared(entries, shared)).map_err(|e| e.to_string())?;
     if identity.as_bytes().len() > max_bytes {
         return Err(format!(
             "the descriptor's entries take {} bytes; at most {max_bytes} are accepted (server.max_key_bytes)",
@@ -315,6 +304,22 @@ fn composite_identity<'a>(
         ));
     }
     Ok(identity)
+}
+
+/// A descriptor's entries, each `share_threshold` wildcard's pattern in
+/// place of its entry's value.
+fn with_shared<'a>(
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+    shared: Option<&'a [Option<&'a str>]>,
+) -> impl Iterator<Item = (&'a str, &'a str)> {
+    entries.enumerate().map(move |(i, (key, value))| {
+        let value = shared
+            .and_then(|s| s.get(i))
+            .copied()
+            .flatten()
+            .unwrap_or(value);
+        (key, value)
+    })
 }
 
 /// `replaces`: a matched limit named by another matched limit's
@@ -333,7 +338,7 @@ fn replaced_names<'a>(rules: &'a EnvoyRules, matched: &[Option<Matched<'_>>]) ->
 fn descriptor_identity<'a>(
     domain: &str,
     entries: impl Iterator<Item = (&'a str, &'a str)>,
-    shared: Option<&[Option<&str>]>,
+    shared: Option<&'a [Option<&'a str>]>,
     max_bytes: usize,
 ) -> Result<Identity, String> {
     let mut text = String::with_capacity(64);
@@ -347,12 +352,7 @@ fn descriptor_identity<'a>(
     };
     text.push_str("rls:");
     prefixed(&mut text, domain);
-    for (i, (key, value)) in entries.enumerate() {
-        let value = shared
-            .and_then(|s| s.get(i))
-            .copied()
-            .flatten()
-            .unwrap_or(value);
+    for (key, value) in with_shared(entries, shared) {
         text.push('|');
         prefixed(&mut text, key);
         prefixed(&mut text, value);
