@@ -1079,3 +1079,56 @@ async fn one_idempotency_key_on_every_request_does_not_get_past_the_limit() {
     assert_eq!(statuses, [200, 200, 429]);
     assert_eq!(stack.upstream.count(), 2);
 }
+
+/// The reviewer's attack through the shipped example with request ids on:
+/// one export admitted under an Idempotency-Key, then logins from the same
+/// address under that key, hoping to be answered from the export's record.
+/// The record belongs to the export alone: the first such login is decided
+/// and charged as a new request (the login budget goes 5 → 4), its repeats
+/// are retries of that login, charged once; and the login limit then holds
+/// at exactly 5 in all for logins under their own keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exports_idempotency_key_does_not_admit_logins_through_nginx() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("tollgate.yaml");
+    let example_text =
+        std::fs::read_to_string(example("nginx-tollgate.yaml")).expect("read the example");
+    std::fs::write(
+        &config,
+        example_text.replace(
+            "\nserver:\n",
+            "\nserver:\n  request_id_header: Idempotency-Key\n",
+        ),
+    )
+    .expect("write config");
+    let stack = Stack::start_with(&config).await;
+    let client = client_at([127, 0, 0, 11]);
+    let export = Answer::of(
+        client
+            .get(stack.nginx.url("/api/exports/orders"))
+            .header("X-API-Key", "key-one-record")
+            .header("X-Export-Rows-Thousands", "1")
+            .header("Idempotency-Key", "one-record"),
+    )
+    .await;
+    assert_eq!(export.status, 200, "{}", export.body);
+    let login = stack.nginx.url("/login");
+    let mut borrowed = Vec::new();
+    for _ in 0..10 {
+        let answer = Answer::of(client.post(&login).header("Idempotency-Key", "one-record")).await;
+        borrowed.push((answer.status, answer.one("ratelimit").to_owned()));
+    }
+    let charged_once = (200, r#""login";r=4;t=600"#.to_owned());
+    assert_eq!(borrowed, vec![charged_once; 10]);
+    let mut own = Vec::new();
+    for i in 0..10 {
+        let key = format!("login-{i}");
+        own.push(
+            Answer::of(client.post(&login).header("Idempotency-Key", key))
+                .await
+                .status,
+        );
+    }
+    assert_eq!(own, [200, 200, 200, 200, 429, 429, 429, 429, 429, 429]);
+    assert_eq!(stack.upstream.count(), 1 + 10 + 4);
+}
