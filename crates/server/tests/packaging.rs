@@ -2,8 +2,9 @@
 //! the binary does: the Kubernetes probes hit the endpoints tollgate serves,
 //! the ConfigMap holds a config tollgate loads, the systemd unit starts and
 //! reloads it as it expects, and the image holds a static binary run as a
-//! non-root user. No Kubernetes schema ships with a checker we can install
-//! without fetching it at test time, so the manifests are checked by parsing.
+//! non-root user. The Kubernetes manifests validate against the schemas
+//! (`kubernetes-validate`, from PyPI, ships them) and are parsed to check
+//! that what refers to what (selectors, ports, the store URL) agrees.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,37 +25,95 @@ struct Manifests {
     config_map: Value,
     deployment: Value,
     service: Value,
+    disruption_budget: Value,
 }
 
-fn manifests() -> Manifests {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&read("deploy/kubernetes/tollgate.yaml"))
-        .expect("the manifests are YAML");
+/// The documents of one manifest file, checked to be exactly `expected`
+/// (apiVersion, kind), with a way to take one by kind.
+fn documents(path: &str, expected: &[(&str, &str)]) -> impl Fn(&str) -> Value {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut kinds: Vec<(String, String)> = docs
         .iter()
         .map(|d| (str_at(d, "/apiVersion"), str_at(d, "/kind")))
         .collect();
     kinds.sort();
-    let expected = [
-        ("apps/v1", "Deployment"),
-        ("v1", "ConfigMap"),
-        ("v1", "Service"),
-    ];
-    assert_eq!(
-        kinds,
-        expected.map(|(a, k)| (a.to_owned(), k.to_owned())),
-        "one ConfigMap, Deployment and Service, each with its apiVersion"
-    );
-    let take = |kind: &str| {
+    let mut expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, k)| ((*a).to_owned(), (*k).to_owned()))
+        .collect();
+    expected.sort();
+    assert_eq!(kinds, expected, "{path}: its documents, each with its apiVersion");
+    move |kind: &str| {
         docs.iter()
             .find(|d| d["kind"] == kind)
             .cloned()
             .expect("checked above")
-    };
+    }
+}
+
+fn manifests() -> Manifests {
+    let take = documents(
+        "deploy/kubernetes/tollgate.yaml",
+        &[
+            ("apps/v1", "Deployment"),
+            ("v1", "ConfigMap"),
+            ("v1", "Service"),
+            ("policy/v1", "PodDisruptionBudget"),
+        ],
+    );
     Manifests {
         config_map: take("ConfigMap"),
         deployment: take("Deployment"),
         service: take("Service"),
+        disruption_budget: take("PodDisruptionBudget"),
     }
+}
+
+/// deploy/kubernetes/redis.yaml: (Service, StatefulSet, NetworkPolicy).
+fn redis_manifests() -> (Value, Value, Value) {
+    let take = documents(
+        "deploy/kubernetes/redis.yaml",
+        &[
+            ("apps/v1", "StatefulSet"),
+            ("networking.k8s.io/v1", "NetworkPolicy"),
+            ("v1", "Service"),
+        ],
+    );
+    (take("Service"), take("StatefulSet"), take("NetworkPolicy"))
+}
+
+/// Every `key: value` of `selector` is among `labels`.
+fn assert_selects(selector: &Value, labels: &Value, what: &str) {
+    let selector = selector
+        .as_object()
+        .unwrap_or_else(|| panic!("{what}: a selector"));
+    assert!(!selector.is_empty(), "{what}: an empty selector selects everything");
+    for (k, v) in selector {
+        assert_eq!(labels.get(k), Some(v), "{what}: the pods carry {k}: {v}");
+    }
+}
+
+/// The container's `args` value after `flag`.
+fn arg_after<'a>(container: &'a Value, flag: &str) -> &'a str {
+    let args = container["args"].as_array().expect("args");
+    let at = args
+        .iter()
+        .position(|a| a == flag)
+        .unwrap_or_else(|| panic!("serve is given {flag}"));
+    args.get(at + 1)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{flag} has a value"))
+}
+
+/// The container port named `name`.
+fn port_named<'a>(container: &'a Value, name: &str) -> &'a Value {
+    container["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("a container port named {name}"))
 }
 
 fn str_at(value: &Value, pointer: &str) -> String {
@@ -79,6 +138,129 @@ const TEST_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabb
 
 fn config_map_config(config_map: &Value) -> String {
     str_at(config_map, "/data/tollgate.yaml")
+}
+
+#[test]
+fn the_manifests_validate_against_the_kubernetes_schemas_with_unknown_fields_refused() {
+    let files = ["deploy/kubernetes/tollgate.yaml", "deploy/kubernetes/redis.yaml"];
+    let out = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--kubernetes-version", "1.32.0", "--strict"])
+        .args(files.map(|f| root().join(f)))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "python3 did not run ({e}): the manifests are validated by \
+                 `python3 -m kubernetes_validate` (scripts/test installs it)"
+            )
+        });
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("No module named kubernetes_validate"),
+        "install the schema checker: `python3 -m pip install kubernetes-validate` (scripts/test does)"
+    );
+    assert!(out.status.success(), "the manifests do not validate:\n{text}");
+    assert!(!text.contains("ERROR"), "{text}");
+    // Every document was checked, not skipped: 4 in tollgate.yaml, 3 in redis.yaml.
+    assert_eq!(text.matches(" passed for resource ").count(), 7, "{text}");
+}
+
+#[test]
+fn envoys_grpc_port_is_served_by_the_pods_and_exposed_by_the_service() {
+    let Manifests {
+        deployment,
+        service,
+        ..
+    } = manifests();
+    let container = container(&deployment);
+    assert_eq!(arg_after(container, "--grpc-listen"), "0.0.0.0:8081");
+    assert_eq!(port_named(container, "grpc")["containerPort"], 8081);
+    let port = service["spec"]["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == "grpc")
+        .expect("the Service exposes grpc");
+    assert_eq!(port["targetPort"], "grpc");
+    // Envoy's rate limit service cluster speaks HTTP/2 in the clear.
+    assert_eq!(port["appProtocol"], "kubernetes.io/h2c");
+}
+
+#[test]
+fn scrape_annotations_name_the_metrics_endpoint_on_the_http_port() {
+    let deployment = manifests().deployment;
+    let annotations = &deployment["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    let http = port_named(container(&deployment), "http")["containerPort"]
+        .as_u64()
+        .expect("a number");
+    assert_eq!(annotations["prometheus.io/port"], http.to_string());
+}
+
+#[test]
+fn the_disruption_budget_and_the_spread_keep_replicas_apart_and_take_one_at_a_time() {
+    let Manifests {
+        deployment,
+        disruption_budget,
+        ..
+    } = manifests();
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_selects(
+        &disruption_budget["spec"]["selector"]["matchLabels"],
+        labels,
+        "the PodDisruptionBudget",
+    );
+    assert_eq!(disruption_budget["spec"]["maxUnavailable"], 1);
+    let replicas = deployment["spec"]["replicas"].as_u64().expect("replicas");
+    assert!(replicas >= 2, "one pod at a time leaves another deciding");
+    let spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        .as_array()
+        .expect("topologySpreadConstraints");
+    let keys: Vec<&str> = spread
+        .iter()
+        .map(|c| c["topologyKey"].as_str().expect("topologyKey"))
+        .collect();
+    assert_eq!(keys, ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]);
+    for constraint in spread {
+        assert_selects(
+            &constraint["labelSelector"]["matchLabels"],
+            labels,
+            "a topology spread constraint",
+        );
+        // Schedules anyway: a one-node cluster still runs every replica.
+        assert_eq!(constraint["whenUnsatisfiable"], "ScheduleAnyway");
+    }
+}
+
+#[test]
+fn the_shipped_redis_is_the_config_maps_store_never_evicts_and_admits_only_tollgate() {
+    let (service, stateful_set, network_policy) = redis_manifests();
+    let config = config_map_config(&manifests().config_map);
+    let name = str_at(&service, "/metadata/name");
+    let port = service["spec"]["ports"][0]["port"].as_u64().expect("port");
+    assert!(
+        config.contains(&format!("url: redis://{name}:{port}/0")),
+        "the ConfigMap's store is the Service {name}:{port}:\n{config}"
+    );
+    let pod_labels = &stateful_set["spec"]["template"]["metadata"]["labels"];
+    assert_selects(&service["spec"]["selector"], pod_labels, "the Redis Service");
+    assert_selects(
+        &network_policy["spec"]["podSelector"]["matchLabels"],
+        pod_labels,
+        "the NetworkPolicy",
+    );
+    let tollgate_labels = &manifests().deployment["spec"]["template"]["metadata"]["labels"];
+    let from = &network_policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];
+    assert_selects(from, tollgate_labels, "the NetworkPolicy's allowed peers");
+    let redis = &stateful_set["spec"]["template"]["spec"]["containers"][0];
+    // Evicting would quietly reset the limits that are holding.
+    assert_eq!(arg_after(redis, "--maxmemory-policy"), "noeviction");
+    assert_eq!(arg_after(redis, "--save"), "");
+    assert_eq!(arg_after(redis, "--appendonly"), "no");
 }
 
 #[test]
@@ -114,23 +296,12 @@ fn the_config_map_holds_a_config_tollgate_loads_with_the_secret_key() {
 fn the_probes_hit_readyz_and_healthz_on_the_port_tollgate_listens_on() {
     let deployment = manifests().deployment;
     let container = container(&deployment);
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .map(|a| a.as_str().expect("string args"))
-        .collect();
-    assert_eq!(args[0], "serve");
-    let flag = |name: &str| {
-        let at = args.iter().position(|a| *a == name);
-        at.and_then(|i| args.get(i + 1))
-            .copied()
-            .unwrap_or_else(|| panic!("serve is given {name}"))
-    };
+    assert_eq!(container["args"][0], "serve");
+    let flag = |name: &str| arg_after(container, name);
     // Probes come from the kubelet, not the pod's loopback.
     let listen = flag("--listen");
     assert_eq!(listen, "0.0.0.0:8080");
-    let port = &container["ports"][0];
+    let port = port_named(container, "http");
     assert_eq!(port["containerPort"], 8080);
     let port_name = str_at(port, "/name");
     for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
@@ -223,11 +394,7 @@ fn the_service_selects_the_deployments_pods_on_its_port() {
         &service["spec"]["selector"],
         &deployment["spec"]["selector"]["matchLabels"],
     ] {
-        let selector = selector.as_object().expect("a selector");
-        assert!(!selector.is_empty());
-        for (k, v) in selector {
-            assert_eq!(labels.get(k), Some(v), "the pods carry {k}: {v}");
-        }
+        assert_selects(selector, &Value::Object(labels.clone()), "the Service");
     }
     let target = &service["spec"]["ports"][0]["targetPort"];
     let port = &container(&deployment)["ports"][0];
