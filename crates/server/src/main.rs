@@ -28,7 +28,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve decisions over HTTP: /v1/check, /v1/authorize (forward auth),
-    /// /v1/policies, /healthz, /readyz, /metrics.
+    /// /v1/policies, /v1/state, /v1/hot, /healthz, /readyz, /metrics; and
+    /// Envoy's rate limit service over gRPC with --grpc-listen.
     ///
     /// Each option may come from its TOLLGATE_* variable instead; a flag
     /// wins over its variable, which wins over the config file. RUST_LOG
@@ -54,8 +55,15 @@ enum Command {
         /// its regional store and split shares.
         #[arg(long, env = "TOLLGATE_REGION")]
         region: Option<String>,
-        /// Log lines as text or as JSON objects (one a line, on stderr).
-        #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        /// Log lines as text or as JSON objects (one a line, on stderr; the
+        /// listen lines on stdout then are JSON too). Any case.
+        #[arg(
+            long,
+            env = "TOLLGATE_LOG_FORMAT",
+            value_enum,
+            ignore_case = true,
+            default_value_t = LogFormat::Text
+        )]
         log_format: LogFormat,
     },
     /// Decide a trace of events (JSON lines on stdin) at their own times;
@@ -152,6 +160,7 @@ fn main() -> ExitCode {
                 listen,
                 grpc_listen,
                 overrides: Overrides { region, store },
+                announce_json: log_format == LogFormat::Json,
             })
         }
         Command::Replay {

@@ -37,6 +37,10 @@ pub struct ServeOptions {
     pub grpc_listen: Option<ListenAddress>,
     /// `--region` and `--store` over the file, at start and on reload.
     pub overrides: Overrides,
+    /// Announce the listeners on stdout as JSON objects rather than text
+    /// (`--log-format json`), so that stdout and stderr merged by a log
+    /// collector still parse one object a line.
+    pub announce_json: bool,
 }
 
 /// Serves until SIGTERM or SIGINT, reloading on SIGHUP; an error if it
@@ -47,6 +51,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         listen,
         grpc_listen,
         overrides,
+        announce_json,
     } = options;
     let config = ServeConfig::load_overridden(&config_path, &overrides)?;
     for warning in config.warnings() {
@@ -98,14 +103,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let interrupts = watch(SignalKind::interrupt(), "SIGINT")?;
     // The first line on stdout says where we listen (tests and scripts read
     // it); the second, when served, where gRPC listens.
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on {scheme}://{local}");
-        if let Some(grpc) = grpc_local {
-            let _ = writeln!(out, "grpc listening on {grpc}");
-        }
-        let _ = out.flush();
-    }
+    announce(&format!("{scheme}://{local}"), grpc_local, announce_json);
     tracing::info!(
         http = %format_args!("{scheme}://{local}"),
         grpc = %grpc_local.map_or_else(|| "off".to_owned(), |g| format!("{scheme}://{g}")),
@@ -259,4 +257,24 @@ async fn shutdown_signal(
         _ = interrupts.recv() => {}
     }
     tracing::info!("shutting down: finishing in-flight requests");
+}
+
+/// Writes the listen lines on stdout: `listening on <url>` and `grpc
+/// listening on <addr>`, or as JSON `{"listening":"<url>"}` and
+/// `{"grpc_listening":"<addr>"}`.
+fn announce(http: &str, grpc: Option<std::net::SocketAddr>, json: bool) {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let _ = writeln!(out, "{}", serde_json::json!({ "listening": http }));
+        if let Some(grpc) = grpc {
+            let line = serde_json::json!({ "grpc_listening": grpc.to_string() });
+            let _ = writeln!(out, "{line}");
+        }
+    } else {
+        let _ = writeln!(out, "listening on {http}");
+        if let Some(grpc) = grpc {
+            let _ = writeln!(out, "grpc listening on {grpc}");
+        }
+    }
+    let _ = out.flush();
 }

@@ -33,11 +33,12 @@ impl Served {
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("read the listen line");
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_owned();
+        // Text (`listening on URL`), or JSON under --log-format json.
+        let base = match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(v) => v["listening"].as_str().map(str::to_owned),
+            Err(_) => line.trim().strip_prefix("listening on ").map(str::to_owned),
+        }
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
         let (tx, stderr) = mpsc::channel();
         let err = child.stderr.take().expect("stderr");
         std::thread::spawn(move || {
@@ -296,6 +297,79 @@ fn json_logs_are_one_object_a_line_with_level_target_and_fields() {
     assert_eq!(fields["stores"], "local: memory (max_keys 1000000)");
     assert_eq!(fields["region"], "none");
     assert_eq!(fields["policies"], 1);
+}
+
+#[test]
+fn under_json_logs_stdout_and_stderr_merged_parse_one_object_a_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = config_file(&dir, POLICIES);
+    // Upper case, as an operator may spell it in an environment file.
+    let mut child = command(
+        &path,
+        &["--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"],
+        &[("TOLLGATE_LOG_FORMAT", "JSON")],
+    )
+    .spawn()
+    .expect("spawn");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read");
+        lines.push(line);
+    }
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).expect("read") > 0, "{lines:#?}");
+        let done = line.contains("tollgate serving");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let objects: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?} is not JSON: {e}")))
+        .collect();
+    let http = objects[0]["listening"].as_str().expect("the HTTP URL");
+    assert!(http.starts_with("http://127.0.0.1:"), "{http}");
+    let grpc = objects[1]["grpc_listening"]
+        .as_str()
+        .expect("the gRPC address");
+    assert!(grpc.starts_with("127.0.0.1:"), "{grpc}");
+    let start = objects.last().expect("the start line");
+    assert_eq!(start["fields"]["http"], http);
+    assert_eq!(start["fields"]["grpc"], format!("http://{grpc}"));
+}
+
+#[test]
+fn serve_help_names_every_endpoint_and_the_grpc_service() {
+    let out = Command::new(tollgate_bin())
+        .args(["serve", "--help"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for endpoint in [
+        "/v1/check",
+        "/v1/authorize",
+        "/v1/policies",
+        "/v1/state",
+        "/v1/hot",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "gRPC",
+        "--grpc-listen",
+    ] {
+        assert!(
+            help.contains(endpoint),
+            "serve --help names {endpoint}:\n{help}"
+        );
+    }
 }
 
 #[test]

@@ -43,7 +43,10 @@ fn documents(path: &str, expected: &[(&str, &str)]) -> impl Fn(&str) -> Value {
         .map(|(a, k)| ((*a).to_owned(), (*k).to_owned()))
         .collect();
     expected.sort();
-    assert_eq!(kinds, expected, "{path}: its documents, each with its apiVersion");
+    assert_eq!(
+        kinds, expected,
+        "{path}: its documents, each with its apiVersion"
+    );
     move |kind: &str| {
         docs.iter()
             .find(|d| d["kind"] == kind)
@@ -88,7 +91,10 @@ fn assert_selects(selector: &Value, labels: &Value, what: &str) {
     let selector = selector
         .as_object()
         .unwrap_or_else(|| panic!("{what}: a selector"));
-    assert!(!selector.is_empty(), "{what}: an empty selector selects everything");
+    assert!(
+        !selector.is_empty(),
+        "{what}: an empty selector selects everything"
+    );
     for (k, v) in selector {
         assert_eq!(labels.get(k), Some(v), "{what}: the pods carry {k}: {v}");
     }
@@ -142,9 +148,18 @@ fn config_map_config(config_map: &Value) -> String {
 
 #[test]
 fn the_manifests_validate_against_the_kubernetes_schemas_with_unknown_fields_refused() {
-    let files = ["deploy/kubernetes/tollgate.yaml", "deploy/kubernetes/redis.yaml"];
+    let files = [
+        "deploy/kubernetes/tollgate.yaml",
+        "deploy/kubernetes/redis.yaml",
+    ];
     let out = Command::new("python3")
-        .args(["-m", "kubernetes_validate", "--kubernetes-version", "1.32.0", "--strict"])
+        .args([
+            "-m",
+            "kubernetes_validate",
+            "--kubernetes-version",
+            "1.32.0",
+            "--strict",
+        ])
         .args(files.map(|f| root().join(f)))
         .output()
         .unwrap_or_else(|e| {
@@ -162,7 +177,10 @@ fn the_manifests_validate_against_the_kubernetes_schemas_with_unknown_fields_ref
         !text.contains("No module named kubernetes_validate"),
         "install the schema checker: `python3 -m pip install kubernetes-validate` (scripts/test does)"
     );
-    assert!(out.status.success(), "the manifests do not validate:\n{text}");
+    assert!(
+        out.status.success(),
+        "the manifests do not validate:\n{text}"
+    );
     assert!(!text.contains("ERROR"), "{text}");
     // Every document was checked, not skipped: 4 in tollgate.yaml, 3 in redis.yaml.
     assert_eq!(text.matches(" passed for resource ").count(), 7, "{text}");
@@ -224,7 +242,10 @@ fn the_disruption_budget_and_the_spread_keep_replicas_apart_and_take_one_at_a_ti
         .iter()
         .map(|c| c["topologyKey"].as_str().expect("topologyKey"))
         .collect();
-    assert_eq!(keys, ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]);
+    assert_eq!(
+        keys,
+        ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    );
     for constraint in spread {
         assert_selects(
             &constraint["labelSelector"]["matchLabels"],
@@ -247,7 +268,11 @@ fn the_shipped_redis_is_the_config_maps_store_never_evicts_and_admits_only_tollg
         "the ConfigMap's store is the Service {name}:{port}:\n{config}"
     );
     let pod_labels = &stateful_set["spec"]["template"]["metadata"]["labels"];
-    assert_selects(&service["spec"]["selector"], pod_labels, "the Redis Service");
+    assert_selects(
+        &service["spec"]["selector"],
+        pod_labels,
+        "the Redis Service",
+    );
     assert_selects(
         &network_policy["spec"]["podSelector"]["matchLabels"],
         pod_labels,
