@@ -228,10 +228,19 @@ pub fn parse_policy(
                 }
                 _ => String::new(),
             };
+            // The algorithm's own fields, then what else a policy may hold.
+            let also = if extra_fields.is_empty() {
+                String::new()
+            } else {
+                format!("; any policy: {}", extra_fields.join(", "))
+            };
             return Err(ConfigError::field(
                 &name,
                 key,
-                format!("unknown field{hint} (expected: {})", own[2..].join(", ")),
+                format!(
+                    "unknown field{hint} (expected: {}{also})",
+                    own[2..].join(", ")
+                ),
             ));
         }
     }

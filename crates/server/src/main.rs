@@ -8,7 +8,7 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tollgate::{
     ConfigLoadError, ListenAddress, Overrides, ReplayError, ReplayOptions, ServeConfig,
     ServeOptions,
@@ -35,9 +35,8 @@ enum Command {
     /// wins over its variable, which wins over the config file. RUST_LOG
     /// filters the logs (default `info`; e.g. `tollgate=debug`).
     Serve {
-        /// The config (YAML): policies, and optional server and store sections.
-        #[arg(long, env = "TOLLGATE_CONFIG")]
-        config: PathBuf,
+        #[command(flatten)]
+        load: Load,
         /// Address to listen on, HOST:PORT (a host name is resolved)
         /// [default: server.listen, else 127.0.0.1:8080].
         #[arg(long, env = "TOLLGATE_LISTEN")]
@@ -46,15 +45,6 @@ enum Command {
         /// [default: server.grpc_listen, else not served].
         #[arg(long, env = "TOLLGATE_GRPC_LISTEN")]
         grpc_listen: Option<ListenAddress>,
-        /// The store, replacing the config's one `store:`: `memory`, or a
-        /// `redis://HOST:PORT` / `rediss://…` URL (the section's other Redis
-        /// settings stay). A config with `stores:` by role is refused.
-        #[arg(long, env = "TOLLGATE_STORE", hide_env_values = true)]
-        store: Option<String>,
-        /// This instance's region [default: the config's `region:`]: picks
-        /// its regional store and split shares.
-        #[arg(long, env = "TOLLGATE_REGION")]
-        region: Option<String>,
         /// Log lines as text or as JSON objects (one a line, on stderr; the
         /// listen lines on stdout then are JSON too). Any case.
         #[arg(
@@ -95,28 +85,55 @@ enum Command {
         #[arg(long)]
         line_buffered: bool,
     },
-    /// Check a config and print its policies; exit 1 when it is invalid.
+    /// Check a config as `serve` would load it (the same flags and TOLLGATE_*
+    /// variables) and print its policies; exit 1 when it is invalid.
     Validate {
-        /// The policy config (YAML).
+        #[command(flatten)]
+        load: Load,
+        /// Fail (exit 1) when the config has warnings, too.
         #[arg(long)]
-        config: PathBuf,
-        /// Validate as an instance of this region would load it.
-        #[arg(long)]
-        region: Option<String>,
+        strict: bool,
     },
     /// Print, for each policy, its scope, the bound it gives across tollgate
     /// processes and its failure mode; exit 1 when the config is invalid.
     Explain {
-        /// The policy config (YAML).
-        #[arg(long)]
-        config: PathBuf,
-        /// Explain as an instance of this region would serve it.
-        #[arg(long)]
-        region: Option<String>,
+        #[command(flatten)]
+        load: Load,
         /// JSON instead of text, for CI to diff.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// What decides how a config loads, alike for `serve`, `validate` and
+/// `explain`: a flag wins over its variable, which wins over the file.
+#[derive(Args)]
+struct Load {
+    /// The config (YAML): policies, and optional server and store sections.
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    config: PathBuf,
+    /// The store, replacing the config's one `store:`: `memory`, or a
+    /// `redis://HOST:PORT` / `rediss://…` URL (the section's other Redis
+    /// settings stay). A config with `stores:` by role is refused.
+    #[arg(long, env = "TOLLGATE_STORE", hide_env_values = true)]
+    store: Option<String>,
+    /// This instance's region [default: the config's `region:`]: picks
+    /// its regional store and split shares.
+    #[arg(long, env = "TOLLGATE_REGION")]
+    region: Option<String>,
+}
+
+impl Load {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            region: self.region.clone(),
+            store: self.store.clone(),
+        }
+    }
+
+    fn load(&self) -> Result<ServeConfig, ConfigLoadError> {
+        ServeConfig::load_overridden(&self.config, &self.overrides())
+    }
 }
 
 /// How `serve` writes its logs.
@@ -147,19 +164,17 @@ fn init_logs(format: LogFormat) {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve {
-            config,
+            load,
             listen,
             grpc_listen,
-            store,
-            region,
             log_format,
         } => {
             init_logs(log_format);
             serve_command(ServeOptions {
-                config,
+                overrides: load.overrides(),
+                config: load.config,
                 listen,
                 grpc_listen,
-                overrides: Overrides { region, store },
                 announce_json: log_format == LogFormat::Json,
             })
         }
@@ -182,12 +197,8 @@ fn main() -> ExitCode {
             };
             replay_command(&config, max_keys, store.as_deref(), options, summary)
         }
-        Command::Validate { config, region } => validate_command(&config, region.as_deref()),
-        Command::Explain {
-            config,
-            region,
-            json,
-        } => explain_command(&config, region.as_deref(), json),
+        Command::Validate { load, strict } => validate_command(&load, strict),
+        Command::Explain { load, json } => explain_command(&load, json),
     }
 }
 
@@ -244,9 +255,10 @@ fn replay_command(
     }
 }
 
-/// `tollgate validate`: the config's hash and policies, then its warnings.
-fn validate_command(config: &Path, region: Option<&str>) -> ExitCode {
-    let loaded = match ServeConfig::load_in_region(config, region) {
+/// `tollgate validate`: the config's hash and policies, then its warnings;
+/// under `--strict` a warning fails it.
+fn validate_command(load: &Load, strict: bool) -> ExitCode {
+    let loaded = match load.load() {
         Ok(loaded) => loaded,
         Err(message) => return fail(&message, 1),
     };
@@ -254,27 +266,36 @@ fn validate_command(config: &Path, region: Option<&str>) -> ExitCode {
     let _ = writeln!(
         out,
         "config {} is valid (hash {})",
-        config.display(),
+        load.config.display(),
         loaded.hash
     );
     for serve in &loaded.policies {
         let _ = writeln!(out, "{}", tollgate::describe_policy(&serve.declared));
     }
     let mut err = io::stderr().lock();
-    for warning in loaded.warnings() {
+    let warnings = loaded.warnings();
+    for warning in &warnings {
         let _ = writeln!(err, "tollgate: warning: {warning}");
+    }
+    if strict && !warnings.is_empty() {
+        let count = warnings.len();
+        let noun = if count == 1 { "warning" } else { "warnings" };
+        return fail(
+            &format_args!("{}: {count} {noun} under --strict", load.config.display()),
+            1,
+        );
     }
     ExitCode::SUCCESS
 }
 
 /// `tollgate explain`: each policy's scope, bound and failure mode, as
 /// text or JSON.
-fn explain_command(config: &Path, region: Option<&str>, json: bool) -> ExitCode {
-    let loaded = match ServeConfig::load_in_region(config, region) {
+fn explain_command(load: &Load, json: bool) -> ExitCode {
+    let loaded = match load.load() {
         Ok(loaded) => loaded,
         Err(message) => return fail(&message, 1),
     };
-    let path = config.display().to_string();
+    let path = load.config.display().to_string();
     let text = if json {
         let mut text = tollgate::explain_json(&loaded, &path).to_string();
         text.push('\n');

@@ -86,6 +86,16 @@ fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
             "policy \"free\": cost.default: 0 is below cost.min 1",
         ),
         (
+            format!("polices: []\n{POLICY}"),
+            vec![],
+            "config: unknown top-level field \"polices\" (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)",
+        ),
+        (
+            "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s, matc: {}}\n".to_owned(),
+            vec![],
+            "policy \"p\": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids)",
+        ),
+        (
             format!("server: {{forward_auth: haproxy}}\n{POLICY}"),
             vec![],
             "config: server: forward_auth: unknown proxy \"haproxy\" (expected nginx, traefik, envoy, or {method, uri, host} header names)",
@@ -117,5 +127,110 @@ fn validate_warns_of_what_is_valid_but_probably_not_meant() {
         stderr,
         "tollgate: warning: policies login match forwarded requests, but server.trusted_proxies is empty: /v1/authorize refuses a request description (nginx headers) from any peer, and client_ip is the caller's own address\n\
          tollgate: warning: policy rows: cost.max 50 is above the limit 5: a request whose x-rows header asks more than 5 is never admitted (429 without Retry-After)\n"
+    );
+}
+
+/// `tollgate <args>` with no `--config`, with `env`: (exit code, stdout, stderr).
+fn run_bare(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(args).stdin(Stdio::null());
+    for var in ["TOLLGATE_CONFIG", "TOLLGATE_STORE", "TOLLGATE_REGION"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("tollgate runs");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+        String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    )
+}
+
+#[test]
+fn validate_and_explain_read_the_environment_and_flags_serve_reads() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("regions.yaml");
+    std::fs::write(
+        &path,
+        "region: eu\nregions: {eu: {}, us: {}}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s}\n",
+    )
+    .expect("write config");
+    let config = path.to_str().expect("UTF-8 path");
+    let bad_store = "tollgate: {config}: config: --store (TOLLGATE_STORE): \"http://x\" is not a store: expected memory, redis://HOST:PORT or rediss://HOST:PORT\n";
+    let bad_store = bad_store.replace("{config}", config);
+
+    // TOLLGATE_CONFIG names the file, as for serve.
+    let (code, out, _) = run_bare(&["validate"], &[("TOLLGATE_CONFIG", config)]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(&format!("config {config} is valid")),
+        "{out}"
+    );
+
+    // A bad TOLLGATE_STORE, and the same in --store, fail validate as serve.
+    for (args, env) in [
+        (vec!["--store", "http://x"], vec![]),
+        (vec![], vec![("TOLLGATE_STORE", "http://x")]),
+    ] {
+        for command in [
+            &["validate"][..],
+            &["explain"],
+            &["serve", "--listen", "127.0.0.1:0"],
+        ] {
+            let args = [command, &["--config", config], &args[..]].concat();
+            let (code, _, err) = run_bare(&args, &env);
+            assert_eq!(
+                (code, err.as_str()),
+                (1, bad_store.as_str()),
+                "{args:?} {env:?}"
+            );
+        }
+    }
+
+    // TOLLGATE_REGION picks the region explain describes; --region wins.
+    let share = |args: &[&str], env: &[(&str, &str)]| {
+        let args = [&["explain", "--json", "--config", config][..], args].concat();
+        let (code, out, err) = run_bare(&args, env);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        v["region"].as_str().expect("a region").to_owned()
+    };
+    assert_eq!(share(&[], &[]), "eu");
+    assert_eq!(share(&[], &[("TOLLGATE_REGION", "us")]), "us");
+    assert_eq!(
+        share(&["--region", "eu"], &[("TOLLGATE_REGION", "us")]),
+        "eu"
+    );
+}
+
+#[test]
+fn validate_strict_fails_on_a_warning_and_passes_a_clean_config() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let warned = dir.path().join("warned.yaml");
+    std::fs::write(
+        &warned,
+        "policies:\n  - {name: rows, algorithm: fixed_window, limit: 5, window: 1m, cost: {header: X-Rows, max: 50}}\n",
+    )
+    .expect("write config");
+    let clean = dir.path().join("clean.yaml");
+    std::fs::write(&clean, POLICY).expect("write config");
+    let warning = "tollgate: warning: policy rows: cost.max 50 is above the limit 5: a request whose x-rows header asks more than 5 is never admitted (429 without Retry-After)\n";
+
+    let (code, stderr) = run(&["validate", "--strict"], &warned, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        stderr,
+        format!(
+            "{warning}tollgate: {}: 1 warning under --strict\n",
+            warned.display()
+        )
+    );
+    // Without --strict the same config passes, warned.
+    assert_eq!(run(&["validate"], &warned, &[]), (0, warning.to_owned()));
+    assert_eq!(
+        run(&["validate", "--strict"], &clean, &[]),
+        (0, String::new())
     );
 }

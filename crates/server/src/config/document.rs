@@ -58,21 +58,24 @@ pub(super) fn parse_doc(
     })
 }
 
+/// The document's top-level fields, in the order the docs list them.
+const TOP_LEVEL: [&str; 7] = [
+    "server",
+    "region",
+    "regions",
+    "store",
+    "stores",
+    "policies",
+    "envoy_ratelimit_configs",
+];
+
 /// Refuses a top-level field the document does not know.
 fn check_top_level(top: &Map<String, Value>) -> Result<(), ConfigError> {
     for key in top.keys() {
-        if !matches!(
-            key.as_str(),
-            "server"
-                | "store"
-                | "stores"
-                | "region"
-                | "regions"
-                | "policies"
-                | "envoy_ratelimit_configs"
-        ) {
+        if !TOP_LEVEL.contains(&key.as_str()) {
             return Err(ConfigError::Document(format!(
-                "unknown top-level field {key:?} (expected: server, store, policies, envoy_ratelimit_configs)"
+                "unknown top-level field {key:?} (expected: {})",
+                TOP_LEVEL.join(", ")
             )));
         }
     }

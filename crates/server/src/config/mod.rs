@@ -124,16 +124,6 @@ impl ServeConfig {
         })
     }
 
-    /// [`Self::load`] for an instance told its region (`--region`), which
-    /// wins over `TOLLGATE_REGION` and the file's `region:`.
-    pub fn load_in_region(path: &Path, region: Option<&str>) -> Result<Self, ConfigLoadError> {
-        let overrides = Overrides {
-            region: region.map(str::to_owned),
-            store: None,
-        };
-        Self::load_overridden(path, &overrides)
-    }
-
     /// [`Self::load`] as `tollgate serve` was told: `--region` and
     /// `--store` (or their environment variables) over the file's own.
     pub fn load_overridden(path: &Path, overrides: &Overrides) -> Result<Self, ConfigLoadError> {
