@@ -71,7 +71,7 @@ pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, Unspent};
 pub use lease::{Lease, Leased, instance_id, share_of};
 pub use limiter::{Decided, Limiter};
 pub use metrics::{
-    DecisionLabels, DegradedLabels, ErrorLabels, LeaseCounters, LeaseLabels, LeaseOutcomeLabels,
-    LimiterMetrics, PolicyCounters, PolicyLabels,
+    DecisionLabels, DegradedLabels, ErrorLabels, HotSeries, LeaseCounters, LeaseLabels,
+    LeaseOutcomeLabels, LimiterMetrics, PolicyCounters, PolicyLabels,
 };
 pub use plan::{Check, Plan, RetryRule};

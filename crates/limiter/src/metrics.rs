@@ -5,8 +5,8 @@
 //! its own series beside them); per-policy handles are resolved once per
 //! plan, so a decision only increments an atomic.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
@@ -16,7 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tollgate_core::Clock;
+use tollgate_core::{Clock, SecretHasher};
 
 use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, PolicyHot};
 
@@ -107,6 +107,8 @@ pub struct LimiterMetrics {
     split_turned_away: Family<LeaseLabels, Counter>,
     /// The identities behind the most decisions and rejections, per policy.
     pub hot: Arc<HotIdentities>,
+    /// How the hot identity series name identities; read at each scrape.
+    hot_series: Arc<RwLock<HotSeries>>,
     lease: LeaseFamilies,
     clock: Arc<dyn Clock>,
 }
@@ -197,8 +199,10 @@ impl LimiterMetrics {
     /// take). `clock` dates the hot identities' windows.
     pub fn register(registry: &mut Registry, clock: Arc<dyn Clock>) -> Self {
         let hot = Arc::new(HotIdentities::default());
+        let hot_series = Arc::new(RwLock::new(HotSeries::Off));
         registry.register_collector(Box::new(HotCollector {
             hot: Arc::clone(&hot),
+            series: Arc::clone(&hot_series),
             clock: Arc::clone(&clock),
         }));
         Self {
@@ -292,8 +296,19 @@ impl LimiterMetrics {
             ),
             lease: LeaseFamilies::register(registry),
             hot,
+            hot_series,
             clock,
         }
+    }
+
+    /// How the `hot_identity_*` series name identities from the next
+    /// scrape on ([`HotSeries::Off`] until set). A config load sets it, so a
+    /// reload can change it.
+    pub fn set_hot_series(&self, series: HotSeries) {
+        *self
+            .hot_series
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = series;
     }
 
     /// A leased policy's series in `region`.
@@ -397,9 +412,39 @@ struct HotLabels {
     identity: String,
 }
 
+/// How the `hot_identity_*` series name an identity in their `identity`
+/// label. Identities hold client addresses, tenant names, emails: a
+/// metrics reader (often a wider audience than `/v1/hot`'s admin token)
+/// sees them raw only when an operator asks for it.
+#[derive(Clone, Debug, Default)]
+pub enum HotSeries {
+    /// No hot identity series.
+    #[default]
+    Off,
+    /// `hash:` and a keyed hash of the identity as `/v1/hot` shows it: which
+    /// identities are hot and how hot, stable across instances sharing the
+    /// key, but not who they are.
+    Hashed(SecretHasher),
+    /// The identity as `/v1/hot` shows it.
+    Raw,
+}
+
+impl HotSeries {
+    /// The `identity` label of `identity` (as `/v1/hot` shows it), or
+    /// `None` when the series are off.
+    pub fn label(&self, identity: &str) -> Option<String> {
+        match self {
+            HotSeries::Off => None,
+            HotSeries::Hashed(hasher) => Some(format!("hash:{}", hasher.hash(identity.as_bytes()))),
+            HotSeries::Raw => Some(identity.to_owned()),
+        }
+    }
+}
+
 /// Reports the hot identities' last whole window at each scrape.
 struct HotCollector {
     hot: Arc<HotIdentities>,
+    series: Arc<RwLock<HotSeries>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -411,6 +456,14 @@ impl std::fmt::Debug for HotCollector {
 
 impl Collector for HotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let series = self
+            .series
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if matches!(series, HotSeries::Off) {
+            return Ok(());
+        }
         let report = self.hot.report(self.clock.now_ms());
         for (name, what) in [
             ("hot_identity_decisions", "Decisions"),
@@ -433,9 +486,12 @@ impl Collector for HotCollector {
                 // Only the last whole window: a series per scrape would
                 // otherwise rise and reset within each window.
                 for (identity, n) in list {
+                    let Some(identity) = series.label(identity) else {
+                        continue;
+                    };
                     let labels = HotLabels {
                         policy: policy.clone(),
-                        identity: identity.clone(),
+                        identity,
                     };
                     metric
                         .encode_family(&labels)?

@@ -46,6 +46,7 @@ impl LiveConfig {
     /// does not drop a region to its floor), and whose hot-lease blocks
     /// carry over where the policy, its rule and its store are unchanged.
     pub fn new(config: ServeConfig, metrics: &Metrics, previous: Option<&LiveConfig>) -> Self {
+        metrics.limiter.set_hot_series(config.hot_series.clone());
         let region = config.deployment.region.clone().unwrap_or_default();
         let policies: Vec<LivePolicy> = config
             .policies

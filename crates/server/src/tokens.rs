@@ -2,7 +2,9 @@
 //! (`POST /v1/check`, gRPC `ShouldRateLimit`), the admin endpoints
 //! (`/v1/policies`) and `/metrics`, each guarded by its own optional token
 //! read from the environment. Without a token an endpoint stays open, as a
-//! loopback deployment needs.
+//! loopback deployment needs, unless the config's `server.require_tokens`
+//! names its group: then a missing token refuses the config, so a
+//! deployment cannot come up open by forgetting a variable.
 //!
 //! Only a BLAKE3 hash of each token is kept, and a presented token is
 //! hashed and compared in constant time, so neither memory dumps, `Debug`
@@ -22,7 +24,7 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 pub enum Guarded {
     /// `POST /v1/check` and gRPC `ShouldRateLimit`.
     Check,
-    /// `/v1/policies`.
+    /// `/v1/policies`, `/v1/state` and `/v1/hot`.
     Admin,
     /// `/metrics`.
     Metrics,
@@ -39,6 +41,20 @@ impl Guarded {
             Guarded::Admin => "TOLLGATE_ADMIN_TOKEN",
             Guarded::Metrics => "TOLLGATE_METRICS_TOKEN",
         }
+    }
+
+    /// Its name in the config (`server.require_tokens`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Guarded::Check => "check",
+            Guarded::Admin => "admin",
+            Guarded::Metrics => "metrics",
+        }
+    }
+
+    /// The group named `name` in the config.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|group| group.name() == name)
     }
 }
 
@@ -63,6 +79,16 @@ pub enum TokenError {
         "{var} must be printable ASCII without spaces (it is sent in an `Authorization: Bearer` header)"
     )]
     NotPrintable {
+        /// The variable's name.
+        var: &'static str,
+    },
+    /// `server.require_tokens` names a group whose variable is unset.
+    #[error(
+        "server.require_tokens names {group}, but {var} is not set: set it to a random token of at least {MIN_TOKEN_BYTES} bytes (e.g. `openssl rand -hex 32`), or take {group} out of the list to leave those endpoints open"
+    )]
+    Required {
+        /// The group's name in the config.
+        group: &'static str,
         /// The variable's name.
         var: &'static str,
     },
@@ -135,6 +161,19 @@ impl EndpointTokens {
     /// Whether a token guards `group`.
     pub fn guards(&self, group: Guarded) -> bool {
         self.token(group).is_some()
+    }
+
+    /// Refuses when a group in `required` (`server.require_tokens`) has
+    /// no token: its endpoints would be open to any caller that reaches
+    /// the listener.
+    pub fn require(&self, required: &[Guarded]) -> Result<(), TokenError> {
+        match required.iter().find(|group| !self.guards(**group)) {
+            Some(group) => Err(TokenError::Required {
+                group: group.name(),
+                var: group.env(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Whether a request whose `Authorization` value is `authorization`
@@ -261,6 +300,20 @@ mod tests {
             "TOLLGATE_CHECK_TOKEN is set but empty (unset it to leave the endpoint open)"
         );
         assert!(tokens(Some("sixteen-bytes-ok")).is_ok());
+    }
+
+    #[test]
+    fn a_required_group_without_its_token_is_refused_by_name() {
+        let tokens = tokens(Some(TOKEN)).expect("valid token");
+        assert_eq!(tokens.require(&[]), Ok(()));
+        assert_eq!(tokens.require(&[Guarded::Check]), Ok(()));
+        let refused = tokens.require(&[Guarded::Check, Guarded::Admin, Guarded::Metrics]);
+        assert_eq!(
+            refused.map_err(|e| e.to_string()),
+            Err("server.require_tokens names admin, but TOLLGATE_ADMIN_TOKEN is not set: set it to a random token of at least 16 bytes (e.g. `openssl rand -hex 32`), or take admin out of the list to leave those endpoints open".to_owned())
+        );
+        assert_eq!(Guarded::from_name("metrics"), Some(Guarded::Metrics));
+        assert_eq!(Guarded::from_name("Admin"), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `/v1/authorize` from the side of a client that wants more than its
 //! limit: every spelling of a path, every family of forwarded headers, every
 //! odd header and cost is limited or refused with a 400 — never a status a
-//! proxy fails open on. (tests/nginx.rs runs the same attempts through a
+//! proxy fails open on. (tests/nginx/ runs the same attempts through a
 //! real nginx.)
 
 mod support;

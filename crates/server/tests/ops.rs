@@ -128,7 +128,9 @@ async fn metrics_count_decisions_keys_and_reloads() {
 /// one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
-    let server = TestServer::start(&with_capacity(1)).await;
+    // Raw identities in the series: only when asked for.
+    let yaml = format!("server:\n  hot_identity_metrics: raw\n{}", with_capacity(1));
+    let server = TestServer::start(&yaml).await;
     server.clock.set(60_000);
     for _ in 0..4 {
         server.check(r#"{"policy":"api","key":"mallory"}"#).await;
@@ -218,6 +220,62 @@ async fn metrics_name_the_hot_identities_of_the_last_whole_window() {
         "a quiet minute"
     );
     server.stop().await;
+}
+
+/// By default the hot identity series name identities by a keyed hash of
+/// the identity key (never who they are), and without that key there are
+/// none; `/v1/hot` (admin) still lists them as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_identity_series_are_hashed_by_default_and_off_without_a_key() {
+    let key = "hot-series-test-identity-key-of-32-bytes";
+    let hashed = TestServer::start_with_env(&with_capacity(1), |name| {
+        (name == "TOLLGATE_IDENTITY_KEY").then(|| key.to_owned())
+    })
+    .await;
+    let unkeyed = TestServer::start(&with_capacity(1)).await;
+    for server in [&hashed, &unkeyed] {
+        server.clock.set(60_000);
+        for _ in 0..2 {
+            server
+                .check(r#"{"policy":"api","key":"alice@example.com"}"#)
+                .await;
+        }
+        server.clock.set(120_000);
+    }
+    let series = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("tollgate_hot_identity_"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let text = hashed.text("/metrics").await;
+    assert_eq!(
+        series(&text),
+        [
+            r#"tollgate_hot_identity_decisions{policy="api",identity="hash:HASH"} 2"#,
+            r#"tollgate_hot_identity_rejections{policy="api",identity="hash:HASH"} 1"#,
+        ]
+        .map(|line| line.replace("HASH", "c99f56aead631ed37dd15b13456c4ae1"))
+    );
+    // The identity key's hash of the identity as /v1/hot shows it, kept
+    // apart from the hashes of API keys by its own derivation.
+    let material = format!("tollgate hot identity series\0{key}");
+    assert_eq!(
+        tollgate_core::SecretHasher::new(material.as_bytes()).hash(b"alice@example.com"),
+        "c99f56aead631ed37dd15b13456c4ae1"
+    );
+    assert!(!text.contains("alice"));
+    let text = unkeyed.text("/metrics").await;
+    assert_eq!(series(&text), Vec::<String>::new());
+    assert!(!text.contains("alice"));
+    let listed: serde_json::Value =
+        serde_json::from_str(&unkeyed.text("/v1/hot").await).expect("JSON");
+    assert_eq!(
+        listed["policies"][0]["by_rejections"][0]["identity"],
+        "alice@example.com"
+    );
+    hashed.stop().await;
+    unkeyed.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,6 +96,21 @@ fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
             "policy \"p\": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids)",
         ),
         (
+            format!("server: {{require_tokens: [check, admin]}}\n{POLICY}"),
+            vec![("TOLLGATE_CHECK_TOKEN", "a-check-token-of-24-bytes")],
+            "config: server.require_tokens names admin, but TOLLGATE_ADMIN_TOKEN is not set: set it to a random token of at least 16 bytes (e.g. `openssl rand -hex 32`), or take admin out of the list to leave those endpoints open",
+        ),
+        (
+            format!("server: {{require_tokens: [root]}}\n{POLICY}"),
+            vec![],
+            "config: server: require_tokens: unknown endpoint group \"root\" (expected: check, admin, metrics)",
+        ),
+        (
+            format!("server: {{hot_identity_metrics: plain}}\n{POLICY}"),
+            vec![],
+            "config: server: unknown variant `plain`, expected one of `off`, `hashed`, `raw`",
+        ),
+        (
             format!("server: {{forward_auth: haproxy}}\n{POLICY}"),
             vec![],
             "config: server: forward_auth: unknown proxy \"haproxy\" (expected nginx, traefik, envoy, or {method, uri, host} header names)",
@@ -232,5 +247,24 @@ fn validate_strict_fails_on_a_warning_and_passes_a_clean_config() {
     assert_eq!(
         run(&["validate", "--strict"], &clean, &[]),
         (0, String::new())
+    );
+}
+
+#[test]
+fn validate_warns_of_a_secret_header_kept_as_it_is_and_of_raw_hot_identity_series() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("secret.yaml");
+    std::fs::write(
+        &path,
+        "server: {trusted_proxies: [127.0.0.1], hot_identity_metrics: raw}\npolicies:\n  - {name: api, algorithm: fixed_window, limit: 5, window: 1m, identity: [{header: Authorization}, {header: X-Tenant}]}\n  - {name: keyed, algorithm: fixed_window, limit: 5, window: 1m, identity: [{header: X-API-Key}]}\n",
+    )
+    .expect("write config");
+    let (code, stderr) = run(&["validate"], &path, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stderr,
+        "tollgate: warning: policy api: identity part header:authorization looks like a secret, and a header: part is kept as it is: its value would stand in the store's keys, in /v1/hot and in the tollgate_hot_identity_* series (hot_identity_metrics: raw); key it as bearer (or api_key: authorization) to hash it with the identity key\n\
+         tollgate: warning: policy keyed: identity part header:x-api-key looks like a secret, and a header: part is kept as it is: its value would stand in the store's keys, in /v1/hot and in the tollgate_hot_identity_* series (hot_identity_metrics: raw); key it as api_key: x-api-key to hash it with the identity key\n\
+         tollgate: warning: server.hot_identity_metrics is raw: the tollgate_hot_identity_* series carry identities as they are (client addresses, header values) to whoever reads /metrics; hashed keeps their shape without who they are\n"
     );
 }

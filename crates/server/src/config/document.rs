@@ -12,10 +12,11 @@ use super::ServeConfig;
 use super::policy_fields::{ServePolicy, parse_policies};
 use super::regions::Deployment;
 use super::request_shaping::IdentityPart;
-use super::server::ServerSettings;
+use super::server::{HotIdentityMetrics, ServerSettings};
 use super::stores::{STORE_ROLES, Stores};
 use crate::envoy_rules::EnvoyRules;
 use crate::tokens::EndpointTokens;
+use tollgate_limiter::HotSeries;
 
 /// The shortest secret-hashing key accepted: 32 bytes, as many as BLAKE3's
 /// key (a key of fewer bytes cannot hold 32 bytes of entropy).
@@ -41,7 +42,12 @@ pub(super) fn parse_doc(
     let (set, policies) = parse_policies(list, &stores, &deployment)?;
     let tokens =
         EndpointTokens::from_env(&env).map_err(|e| ConfigError::Document(e.to_string()))?;
-    let hasher = identity_hasher(&policies, &server, &env)?;
+    tokens
+        .require(&server.require_tokens)
+        .map_err(|e| ConfigError::Document(e.to_string()))?;
+    let identity_key = env(&server.identity_key_env).filter(|k| !k.is_empty());
+    let hasher = identity_hasher(&policies, &server, identity_key.as_deref())?;
+    let hot_series = hot_series(&server, identity_key.as_deref())?;
     Ok(ServeConfig {
         server,
         stores,
@@ -55,6 +61,7 @@ pub(super) fn parse_doc(
         envoy: Arc::new(EnvoyRules::default()),
         tokens,
         tls: None,
+        hot_series,
     })
 }
 
@@ -121,11 +128,11 @@ fn policy_entries(top: &Map<String, Value>, has_envoy: bool) -> Result<&[Value],
 }
 
 /// The hasher of secret identity parts, when some policy has one: keyed
-/// from the variable `server.identity_key_env` names.
+/// from `key`, the variable `server.identity_key_env` names.
 fn identity_hasher(
     policies: &[ServePolicy],
     server: &ServerSettings,
-    env: &impl Fn(&str) -> Option<String>,
+    key: Option<&str>,
 ) -> Result<Option<SecretHasher>, ConfigError> {
     if !policies
         .iter()
@@ -133,12 +140,33 @@ fn identity_hasher(
     {
         return Ok(None);
     }
-    let key = env(&server.identity_key_env).filter(|k| !k.is_empty()).ok_or_else(|| {
+    let key = key.ok_or_else(|| {
         ConfigError::Document(format!(
             "a policy hashes an API key or bearer token, so the environment variable {} must hold the hashing key (server.identity_key_env names it)",
             server.identity_key_env
         ))
     })?;
+    long_enough(server, key)?;
+    Ok(Some(SecretHasher::new(key.as_bytes())))
+}
+
+/// How the hot identity series name identities (`server.hot_identity_metrics`).
+/// Hashed ones use the identity key, domain-separated from the identity
+/// parts' hashes; without a key, hashed series are off.
+fn hot_series(server: &ServerSettings, key: Option<&str>) -> Result<HotSeries, ConfigError> {
+    Ok(match (server.hot_identity_metrics, key) {
+        (HotIdentityMetrics::Off, _) | (HotIdentityMetrics::Hashed, None) => HotSeries::Off,
+        (HotIdentityMetrics::Raw, _) => HotSeries::Raw,
+        (HotIdentityMetrics::Hashed, Some(key)) => {
+            long_enough(server, key)?;
+            let material = [b"tollgate hot identity series\0".as_slice(), key.as_bytes()].concat();
+            HotSeries::Hashed(SecretHasher::new(&material))
+        }
+    })
+}
+
+/// Refuses an identity key too short to hold 32 bytes of entropy.
+fn long_enough(server: &ServerSettings, key: &str) -> Result<(), ConfigError> {
     if key.len() < MIN_IDENTITY_KEY_BYTES {
         return Err(ConfigError::Document(format!(
             "the identity hashing key in {} is {} bytes: it needs at least {MIN_IDENTITY_KEY_BYTES} bytes of entropy (e.g. `openssl rand -hex 32`)",
@@ -146,7 +174,7 @@ fn identity_hasher(
             key.len()
         )));
     }
-    Ok(Some(SecretHasher::new(key.as_bytes())))
+    Ok(())
 }
 
 /// What `tollgate serve` was told on its command line or in its

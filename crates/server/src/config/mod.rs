@@ -22,7 +22,7 @@ pub use request_shaping::{CostRule, IdentityPart};
 // Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
 #[cfg(test)]
 pub(crate) use request_shaping::ClientNetworks;
-pub use server::ServerSettings;
+pub use server::{HotIdentityMetrics, ServerSettings};
 pub use stores::{StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};
@@ -38,6 +38,7 @@ use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
 use document::{parse_doc, replace_store};
+use tollgate_limiter::HotSeries;
 
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +112,9 @@ pub struct ServeConfig {
     pub tokens: EndpointTokens,
     /// `server.tls`'s certificate and key, read by [`ServeConfig::load`].
     pub tls: Option<EdgeTls>,
+    /// How the hot identity series name identities: `server.hot_identity_metrics`
+    /// with the identity key, when hashed.
+    pub hot_series: HotSeries,
 }
 
 impl ServeConfig {
@@ -250,9 +254,54 @@ impl ServeConfig {
                     serve.policy.name()
                 ));
             }
+            for part in &serve.identity {
+                if let IdentityPart::Header(name) = part
+                    && looks_secret(name)
+                {
+                    let instead = if name.eq_ignore_ascii_case("authorization") {
+                        "bearer (or api_key: authorization)".to_owned()
+                    } else {
+                        format!("api_key: {name}")
+                    };
+                    warnings.push(format!(
+                        "policy {}: identity part header:{name} looks like a secret, and a header: part is kept as it is: its value would stand in the store's keys, in /v1/hot{}; key it as {instead} to hash it with the identity key",
+                        serve.policy.name(),
+                        if self.server.hot_identity_metrics == HotIdentityMetrics::Raw {
+                            " and in the tollgate_hot_identity_* series (hot_identity_metrics: raw)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+            }
+        }
+        if self.server.hot_identity_metrics == HotIdentityMetrics::Raw {
+            warnings.push(
+                "server.hot_identity_metrics is raw: the tollgate_hot_identity_* series carry identities as they are (client addresses, header values) to whoever reads /metrics; hashed keeps their shape without who they are".to_owned(),
+            );
         }
         warnings
     }
+}
+
+/// Whether a header named `name` probably carries a credential or a
+/// session: what must never be kept or shown raw.
+fn looks_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "authorization" | "proxy-authorization" | "cookie" | "set-cookie"
+    ) || (!name.ends_with("idempotency-key")
+        && [
+            "key",
+            "token",
+            "secret",
+            "password",
+            "session",
+            "credential",
+        ]
+        .iter()
+        .any(|word| name.contains(word)))
 }
 
 /// A fault in the document outside any policy.

@@ -12,6 +12,7 @@ use tollgate_core::{ConfigError, describe};
 
 use crate::listen::ListenAddress;
 use crate::tls::TlsPaths;
+use crate::tokens::Guarded;
 
 /// The environment variable holding the key for hashing secret identity parts.
 const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
@@ -91,6 +92,29 @@ pub struct ServerSettings {
     /// admitted for one charge unless the application behind honours it.
     #[serde(deserialize_with = "header_name")]
     pub request_id_header: Option<HeaderName>,
+    /// Endpoint groups (`check`, `admin`, `metrics`) that must have a
+    /// token: without its variable the config is refused, so a deployment
+    /// meant to be guarded never comes up open.
+    #[serde(deserialize_with = "token_groups")]
+    pub require_tokens: Vec<Guarded>,
+    /// How the `tollgate_hot_identity_*` series name identities.
+    pub hot_identity_metrics: HotIdentityMetrics,
+}
+
+/// `server.hot_identity_metrics`: identities are client addresses, tenant
+/// names, emails, and `/metrics` is often read more widely than `/v1/hot`
+/// (admin token), so they reach labels raw only when asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HotIdentityMetrics {
+    /// No hot identity series.
+    Off,
+    /// A keyed hash of each identity, keyed from `identity_key_env`;
+    /// without that key the series are off.
+    #[default]
+    Hashed,
+    /// Identities as they are.
+    Raw,
 }
 
 impl Default for ServerSettings {
@@ -114,6 +138,8 @@ impl Default for ServerSettings {
             request_timeout_ms: 30_000,
             tls: None,
             request_id_header: None,
+            require_tokens: Vec::new(),
+            hot_identity_metrics: HotIdentityMetrics::default(),
         }
     }
 }
@@ -351,6 +377,22 @@ fn header_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<HeaderNa
         .map_err(|_| {
             serde::de::Error::custom(format!("request_id_header: {text:?} is not a header name"))
         })
+}
+
+fn token_groups<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Guarded>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    let mut groups = Vec::with_capacity(names.len());
+    for name in &names {
+        let group = Guarded::from_name(name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "require_tokens: unknown endpoint group {name:?} (expected: check, admin, metrics)"
+            ))
+        })?;
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    Ok(groups)
 }
 
 fn listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ListenAddress, D::Error> {

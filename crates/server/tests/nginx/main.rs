@@ -1,0 +1,15 @@
+//! A real nginx in front of a small upstream, asking a real `tollgate serve`
+//! through `auth_request`. What runs is examples/nginx.conf (with free ports
+//! in place of its three addresses) and examples/nginx-tollgate.yaml, so the
+//! examples are what these tests hold to the 429 contract of docs/design.md §8.
+//!
+//! `harness` starts the stack; each other module is one concern.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bypass;
+mod contract;
+mod fail_closed;
+mod harness;
+mod operators;
