@@ -64,7 +64,9 @@ pub use config::{ConfigLoadError, Overrides, ServeConfig};
 pub use error::ServeError;
 pub use explain::{describe_policy, explain, explain_json};
 pub use listen::ListenAddress;
-pub use replay::{ReplayError, ReplayFormat, ReplayOptions, Replayed, replay_trace};
+pub use replay::{
+    REPLAY_PREFIX, ReplayError, ReplayFormat, ReplayOptions, ReplayStore, Replayed, replay_trace,
+};
 pub use serve::{ServeOptions, serve};
 
 // What the tests drive in-process: an `App` over a loaded config, served

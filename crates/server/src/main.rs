@@ -10,8 +10,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tollgate::{
-    ConfigLoadError, ListenAddress, Overrides, ReplayError, ReplayOptions, ServeConfig,
-    ServeOptions,
+    ConfigLoadError, ListenAddress, Overrides, ReplayError, ReplayOptions, ReplayStore,
+    ServeConfig, ServeOptions,
 };
 
 #[derive(Parser)]
@@ -69,6 +69,15 @@ enum Command {
         /// whose scripts decide at each event's own time.
         #[arg(long)]
         store: Option<String>,
+        /// The Redis key prefix the replay writes under [default:
+        /// tollgate-replay]. A prefix holding keys no replay wrote (a
+        /// serving tollgate's) is refused, as is `tollgate`.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Write under --prefix even where a serving tollgate's keys are:
+        /// the replay then spends and resets real users' limits.
+        #[arg(long)]
+        write_live_keys: bool,
         /// `decision`: the decision alone (the vectors' spelling); `full`:
         /// the event's t_ms, policy and key, then the decision.
         #[arg(long, value_enum, default_value_t = ReplayFormat::Decision)]
@@ -182,6 +191,8 @@ fn main() -> ExitCode {
             config,
             max_keys,
             store,
+            prefix,
+            write_live_keys,
             format,
             skip_bad_lines,
             summary,
@@ -195,7 +206,12 @@ fn main() -> ExitCode {
                 skip_bad_lines,
                 line_buffered,
             };
-            replay_command(&config, max_keys, store.as_deref(), options, summary)
+            let target = ReplayStore {
+                store,
+                prefix,
+                write_live_keys,
+            };
+            replay_command(&config, max_keys, &target, options, summary)
         }
         Command::Validate { load, strict } => validate_command(&load, strict),
         Command::Explain { load, json } => explain_command(&load, json),
@@ -226,7 +242,7 @@ fn serve_command(options: ServeOptions) -> ExitCode {
 fn replay_command(
     config: &Path,
     max_keys: usize,
-    store: Option<&str>,
+    target: &ReplayStore,
     options: ReplayOptions,
     summary: bool,
 ) -> ExitCode {
@@ -237,14 +253,15 @@ fn replay_command(
     let stdin = io::stdin().lock();
     let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let stderr = io::stderr();
-    let replayed =
-        match tollgate::replay_trace(&policies, max_keys, store, options, stdin, stdout, &stderr) {
-            Ok(replayed) => replayed,
-            Err(ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
-                return ExitCode::SUCCESS;
-            }
-            Err(e) => return fail(&e, 2),
-        };
+    let replayed = match tollgate::replay_trace(
+        &policies, max_keys, target, options, stdin, stdout, &stderr,
+    ) {
+        Ok(replayed) => replayed,
+        Err(ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(&e, 2),
+    };
     if summary {
         let _ = write!(stderr.lock(), "{}", replayed.summary);
     }

@@ -9,10 +9,11 @@ use std::io::{self, BufRead, Write};
 use std::sync::Arc;
 
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use thiserror::Error;
 use tollgate_core::{Decision, Identity, ManualClock, PolicySet};
 use tollgate_limiter::{Backend, Check, Limiter, Plan};
-use tollgate_store::{OnStoreFailure, RedisConfig, RedisStore, StoreError};
+use tollgate_store::{OnStoreFailure, PrefixHolds, RedisConfig, RedisStore, StoreError};
 
 use crate::metrics::Metrics;
 
@@ -20,6 +21,10 @@ use crate::metrics::Metrics;
 const MAX_LINE_BYTES: usize = 1 << 20;
 /// How many decisions pass between sweeps of the memory store's idle keys.
 const SWEEP_EVERY: u64 = 65_536;
+/// The prefix `serve` writes under unless its config says otherwise.
+const SERVE_PREFIX: &str = "tollgate";
+/// A replay's own prefix when it is given none.
+pub const REPLAY_PREFIX: &str = "tollgate-replay";
 
 /// Why a replay stopped.
 #[derive(Debug, Error)]
@@ -51,6 +56,19 @@ pub enum ReplayFormat {
     Decision,
     /// The event's `t_ms`, `policy` and `key`, then the decision.
     Full,
+}
+
+/// Where a replay decides: the memory store, or a Redis under a prefix of
+/// its own, never a serving tollgate's keys unless told.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayStore {
+    /// `memory` (or none), or a `redis://` / `rediss://` URL.
+    pub store: Option<String>,
+    /// The Redis key prefix ([`REPLAY_PREFIX`] when none).
+    pub prefix: Option<String>,
+    /// Write into a prefix that holds keys no replay wrote, or into
+    /// `serve`'s default prefix: the operator says they mean it.
+    pub write_live_keys: bool,
 }
 
 /// How a replay reads and writes.
@@ -124,14 +142,15 @@ impl fmt::Display for Summary {
     }
 }
 
-/// Replays on the store `store` names: `memory` (or none), or a
-/// `redis://` / `rediss://` URL. The limiter's clock is set to each event's
-/// time; the memory store reads it, and Redis is handed it.
-/// Bad lines, when skipped, are reported on `errors`.
+/// Replays on the store `target` names: `memory` (or none), or a
+/// `redis://` / `rediss://` URL under a prefix that is empty or a
+/// replay's. The limiter's clock is set to each event's time; the memory
+/// store reads it, and Redis is handed it. Bad lines, when skipped, are
+/// reported on `errors`.
 pub fn replay_trace(
     policies: &PolicySet,
     max_keys: usize,
-    store: Option<&str>,
+    target: &ReplayStore,
     options: ReplayOptions,
     input: impl BufRead,
     output: impl Write,
@@ -143,15 +162,10 @@ pub fn replay_trace(
         .enable_all()
         .build()
         .map_err(ReplayError::Input)?;
-    let backend = match store {
+    let backend = match target.store.as_deref() {
         None | Some("memory") => Backend::memory(max_keys, clock.clone()),
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            let mut config = RedisConfig::standalone(url);
-            // A replay waits for its store rather than fail an event.
-            config.timeout_ms = 10_000;
-            let store = runtime
-                .block_on(RedisStore::connect(&config))
-                .map_err(ReplayError::Store)?;
+            let store = runtime.block_on(open_redis(url, target))?;
             Backend::redis_at_clock(store, clock.clone())
         }
         Some(other) => {
@@ -177,15 +191,116 @@ pub fn replay_trace(
     ))
 }
 
+/// A Redis store under the replay's prefix, once it is known to hold no
+/// live keys (or the operator said to write there anyway), marked as a
+/// replay's.
+async fn open_redis(url: &str, target: &ReplayStore) -> Result<RedisStore, ReplayError> {
+    let mut config = RedisConfig::standalone(url);
+    config.prefix = target
+        .prefix
+        .clone()
+        .unwrap_or_else(|| REPLAY_PREFIX.to_owned());
+    // A replay waits for its store rather than fail an event.
+    config.timeout_ms = 10_000;
+    config.validate().map_err(ReplayError::Store)?;
+    let refuse = |why: String| {
+        Err(ReplayError::Store(StoreError::Config(format!(
+            "{why}: a replay would spend or reset live limits there; choose another --prefix, or pass --write-live-keys to write there anyway"
+        ))))
+    };
+    let prefix = config.prefix.clone();
+    if prefix == SERVE_PREFIX && !target.write_live_keys {
+        return refuse(format!(
+            "--prefix {prefix:?} is where `serve` keeps its keys by default"
+        ));
+    }
+    let store = RedisStore::connect(&config)
+        .await
+        .map_err(ReplayError::Store)?;
+    match store.prefix_holds().await.map_err(ReplayError::Store)? {
+        PrefixHolds::Other { key } if !target.write_live_keys => {
+            return refuse(format!(
+                "keys under {prefix:?} were not written by a replay (one is {key:?})"
+            ));
+        }
+        _ => {}
+    }
+    store
+        .mark_replay_prefix()
+        .await
+        .map_err(ReplayError::Store)?;
+    Ok(store)
+}
+
 /// One line of a trace.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Event {
     t_ms: u64,
     policy: String,
-    key: String,
+    key: EventKey,
     #[serde(default = "default_cost")]
     cost: u64,
+}
+
+/// An event's key, spelled as `/v1/check` spells it: one value, or named
+/// parts in any order (`{"tenant": "acme", "route": "/search"}`), the same
+/// composite identity forward auth and RLS build.
+enum EventKey {
+    Value(String),
+    Parts(Vec<(String, String)>),
+}
+
+impl EventKey {
+    fn identity(&self) -> Result<Identity, String> {
+        match self {
+            EventKey::Value(value) => Ok(Identity::value(value)),
+            EventKey::Parts(parts) => {
+                Identity::composite(parts.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                    .map_err(|e| format!("key: {e}"))
+            }
+        }
+    }
+
+    /// The key as the line gave it, for `--format full`.
+    fn to_json(&self) -> serde_json::Value {
+        match self {
+            EventKey::Value(value) => serde_json::Value::from(value.as_str()),
+            EventKey::Parts(parts) => parts
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for EventKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = EventKey;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an object of strings")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<EventKey, E> {
+                Ok(EventKey::Value(value.to_owned()))
+            }
+
+            // Every part is kept, a repeated one too: the identity refuses
+            // it by name rather than keep whichever came last.
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EventKey, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(part) = map.next_entry::<String, String>()? {
+                    parts.push(part);
+                }
+                Ok(EventKey::Parts(parts))
+            }
+        }
+        deserializer.deserialize_any(KeyVisitor)
+    }
 }
 
 /// An event's cost when the line leaves it out.
@@ -310,7 +425,7 @@ async fn decide(
     let plan = plans
         .get(event.policy.as_str())
         .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", event.policy)))?;
-    let identity = Identity::value(&event.key);
+    let identity = event.key.identity().map_err(Fault::Line)?;
     clock.set(event.t_ms);
     let mut decided = limiter
         .decide(&[Check::new(plan, &identity, event.cost).uncounted()])
@@ -339,7 +454,7 @@ fn write_line(out: &mut String, format: ReplayFormat, event: &Event, decision: &
                     "{{\"t_ms\": {}, \"policy\": {}, \"key\": {}, {}",
                     event.t_ms,
                     quoted(&event.policy),
-                    quoted(&event.key),
+                    event.key.to_json(),
                     decision_text.strip_prefix('{').unwrap_or(&decision_text)
                 ),
             );

@@ -24,8 +24,8 @@ mod request_id;
 
 pub use self::redis::{
     BatchConfig, LeaseAsk, LeaseGrant, LeaseLimit, MAX_GIVEN_MS, MAX_INSTANCES_A_REGION, MAX_TAG,
-    RedisConfig, RedisStore, SentinelConfig, gcra_scale_tag, key_slot, ledger_key, lua_source,
-    redact_url, state_key,
+    PrefixHolds, RedisConfig, RedisStore, SentinelConfig, gcra_scale_tag, key_slot, ledger_key,
+    lua_source, redact_url, state_key,
 };
 pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::{Check, Store};
