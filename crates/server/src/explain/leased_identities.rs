@@ -27,7 +27,7 @@ pub(super) fn identity_terms(
         .map(|(r, f)| format!("{r} {f}"))
         .collect();
     let text = format!(
-        "Per identity: every identity has its own floor in each region ({}) and leases its own spare by its own demand, so the bound, at most {limit}, holds for each identity, and a tenant busy in one region gets nearly its whole limit there whoever is busy elsewhere. Ledger cost: identities within their floor cost nothing; those wanting more are renewed together, 1 call per instance every {} ({} calls/s per instance) carrying up to {per_call} identities, {calls_at_bound} calls every {} ({} calls/s) at this instance's bound of {max} leased identities (beyond it an identity spends its floor, counted){}.",
+        "Per identity: every identity has its own floor in each region ({}) and leases its own spare by its own demand, so the bound, at most the limit ({limit}), holds for each identity, and a tenant busy in one region gets nearly its whole limit there whoever is busy elsewhere. Ledger cost: identities within their floor cost nothing; those wanting more are renewed together, 1 call per instance every {} ({} calls/s per instance) carrying up to {per_call} identities, {calls_at_bound} calls every {} ({} calls/s) at this instance's bound of {max} leased identities (beyond it an identity spends its floor, counted){}.",
         floors.join(", "),
         format_duration_ms(leased.renew_ms),
         rate(per_second(1)),
@@ -35,7 +35,7 @@ pub(super) fn identity_terms(
         rate(per_second(calls_at_bound)),
         if instances > 0 {
             format!(
-                "; {} calls/s for the {instances} instances of regions: while each has up to {per_call} hot identities",
+                "; {} calls/s for the {instances} instances `regions:` lists while each has up to {per_call}",
                 rate(per_second(instances))
             )
         } else {
