@@ -242,6 +242,16 @@ fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
             "policy \"p\": scope: leased.floor: must be a percentage 0%..100%, got \"120%\"",
         ),
         (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {identities: 0}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.identities: must be a whole number 1..=100000, got 0",
+        ),
+        (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {identities: many}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.identities: must be a whole number such as 1000, got string \"many\"",
+        ),
+        (
             format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {terms: 1s}}")),
             Some("a"),
             "policy \"p\": scope: leased.terms: unknown field (expected: term, renew, floor, identities)",

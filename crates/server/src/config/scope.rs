@@ -362,24 +362,7 @@ fn parse_leased(
             ));
         }
     };
-    let max_identities = match terms.get("identities") {
-        None | Some(Value::Null) => DEFAULT_MAX_IDENTITIES,
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .filter(|n| (1..=MAX_LEASED_IDENTITIES).contains(n))
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                format!(
-                    "leased.identities: must be a whole number 1..={MAX_LEASED_IDENTITIES}, got {n}"
-                )
-            })?,
-        Some(other) => {
-            return Err(format!(
-                "leased.identities: must be a whole number such as 1000, got {}",
-                describe(other)
-            ));
-        }
-    };
+    let max_identities = parse_identities(terms.get("identities"))?;
     if deployment.regions.is_empty() {
         return Err(
             "leased needs the regions listed (regions:), for their floors and weights".into(),
@@ -425,6 +408,27 @@ fn parse_leased(
         spare,
         max_identities,
     })
+}
+
+/// `leased.identities`: how many identities an instance leases for at
+/// once (default [`DEFAULT_MAX_IDENTITIES`]).
+fn parse_identities(value: Option<&Value>) -> Result<usize, String> {
+    match value {
+        None | Some(Value::Null) => Ok(DEFAULT_MAX_IDENTITIES),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .filter(|n| (1..=MAX_LEASED_IDENTITIES).contains(n))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                format!(
+                    "leased.identities: must be a whole number 1..={MAX_LEASED_IDENTITIES}, got {n}"
+                )
+            }),
+        Some(other) => Err(format!(
+            "leased.identities: must be a whole number such as 1000, got {}",
+            describe(other)
+        )),
+    }
 }
 
 /// What this instance enforces of `policy` under `scope`: the policy
