@@ -375,7 +375,7 @@ async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_thro
 
     // us's wall clock stepped 30 s ahead, then 30 s behind, mid-grant: b
     // keeps its share (terms run on the monotonic clock).
-    let steady = phase(&[(a, eu), (b, us)], 3, &busy).await;
+    let steady = phase(&[(a, eu), (b, us)], 4, &busy).await;
     assert_steady(
         &tally,
         steady.start + 1..steady.end,
