@@ -98,7 +98,7 @@ impl Backend {
     }
 
     /// One lease renewal ([`Ledger::lease`]).
-    pub(crate) async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<LeaseGrant, StoreError> {
+    pub(crate) async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<Vec<LeaseGrant>, StoreError> {
         each!(self, s => Ledger::lease(s, ask).await)
     }
 

@@ -1,29 +1,41 @@
-//! A `leased` policy on this instance: the share it may spend now, and the
-//! demand it reports when it renews (docs/config.md, Leased shares).
+//! A `leased` policy on this instance: the share each identity may spend
+//! now, and the demand it reports when it renews (docs/config.md, Leased
+//! shares).
 //!
-//! The ledger (crates/store/lua/lease.lua, in the global Redis) decides
-//! grants on Redis's clock; this side only keeps the durations: a grant is
-//! spent from when the renewal was *sent* until a term later, on this
-//! instance's monotonic clock, so however Redis's clock and ours disagree,
-//! this instance stops before the ledger frees what it granted. A renewal
-//! that fails leaves the last grant to run out; then the floor alone is
-//! spent. Pure apart from the metrics: time comes in as arguments, every
-//! one of them read off the monotonic clock ([`tollgate_core::Clock::monotonic_ms`]),
-//! never the wall clock, which an operator or NTP may step.
+//! Every identity has its region's floor, spent with no ledger call. An
+//! identity the floor turned away gets an entry here (at most
+//! [`Leased::max_identities`]; past that it spends its floor, counted) and
+//! renews its own grant with the others in one batched call a renewal
+//! period; an entry whose demand fits its floor again is dropped once its
+//! grant has run out, so identities within their floor cost the ledger
+//! nothing. The ledger (crates/store/lua/lease.lua, in the global Redis)
+//! decides grants on Redis's clock; this side only keeps the durations: a
+//! grant is spent from when the renewal was *sent* until a term later, on
+//! this instance's monotonic clock, so however Redis's clock and ours
+//! disagree, this instance stops before the ledger frees what it granted.
+//! A renewal that fails leaves the last grant to run out; then the floor
+//! alone is spent. Pure apart from the metrics: time comes in as
+//! arguments, every one of them read off the monotonic clock
+//! ([`tollgate_core::Clock::monotonic_ms`]), never the wall clock.
 
+use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use arc_swap::ArcSwap;
-use tollgate_core::{Policy, split_policy};
-use tollgate_store::{LeaseAsk, LeaseGrant, LeaseLimit, StoreError};
+use tollgate_core::{Identity, Policy, split_policy};
+use tollgate_store::{LeaseAsk, LeaseGrant, LeaseLimit, LeaseWant, StoreError};
 
 use crate::metrics::{LeaseCounters, LimiterMetrics};
 
+/// Leased identities per policy on one instance when config names none.
+pub const DEFAULT_MAX_IDENTITIES: usize = 1_000;
+
 /// A `leased` policy's terms (docs/config.md, Leased shares): every region
-/// owns a floor; the rest, the spare, is leased by demand from the ledger.
+/// owns a floor of each identity's limit; the rest, the spare, is leased
+/// by each identity's demand from the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leased {
     /// How long a grant may be spent, from when the region asked for it.
@@ -39,6 +51,9 @@ pub struct Leased {
     pub floors: Vec<(String, u64)>,
     /// The limit minus every floor: what the ledger leases.
     pub spare: u64,
+    /// Identities this instance leases for at once; beyond them an
+    /// identity spends its floor (the table and the renewals stay bounded).
+    pub max_identities: usize,
 }
 
 impl Leased {
@@ -48,6 +63,13 @@ impl Leased {
             .iter()
             .find(|(r, _)| r == region)
             .map_or(0, |(_, f)| *f)
+    }
+
+    /// Whether `demand` units a renewal period fit in `floor`: the floor
+    /// gives `floor` units per rest (the policy's time to forget a use).
+    fn fits(&self, demand: u64, floor: u64) -> bool {
+        u128::from(demand) * u128::from(self.rest_ms)
+            <= u128::from(floor) * u128::from(self.renew_ms)
     }
 }
 
@@ -63,7 +85,7 @@ pub fn instance_id() -> &'static str {
     })
 }
 
-/// What this instance may spend until when.
+/// What one identity may spend until when.
 struct Held {
     /// The floor plus the grant.
     units: u64,
@@ -72,42 +94,53 @@ struct Held {
     policy: Arc<Policy>,
 }
 
-/// One leased policy's share on this instance.
+/// One leased identity on this instance.
+struct Entry {
+    held: ArcSwap<Held>,
+    /// Units asked for since the last renewal (admitted or not).
+    demand: AtomicU64,
+    /// When its last renewal was sent (0: never).
+    last_sent_ms: AtomicU64,
+}
+
+/// One identity a renewal carries, and the demand it reports.
+pub struct Wanting {
+    /// The identity.
+    pub identity: Identity,
+    /// Units asked for per renewal period.
+    pub demand: u64,
+    entry: Arc<Entry>,
+}
+
+/// One leased policy's shares on this instance, one entry an identity
+/// that needs more than its floor.
 pub struct Lease {
     declared: Policy,
     terms: Leased,
     region: String,
     floor: u64,
     floor_policy: Arc<Policy>,
-    held: ArcSwap<Held>,
-    /// Units asked for since the last renewal (admitted or not).
-    demand: AtomicU64,
-    /// When the last renewal was sent, and when the next is due.
-    last_sent_ms: AtomicU64,
+    entries: RwLock<HashMap<Identity, Arc<Entry>>>,
+    /// When the next renewal is due.
     next_due_ms: AtomicU64,
     counters: LeaseCounters,
 }
 
 impl Lease {
-    /// A lease holding only the floor until its first renewal (due at once).
+    /// A lease holding only floors until an identity needs more.
     pub fn new(declared: &Policy, terms: &Leased, region: &str, metrics: &LimiterMetrics) -> Self {
         let floor = terms.floor_of(region);
         let floor_policy = Arc::new(share_of(declared, floor).unwrap_or_else(|| declared.clone()));
         let counters = metrics.lease_counters(declared.name(), region);
         counters.share.set(gauge(floor));
+        counters.identities.set(0);
         Self {
             declared: declared.clone(),
             terms: terms.clone(),
             region: region.to_owned(),
             floor,
-            held: ArcSwap::from_pointee(Held {
-                units: floor,
-                until_ms: 0,
-                policy: Arc::clone(&floor_policy),
-            }),
             floor_policy,
-            demand: AtomicU64::new(0),
-            last_sent_ms: AtomicU64::new(0),
+            entries: RwLock::new(HashMap::new()),
             next_due_ms: AtomicU64::new(0),
             counters,
         }
@@ -119,10 +152,16 @@ impl Lease {
         self.declared == *declared && self.terms == *terms && self.region == region
     }
 
-    /// The policy to enforce at `now_ms`: the floor plus the grant while
-    /// it runs, the floor alone after.
-    pub fn share(&self, now_ms: u64) -> Arc<Policy> {
-        let held = self.held.load();
+    /// The policy to enforce for `identity` at `now_ms`, counting `cost`
+    /// as its demand: the floor plus its grant while that runs, the floor
+    /// alone after (and for an identity with no entry).
+    pub fn share(&self, identity: &Identity, cost: u64, now_ms: u64) -> Arc<Policy> {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = entries.get(identity) else {
+            return Arc::clone(&self.floor_policy);
+        };
+        entry.demand.fetch_add(cost, Ordering::Relaxed);
+        let held = entry.held.load();
         if now_ms < held.until_ms {
             Arc::clone(&held.policy)
         } else {
@@ -130,23 +169,63 @@ impl Lease {
         }
     }
 
-    /// Units of the limit this instance may spend at `now_ms`.
-    pub fn units(&self, now_ms: u64) -> u64 {
-        let held = self.held.load();
-        if now_ms < held.until_ms {
-            held.units
-        } else {
-            self.floor
+    /// Units of the limit `identity` may spend here at `now_ms`.
+    pub fn units(&self, identity: &Identity, now_ms: u64) -> u64 {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        entries.get(identity).map_or(self.floor, |entry| {
+            let held = entry.held.load();
+            if now_ms < held.until_ms {
+                held.units
+            } else {
+                self.floor
+            }
+        })
+    }
+
+    /// `identity` was turned away asking `cost` units: it gets an entry,
+    /// so the next renewal asks for its own spare, unless the table is
+    /// full (then it spends its floor, and that is counted).
+    pub fn rejected(&self, identity: &Identity, cost: u64) {
+        let known = self
+            .entries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(identity);
+        if known || cost == 0 {
+            return;
         }
+        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
+        if entries.contains_key(identity) {
+            return;
+        }
+        if entries.len() >= self.terms.max_identities {
+            self.counters.refused_identities.inc();
+            return;
+        }
+        entries.insert(
+            identity.clone(),
+            Arc::new(Entry {
+                held: ArcSwap::from_pointee(Held {
+                    units: self.floor,
+                    until_ms: 0,
+                    policy: Arc::clone(&self.floor_policy),
+                }),
+                demand: AtomicU64::new(cost),
+                last_sent_ms: AtomicU64::new(0),
+            }),
+        );
+        self.counters.identities.set(gauge(entries.len() as u64));
     }
 
-    /// Counts `cost` units asked for, admitted or not: the demand the next
-    /// renewal reports.
-    pub fn record_demand(&self, cost: u64) {
-        self.demand.fetch_add(cost, Ordering::Relaxed);
+    /// Identities holding an entry now.
+    pub fn identities(&self) -> usize {
+        self.entries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
-    /// Whether a renewal is due at `now_ms`, and when the next one is.
+    /// Whether a renewal is due at `now_ms`.
     pub fn due(&self, now_ms: u64) -> bool {
         now_ms >= self.next_due_ms.load(Ordering::Relaxed)
     }
@@ -165,40 +244,97 @@ impl Lease {
         );
     }
 
-    /// Starts a renewal sent at `sent_ms`: takes the demand seen since the
-    /// last one (per renewal period, so instances that renewed late or
-    /// early compare fairly) and schedules the next.
-    pub fn begin(&self, sent_ms: u64) -> LeaseAsk<'_> {
-        let seen = self.demand.swap(0, Ordering::Relaxed);
-        let last = self.last_sent_ms.swap(sent_ms, Ordering::Relaxed);
-        let elapsed = sent_ms.saturating_sub(last).max(1);
-        let demand = if last == 0 {
-            seen
-        } else {
-            u64::try_from(u128::from(seen) * u128::from(self.terms.renew_ms) / u128::from(elapsed))
-                .unwrap_or(u64::MAX / 2)
-        };
-        self.counters.demand.set(gauge(demand));
+    /// Starts a renewal sent at `sent_ms`: takes each identity's demand
+    /// seen since its last one (per renewal period, so instances that
+    /// renewed late or early compare fairly), drops the identities whose
+    /// demand fits their floor and whose grant has run out, and returns
+    /// those that want more than their floor. An identity within its floor
+    /// but still holding a grant is not renewed: its grant runs out.
+    pub fn begin(&self, sent_ms: u64) -> Vec<Wanting> {
         self.schedule(sent_ms);
+        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
+        let mut wanting = Vec::new();
+        let mut reported = 0u64;
+        entries.retain(|identity, entry| {
+            let seen = entry.demand.swap(0, Ordering::Relaxed);
+            let last = entry.last_sent_ms.load(Ordering::Relaxed);
+            let demand = if last == 0 {
+                seen
+            } else {
+                let elapsed = sent_ms.saturating_sub(last).max(1);
+                u64::try_from(
+                    u128::from(seen) * u128::from(self.terms.renew_ms) / u128::from(elapsed),
+                )
+                .unwrap_or(u64::MAX / 2)
+            };
+            if !self.terms.fits(demand, self.floor) {
+                entry.last_sent_ms.store(sent_ms, Ordering::Relaxed);
+                reported = reported.saturating_add(demand);
+                wanting.push(Wanting {
+                    identity: identity.clone(),
+                    demand,
+                    entry: Arc::clone(entry),
+                });
+                return true;
+            }
+            // Within its floor: counted afresh from here, kept only while
+            // a grant runs.
+            entry.last_sent_ms.store(sent_ms, Ordering::Relaxed);
+            sent_ms < entry.held.load().until_ms
+        });
+        self.counters.identities.set(gauge(entries.len() as u64));
+        self.counters.demand.set(gauge(reported));
+        wanting
+    }
+
+    /// The ledger call for `wants`, under this policy's terms.
+    pub fn ask<'a>(&'a self, wants: &'a [LeaseWant<'a>]) -> LeaseAsk<'a> {
         LeaseAsk {
             policy: self.declared.name(),
             region: &self.region,
             instance: instance_id(),
-            demand,
             spare: self.terms.spare,
             term_ms: self.terms.term_ms,
             rest_ms: self.terms.rest_ms,
+            wants,
         }
     }
 
-    /// What the ledger answered a renewal sent at `sent_ms`, seen at
-    /// `now_ms`: a grant replaces what is held, to be spent until a term
-    /// after the send; a failure leaves what is held to run out.
-    pub fn settle(&self, sent_ms: u64, now_ms: u64, answer: &Result<LeaseGrant, StoreError>) {
-        let held_before = self.held.load();
+    /// What the ledger answered a renewal of `part` sent at `sent_ms`,
+    /// seen at `now_ms`: each grant replaces what its identity holds, to be
+    /// spent until a term after the send; a failure leaves what each holds
+    /// to run out.
+    pub fn settle(
+        &self,
+        part: &[Wanting],
+        sent_ms: u64,
+        now_ms: u64,
+        answer: &Result<Vec<LeaseGrant>, StoreError>,
+    ) {
+        let grants = match answer {
+            Ok(grants) if grants.len() == part.len() => Some(grants),
+            _ => None,
+        };
+        let mut unleased = 0u64;
+        for (index, wanting) in part.iter().enumerate() {
+            let grant = grants.and_then(|g| g.get(index));
+            if let Some(grant) = grant {
+                unleased = unleased.saturating_add(grant.unleased);
+            }
+            self.settle_one(&wanting.entry, grant, sent_ms, now_ms);
+        }
+        if grants.is_some() {
+            self.counters.unleased.set(gauge(unleased));
+        }
+        self.counters.share.set(gauge(self.largest_share(now_ms)));
+    }
+
+    /// One identity's answer: a grant, or none (the call failed).
+    fn settle_one(&self, entry: &Entry, grant: Option<&LeaseGrant>, sent_ms: u64, now_ms: u64) {
+        let held_before = entry.held.load();
         let live_before = now_ms < held_before.until_ms && held_before.units > self.floor;
-        match answer {
-            Ok(grant) => {
+        match grant {
+            Some(grant) => {
                 let units = self
                     .floor
                     .saturating_add(grant.units)
@@ -212,7 +348,6 @@ impl Lease {
                     (_, true) => "renewed",
                 };
                 self.counters.outcome(outcome).inc();
-                self.counters.unleased.set(gauge(grant.unleased));
                 if grant.limit == LeaseLimit::HeldByOthers {
                     self.counters.outcome("held_by_others").inc();
                 }
@@ -224,18 +359,18 @@ impl Lease {
                     share_of(&self.declared, units)
                         .map_or_else(|| Arc::clone(&self.floor_policy), Arc::new)
                 };
-                self.held.store(Arc::new(Held {
+                entry.held.store(Arc::new(Held {
                     units,
                     until_ms: sent_ms.saturating_add(self.terms.term_ms),
                     policy,
                 }));
             }
-            Err(_) => {
+            None => {
                 self.counters.outcome("refused").inc();
                 if held_before.units > self.floor && now_ms >= held_before.until_ms {
                     // Ran out unrenewed: back to the floor, counted once.
                     self.counters.outcome("expired").inc();
-                    self.held.store(Arc::new(Held {
+                    entry.held.store(Arc::new(Held {
                         units: self.floor,
                         until_ms: 0,
                         policy: Arc::clone(&self.floor_policy),
@@ -243,13 +378,31 @@ impl Lease {
                 }
             }
         }
-        let units = self.units(now_ms);
-        self.counters.share.set(gauge(units));
-        if units <= self.floor {
+        let held = entry.held.load();
+        if now_ms >= held.until_ms || held.units <= self.floor {
+            // An identity wanting more than its floor, held to it.
             self.counters
                 .floor_seconds
                 .inc_by(self.terms.renew_ms as f64 / 1000.0);
         }
+    }
+
+    /// The most units any identity may spend here at `now_ms` (the floor
+    /// when none holds a grant): the `tollgate_lease_share` gauge.
+    fn largest_share(&self, now_ms: u64) -> u64 {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .values()
+            .map(|e| {
+                let held = e.held.load();
+                if now_ms < held.until_ms {
+                    held.units
+                } else {
+                    self.floor
+                }
+            })
+            .max()
+            .unwrap_or(self.floor)
     }
 }
 

@@ -301,7 +301,9 @@ impl Limiter {
                     share.as_deref(),
                     shard.as_ref().map(|(policy, id)| (*policy, id)),
                 );
-                backend.decide(&[guarded], retry).await
+                let decided = backend.decide(&[guarded], retry).await;
+                note_rejections(checks, &decided);
+                decided
             }
             _ => {
                 // Shares and shards only when some check has one: a plain
@@ -334,7 +336,11 @@ impl Limiter {
                         )
                     })
                     .collect();
-                backend.decide(&guarded, retry).await
+                let decided = backend.decide(&guarded, retry).await;
+                if !shares.is_empty() {
+                    note_rejections(checks, &decided);
+                }
+                decided
             }
         }
     }
@@ -443,4 +449,16 @@ fn digest(checks: &[Check<'_>], shape: Option<&str>) -> RequestDigest {
         );
     }
     hasher.finish()
+}
+
+/// Leased checks the shared store turned away ask for more than their
+/// floor at their lease's next renewal (a degraded decision says nothing
+/// of the share).
+fn note_rejections(checks: &[Check<'_>], decided: &Decided) {
+    if decided.by != DecidedBy::Shared || decided.decisions.len() != checks.len() {
+        return;
+    }
+    for (check, decision) in checks.iter().zip(&decided.decisions) {
+        check.note(decision);
+    }
 }

@@ -120,19 +120,27 @@ struct LeaseFamilies {
     demand: Family<LeaseLabels, Gauge>,
     outcomes: Family<LeaseOutcomeLabels, Counter>,
     floor_seconds: Family<LeaseLabels, Counter<f64, AtomicU64>>,
+    identities: Family<LeaseLabels, Gauge>,
+    refused_identities: Family<LeaseLabels, Counter>,
 }
 
 /// One leased policy's series on this instance.
 #[derive(Clone)]
 pub struct LeaseCounters {
-    /// Units of the limit this instance may spend now: floor plus grant.
+    /// The most units of the limit one identity may spend here now: its
+    /// floor plus its grant.
     pub share: Gauge,
-    /// Units asked for in the last renewal period.
+    /// Units the identities renewed asked for in the last renewal period.
     pub demand: Gauge,
-    /// The spare nobody held at the last grant (stranded capacity).
+    /// The spare nobody held at the last grants, summed over identities.
     pub unleased: Gauge,
-    /// Renewal periods ended on the floor, in seconds.
+    /// Renewal periods an identity wanting more ended on its floor, in
+    /// seconds.
     pub floor_seconds: Counter<f64, AtomicU64>,
+    /// Identities holding a lease entry on this instance.
+    pub identities: Gauge,
+    /// Identities over their floor refused an entry by the bound.
+    pub refused_identities: Counter,
     outcomes: Family<LeaseOutcomeLabels, Counter>,
     labels: LeaseLabels,
 }
@@ -322,6 +330,8 @@ impl LimiterMetrics {
             demand: self.lease.demand.get_or_create(&labels).clone(),
             unleased: self.lease.unleased.get_or_create(&labels).clone(),
             floor_seconds: self.lease.floor_seconds.get_or_create(&labels).clone(),
+            identities: self.lease.identities.get_or_create(&labels).clone(),
+            refused_identities: self.lease.refused_identities.get_or_create(&labels).clone(),
             outcomes: self.lease.outcomes.clone(),
             labels,
         }
@@ -380,27 +390,37 @@ impl LeaseFamilies {
             share: family(
                 registry,
                 "lease_share",
-                "Units of a leased policy's limit this instance may spend now (its region's floor plus its grant)",
+                "The most units of a leased policy's limit one identity may spend on this instance now (its region's floor plus its grant)",
             ),
             unleased: family(
                 registry,
                 "lease_unleased",
-                "Units of a leased policy's spare that no region held at this instance's last grant: capacity stranded until demand claims it (or resting between regions)",
+                "Units of a leased policy's spare that no region held at this instance's last grants, summed over the identities renewed: capacity stranded until demand claims it (or resting between regions)",
             ),
             demand: family(
                 registry,
                 "lease_demand",
-                "Units of a leased policy this instance was asked for in its last renewal period (what it reports to the ledger)",
+                "Units of a leased policy this instance was asked for in its last renewal period by the identities it renewed (what it reports to the ledger)",
             ),
             outcomes: family(
                 registry,
                 "lease_renewals",
-                "Lease renewals by outcome: granted, renewed, floor (granted nothing), new_ledger, held_by_others (less than demand earned), refused (the ledger could not be asked), expired (a grant ran out unrenewed)",
+                "Identities' lease renewals by outcome: granted, renewed, floor (granted nothing), new_ledger, held_by_others (less than demand earned), refused (the ledger could not be asked), expired (a grant ran out unrenewed)",
             ),
             floor_seconds: family(
                 registry,
                 "lease_floor_seconds",
-                "Time a leased policy spent on its region's floor alone, counted per renewal period",
+                "Time identities wanting more than their floor spent on it alone, counted per identity and renewal period",
+            ),
+            identities: family(
+                registry,
+                "lease_identities",
+                "Identities of a leased policy holding a lease entry on this instance (needing more than their floor, or holding a grant)",
+            ),
+            refused_identities: family(
+                registry,
+                "lease_identities_refused",
+                "Times an identity over its floor found this instance's lease table full (leased.identities) and spent its floor alone",
             ),
         }
     }

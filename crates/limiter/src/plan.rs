@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tollgate_core::{Clock, Identity, Policy, split_policy};
+use tollgate_core::{Clock, Decision, Identity, Policy, split_policy};
 use tollgate_store::{
     DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, GuardedCheck, OnStoreFailure, local_policy,
 };
@@ -235,12 +235,21 @@ impl<'a> Check<'a> {
         self.plan.pick()
     }
 
-    /// The share to decide under, for a leased plan (its demand counted),
-    /// now on `clock`'s monotonic time (read only for a leased plan).
+    /// The share to decide under, for a leased plan (its identity's demand
+    /// counted), now on `clock`'s monotonic time (read only when leased).
     pub(crate) fn share(&self, clock: &dyn Clock) -> Option<Arc<Policy>> {
         let lease = self.plan.lease.as_ref()?;
-        lease.record_demand(self.cost);
-        Some(lease.share(clock.monotonic_ms()))
+        Some(lease.share(self.identity, self.cost, clock.monotonic_ms()))
+    }
+
+    /// Tells a leased plan's lease that `decision` turned its identity
+    /// away: it will ask for more than its floor at the next renewal.
+    pub(crate) fn note(&self, decision: &Decision) {
+        if let Some(lease) = &self.plan.lease
+            && !decision.allowed
+        {
+            lease.rejected(self.identity, self.cost);
+        }
     }
 
     /// The store's check: under `share` when leased, on `shard` (its

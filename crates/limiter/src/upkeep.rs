@@ -2,7 +2,7 @@
 //! renewals, the periodic sweep, the store gauges and readiness.
 
 use tollgate_core::Identity;
-use tollgate_store::{StoreError, StoreStats};
+use tollgate_store::{LeaseWant, MAX_IDENTITIES_A_CALL, StoreError, StoreStats};
 
 use crate::lease::Lease;
 use crate::limiter::Limiter;
@@ -28,21 +28,33 @@ impl Limiter {
         Ok(existed)
     }
 
-    /// Renews `lease` with its ledger on store `ledger` (the global one):
-    /// one bounded script call. The grant is spent from when the renewal
-    /// was sent until a term later, on the monotonic clock: a wall clock
-    /// stepped back or forward changes nothing about when it ends.
+    /// Renews `lease`'s identities that want more than their floor with
+    /// their ledger on store `ledger` (the global one): one bounded script
+    /// call per [`MAX_IDENTITIES_A_CALL`] of them, none when every identity
+    /// is within its floor. A grant is spent from when its call was sent
+    /// until a term later, on the monotonic clock: a wall clock stepped
+    /// back or forward changes nothing about when it ends.
     pub async fn renew(&self, lease: &Lease, ledger: usize) {
-        let sent_ms = self.clock.monotonic_ms();
-        let ask = lease.begin(sent_ms);
-        let answer = match self.backends.get(ledger) {
-            Some(backend) => backend.lease(&ask).await,
-            None => Err(StoreError::Config(format!("no store {ledger}"))),
-        };
-        if let Err(e) = &answer {
-            tracing::debug!(policy = ask.policy, error = %e, "a lease renewal failed");
+        let wanting = lease.begin(self.clock.monotonic_ms());
+        for part in wanting.chunks(MAX_IDENTITIES_A_CALL) {
+            let wants: Vec<LeaseWant<'_>> = part
+                .iter()
+                .map(|w| LeaseWant {
+                    identity: &w.identity,
+                    demand: w.demand,
+                })
+                .collect();
+            let ask = lease.ask(&wants);
+            let sent_ms = self.clock.monotonic_ms();
+            let answer = match self.backends.get(ledger) {
+                Some(backend) => backend.lease(&ask).await,
+                None => Err(StoreError::Config(format!("no store {ledger}"))),
+            };
+            if let Err(e) = &answer {
+                tracing::debug!(policy = ask.policy, error = %e, "a lease renewal failed");
+            }
+            lease.settle(part, sent_ms, self.clock.monotonic_ms(), &answer);
         }
-        lease.settle(sent_ms, self.clock.monotonic_ms(), &answer);
     }
 
     /// Periodic upkeep: expire idle keys (Redis expires its own by TTL).

@@ -28,6 +28,7 @@ fn leased_bucket() -> (Policy, Leased) {
         floor_percent: 50,
         floors: vec![("eu".into(), 25), ("us".into(), 25)],
         spare: 50,
+        max_identities: 10,
     };
     (policy, terms)
 }
@@ -53,9 +54,14 @@ async fn a_wall_clock_stepped_back_mid_lease_stops_the_grant_a_term_after_its_re
     let plan = Plan::new(policy, 0).with_lease(Arc::clone(&lease));
     let who = Identity::value("tenant-a");
 
-    // A renewal sent now is granted 40 units above the floor of 25.
+    // tenant-a is turned away by its floor of 25, so its lease asks for
+    // more; a renewal sent now is granted 40 units above the floor.
+    let turned_away = limiter.decide(&[Check::new(&plan, &who, 26)]).await;
+    assert!(!turned_away.decisions[0].allowed);
     let sent_ms = clock.monotonic_ms();
-    let _ask = lease.begin(sent_ms);
+    let wanting = lease.begin(sent_ms);
+    assert_eq!(wanting.len(), 1);
+    assert_eq!((&wanting[0].identity, wanting[0].demand), (&who, 26));
     let grant = LeaseGrant {
         units: 40,
         target: 40,
@@ -63,7 +69,13 @@ async fn a_wall_clock_stepped_back_mid_lease_stops_the_grant_a_term_after_its_re
         granted_at_ms: 1_000_000,
         unleased: 10,
     };
-    lease.settle(sent_ms, clock.monotonic_ms(), &Ok(grant));
+    lease.settle(&wanting, sent_ms, clock.monotonic_ms(), &Ok(vec![grant]));
+    let other = Identity::value("tenant-b");
+    assert_eq!(
+        share_decided(&limiter, &plan, &other).await,
+        25,
+        "tenant-b keeps its own floor"
+    );
     assert_eq!(share_decided(&limiter, &plan, &who).await, 65);
 
     // The wall clock steps back 30 s; every renewal from now on fails.

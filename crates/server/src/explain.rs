@@ -14,6 +14,7 @@ use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
 use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};
 use crate::scope::Stores;
 
+mod leased_identities;
 mod scope;
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.

@@ -199,6 +199,13 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
                     "converges_within_ms": 2250,
                     "this_region": "a",
                     "floor_here": FLOOR,
+                    "per_identity": true,
+                    "max_identities": 1000,
+                    "identities_per_call": 100,
+                    "ledger_calls_per_second_per_instance": {
+                        "up_to_identities_per_call": 4.0,
+                        "at_max_identities": 40.0,
+                    },
                 })
             );
         }

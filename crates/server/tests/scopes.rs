@@ -242,9 +242,19 @@ fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
             "policy \"p\": scope: leased.floor: must be a percentage 0%..100%, got \"120%\"",
         ),
         (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {identities: 0}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.identities: must be a whole number 1..=100000, got 0",
+        ),
+        (
+            format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {identities: many}}")),
+            Some("a"),
+            "policy \"p\": scope: leased.identities: must be a whole number such as 1000, got string \"many\"",
+        ),
+        (
             format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {terms: 1s}}")),
             Some("a"),
-            "policy \"p\": scope: leased.terms: unknown field (expected: term, renew, floor)",
+            "policy \"p\": scope: leased.terms: unknown field (expected: term, renew, floor, identities)",
         ),
         (
             "regions: {a: {}, b: {}, c: {}}\nstores:\n  regional: {redis: {url: \"redis://127.0.0.1:1\"}}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s, scope: split}\n".to_owned(),
@@ -315,7 +325,7 @@ fn the_shipped_regions_example_is_explained_with_numbers() {
         "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h. With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in the quiet regions (what a busy region's share turns away: tollgate_split_turned_away_units_total).",
         "  bound: at most 5 × the limit: 250 per 1s, across the 5 instances `regions:` lists.",
         "  bound: at most the limit, a burst of 600 then 10 per 1s: floors and live leases never sum above it, and units moving between regions rest first.",
-        "  lease: floors (50% of 600, by region weight; never leased away): ap 100, eu 100, us 100; spare 300 leased by demand from the ledger in the global store (standalone, key tollgate:search:lease), for a term of 10s, renewed every 2500ms; units one region lets go rest 1m (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within term + rest + renew = 72500ms. This instance (us) spends its floor 100 plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least 300 of the 600 unused).",
+        "  lease: floors (50% of 600, by region weight; never leased away): ap 100, eu 100, us 100; spare 300 leased by demand from the ledger in the global store (standalone, keys tollgate:lease:{tollgate-lease}:search:<identity>), for a term of 10s, renewed every 2500ms; units one region lets go rest 1m (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within term + rest + renew = 72500ms. This instance (us) spends its floor 100 plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least 300 of the 600 unused). Per identity: every identity has its own floor in each region (ap 100, eu 100, us 100) and leases its own spare by its own demand, so the bound, at most the limit (600), holds for each identity, and a tenant busy in one region gets nearly its whole limit there whoever is busy elsewhere. Ledger cost: identities within their floor cost nothing; those wanting more are renewed together, 1 call per instance every 2500ms (0.4 calls/s per instance) carrying up to 100 identities, 10 calls every 2500ms (4 calls/s) at this instance's bound of 1000 leased identities (beyond it an identity spends its floor, counted); 2 calls/s for the 5 instances `regions:` lists while each has up to 100.",
     ] {
         assert!(
             text.lines().any(|l| l == line),

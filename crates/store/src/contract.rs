@@ -57,11 +57,12 @@ pub trait Blocks: Send + Sync {
 
 /// The ledger of `leased` policies' shares (crates/store/lua/lease.lua).
 pub trait Ledger: Send + Sync {
-    /// One renewal: this instance's demand in, its grant out.
+    /// One renewal: this instance's demand for each identity in, a grant
+    /// for each out (in the same order).
     fn lease(
         &self,
         ask: &LeaseAsk<'_>,
-    ) -> impl Future<Output = Result<LeaseGrant, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<LeaseGrant>, StoreError>> + Send;
 }
 
 /// What a store holds and does, for the gauges: all counts since start.
@@ -241,7 +242,7 @@ impl Blocks for AtClock {
 }
 
 impl Ledger for MemoryStore {
-    async fn lease(&self, _ask: &LeaseAsk<'_>) -> Result<LeaseGrant, StoreError> {
+    async fn lease(&self, _ask: &LeaseAsk<'_>) -> Result<Vec<LeaseGrant>, StoreError> {
         Err(StoreError::Config(
             "a lease ledger lives in a Redis store, not a memory one".into(),
         ))
@@ -249,13 +250,13 @@ impl Ledger for MemoryStore {
 }
 
 impl Ledger for Guarded<RedisStore> {
-    async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<LeaseGrant, StoreError> {
+    async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<Vec<LeaseGrant>, StoreError> {
         self.shared().lease(ask).await
     }
 }
 
 impl Ledger for AtClock {
-    async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<LeaseGrant, StoreError> {
+    async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<Vec<LeaseGrant>, StoreError> {
         self.store.lease(ask).await
     }
 }

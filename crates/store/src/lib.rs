@@ -23,9 +23,9 @@ mod redis;
 mod request_id;
 
 pub use self::redis::{
-    BatchConfig, LeaseAsk, LeaseGrant, LeaseLimit, MAX_GIVEN_MS, MAX_INSTANCES_A_REGION, MAX_TAG,
-    PrefixHolds, RedisConfig, RedisStore, SentinelConfig, gcra_scale_tag, key_slot, ledger_key,
-    lua_source, redact_url, state_key,
+    BatchConfig, LeaseAsk, LeaseGrant, LeaseLimit, LeaseWant, MAX_GIVEN_MS, MAX_IDENTITIES_A_CALL,
+    MAX_INSTANCES_A_REGION, MAX_TAG, PrefixHolds, RedisConfig, RedisStore, SentinelConfig,
+    gcra_scale_tag, key_slot, ledger_epoch_key, ledger_key, lua_source, redact_url, state_key,
 };
 pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::{Check, Store};

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use tollgate_core::{Limits, ManualClock, Policy, Rate, Window};
+use tollgate_core::{Identity, Limits, ManualClock, Policy, Rate, Window};
 use tollgate_store::{LeaseGrant, LeaseLimit, StoreError};
 
 use super::*;
@@ -14,6 +14,7 @@ fn terms() -> Leased {
         floor_percent: 50,
         floors: vec![("eu".into(), 25), ("us".into(), 25)],
         spare: 50,
+        max_identities: 2,
     }
 }
 
@@ -51,8 +52,8 @@ fn metrics() -> Metrics {
     Metrics { registry, limiter }
 }
 
-fn granted(units: u64, target: u64) -> Result<LeaseGrant, StoreError> {
-    Ok(LeaseGrant {
+fn granted(units: u64, target: u64) -> LeaseGrant {
+    LeaseGrant {
         units,
         target,
         limit: if units < target {
@@ -62,32 +63,69 @@ fn granted(units: u64, target: u64) -> Result<LeaseGrant, StoreError> {
         },
         granted_at_ms: 123_456,
         unleased: 50 - units,
-    })
+    }
+}
+
+fn tenant(name: &str) -> Identity {
+    Identity::value(name)
+}
+
+/// Renews at `sent_ms`, the ledger answering `answer` at `now_ms`; the
+/// identities and demands the renewal carried.
+fn renew(
+    lease: &Lease,
+    sent_ms: u64,
+    now_ms: u64,
+    answer: impl FnOnce(usize) -> Result<Vec<LeaseGrant>, StoreError>,
+) -> Vec<(Identity, u64)> {
+    let wanting = lease.begin(sent_ms);
+    let carried = wanting
+        .iter()
+        .map(|w| (w.identity.clone(), w.demand))
+        .collect();
+    lease.settle(&wanting, sent_ms, now_ms, &answer(wanting.len()));
+    carried
 }
 
 #[test]
-fn a_grant_is_spent_from_the_send_for_a_term_then_the_floor_alone() {
+fn an_identity_within_its_floor_spends_it_with_no_entry_and_no_renewal() {
     let metrics = metrics();
     let lease = Lease::new(&bucket(), &terms(), "eu", &metrics);
-    assert_eq!(lease.units(0), 25, "the floor before any renewal");
+    let a = tenant("a");
+    assert_eq!(lease.share(&a, 5, 0).limits().limit(), 25);
+    assert_eq!(lease.units(&a, 0), 25);
     assert!(lease.due(0));
-    let ask = lease.begin(1_000);
-    assert_eq!(
-        (ask.region, ask.spare, ask.term_ms, ask.rest_ms),
-        ("eu", 50, 2_000, 1_000)
-    );
-    assert_eq!(lease.next_due_ms(), 1_500);
+    assert!(lease.begin(0).is_empty(), "nobody wants more: no call");
+    assert_eq!(lease.next_due_ms(), 500);
+    assert_eq!(lease.identities(), 0);
+    // A cost-0 look that found nothing left asks for nothing either.
+    lease.rejected(&a, 0);
+    assert_eq!(lease.identities(), 0);
+}
+
+#[test]
+fn a_turned_away_identity_leases_its_own_spare_for_a_term_from_the_send() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &terms(), "eu", &metrics);
+    let (a, b) = (tenant("a"), tenant("b"));
+    lease.rejected(&a, 30);
+    assert_eq!(lease.identities(), 1);
     // The answer arrives late (at 1 900): the term still counts from the send.
-    lease.settle(1_000, 1_900, &granted(40, 40));
-    assert_eq!(lease.units(1_900), 65);
-    assert_eq!(lease.units(2_999), 65);
+    let carried = renew(&lease, 1_000, 1_900, |n| {
+        assert_eq!(n, 1);
+        Ok(vec![granted(40, 40)])
+    });
+    assert_eq!(carried, [(a.clone(), 30)]);
+    assert_eq!(lease.units(&a, 1_900), 65);
+    assert_eq!(lease.units(&a, 2_999), 65);
+    assert_eq!(lease.units(&b, 2_000), 25, "b keeps its own floor");
+    assert_eq!(lease.share(&b, 1, 2_000).limits().limit(), 25);
     assert_eq!(
-        lease.units(3_000),
+        lease.units(&a, 3_000),
         25,
         "a term after the send, whatever the answer's delay"
     );
-    let share = lease.share(2_000);
-    assert_eq!(share.limits().limit(), 65);
+    let share = lease.share(&a, 0, 2_000);
     let Limits::TokenBucket(rate) = share.limits() else {
         panic!("a bucket stays a bucket")
     };
@@ -96,57 +134,118 @@ fn a_grant_is_spent_from_the_send_for_a_term_then_the_floor_alone() {
         (rate.capacity(), rate.tokens(), rate.per_ms()),
         (65, 650, 100_000)
     );
-    assert_eq!(lease.share(3_000).limits().limit(), 25);
-}
-
-#[test]
-fn a_failed_renewal_leaves_the_grant_to_run_out_and_counts_it_expired_once() {
-    let metrics = metrics();
-    let lease = Lease::new(&bucket(), &terms(), "us", &metrics);
-    lease.begin(0);
-    lease.settle(0, 10, &granted(30, 30));
-    lease.begin(500);
-    let down = Err(StoreError::Unavailable("the ledger is down".into()));
-    lease.settle(500, 520, &down);
-    assert_eq!(lease.units(1_999), 55, "the grant runs its term");
-    lease.begin(2_000);
-    lease.settle(2_000, 2_010, &down);
-    assert_eq!(lease.units(2_010), 25);
-    lease.begin(2_500);
-    lease.settle(2_500, 2_510, &down);
     let text = metrics.encode();
+    for line in [
+        r#"tollgate_lease_share{policy="api",region="eu"} 65"#,
+        r#"tollgate_lease_identities{policy="api",region="eu"} 1"#,
+        r#"tollgate_lease_demand{policy="api",region="eu"} 30"#,
+        r#"tollgate_lease_renewals_total{policy="api",region="eu",outcome="granted"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+    }
     assert!(
-        text.contains(
-            r#"tollgate_lease_renewals_total{policy="api",region="us",outcome="expired"} 1"#
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains(
-            r#"tollgate_lease_renewals_total{policy="api",region="us",outcome="refused"} 3"#
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains(r#"tollgate_lease_share{policy="api",region="us"} 25"#),
+        !text.contains("tenant") && !text.contains("\"a\""),
         "{text}"
     );
 }
 
 #[test]
-fn demand_is_reported_per_renewal_period() {
+fn each_identitys_demand_is_reported_per_renewal_period() {
     let metrics = metrics();
     let lease = Lease::new(&bucket(), &terms(), "eu", &metrics);
-    lease.record_demand(7);
+    let a = tenant("a");
+    lease.rejected(&a, 7);
+    lease.share(&a, 13, 50);
+    let first = renew(&lease, 100, 110, |_| Ok(vec![granted(10, 10)]));
     assert_eq!(
-        lease.begin(100).demand,
-        7,
+        first,
+        [(a.clone(), 20)],
         "the first report is what was seen"
     );
-    lease.record_demand(30);
-    // 30 units over 1 000 ms is 15 per 500 ms period.
-    assert_eq!(lease.begin(1_100).demand, 15);
-    assert_eq!(lease.begin(1_600).demand, 0);
+    lease.share(&a, 60, 600);
+    // 60 units over 1 000 ms is 30 per 500 ms period.
+    assert_eq!(
+        renew(&lease, 1_100, 1_110, |_| Ok(vec![granted(10, 10)])),
+        [(a.clone(), 30)]
+    );
+}
+
+#[test]
+fn a_failed_renewal_leaves_each_grant_to_run_out_and_counts_it_expired_once() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &terms(), "us", &metrics);
+    let a = tenant("a");
+    let down = |_| Err(StoreError::Unavailable("the ledger is down".into()));
+    lease.rejected(&a, 40);
+    renew(&lease, 0, 10, |_| Ok(vec![granted(30, 30)]));
+    lease.share(&a, 40, 100);
+    renew(&lease, 500, 520, down);
+    assert_eq!(lease.units(&a, 1_999), 55, "the grant runs its term");
+    lease.share(&a, 40, 1_900);
+    renew(&lease, 2_000, 2_010, down);
+    assert_eq!(lease.units(&a, 2_010), 25);
+    lease.share(&a, 40, 2_400);
+    renew(&lease, 2_500, 2_510, down);
+    let text = metrics.encode();
+    for line in [
+        r#"tollgate_lease_renewals_total{policy="api",region="us",outcome="expired"} 1"#,
+        r#"tollgate_lease_renewals_total{policy="api",region="us",outcome="refused"} 3"#,
+        r#"tollgate_lease_share{policy="api",region="us"} 25"#,
+        // Two periods ended on the floor (2 010, 2 510), a half second each.
+        r#"tollgate_lease_floor_seconds_total{policy="api",region="us"} 1.0"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+    }
+}
+
+#[test]
+fn identities_past_the_bound_spend_their_floor_and_are_counted() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &terms(), "eu", &metrics);
+    let (a, b, c) = (tenant("a"), tenant("b"), tenant("c"));
+    lease.rejected(&a, 30);
+    lease.rejected(&b, 30);
+    lease.rejected(&c, 30);
+    lease.rejected(&c, 30);
+    lease.rejected(&a, 30);
+    assert_eq!(lease.identities(), 2, "max_identities: 2");
+    let carried = renew(&lease, 0, 10, |n| Ok(vec![granted(40, 40); n]));
+    let mut who: Vec<Identity> = carried.into_iter().map(|(i, _)| i).collect();
+    who.sort();
+    assert_eq!(who, [a.clone(), b.clone()]);
+    assert_eq!(
+        (
+            lease.units(&a, 20),
+            lease.units(&b, 20),
+            lease.units(&c, 20)
+        ),
+        (65, 65, 25)
+    );
+    let text = metrics.encode();
+    let line = r#"tollgate_lease_identities_refused_total{policy="api",region="eu"} 2"#;
+    assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+}
+
+#[test]
+fn an_identity_back_within_its_floor_is_not_renewed_and_leaves_once_its_grant_ends() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &terms(), "eu", &metrics);
+    let a = tenant("a");
+    lease.rejected(&a, 40);
+    renew(&lease, 0, 10, |_| Ok(vec![granted(40, 40)]));
+    // 12 units a period: the floor of 25 a rest (1 s) gives 12.5 a period.
+    lease.share(&a, 12, 100);
+    assert!(lease.begin(500).is_empty(), "within its floor: no call");
+    assert_eq!(lease.identities(), 1, "its grant still runs");
+    assert_eq!(lease.units(&a, 1_999), 65);
+    lease.share(&a, 12, 600);
+    assert!(lease.begin(1_000).is_empty());
+    assert!(lease.begin(2_000).is_empty());
+    assert_eq!(lease.identities(), 0, "grant over, within its floor: gone");
+    assert_eq!(lease.units(&a, 2_000), 25);
+    // 13 a period is more than the floor gives: it asks again.
+    lease.rejected(&a, 13);
+    assert_eq!(lease.begin(2_500).len(), 1);
 }
 
 #[test]

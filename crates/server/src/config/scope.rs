@@ -44,6 +44,7 @@ pub enum Scope {
     Global,
 }
 
+use tollgate_limiter::DEFAULT_MAX_IDENTITIES;
 /// A `leased` policy's terms: the limiter's own type.
 pub use tollgate_limiter::Leased;
 
@@ -55,6 +56,8 @@ const LEASE_FLOOR_PERCENT: u64 = 50;
 const MIN_TERM_MS: u64 = 200;
 /// The longest term (a day).
 const MAX_TERM_MS: u64 = 86_400_000;
+/// The most `leased.identities` an instance may lease for at once.
+const MAX_LEASED_IDENTITIES: u64 = 100_000;
 
 /// The time `policy` takes to forget a use: a bucket's refill from empty
 /// to full, a fixed window or a log's window, two windows for a sliding
@@ -299,7 +302,8 @@ fn check_split(
 
 /// `leased`'s terms: `term` (default 10 s), `renew` (default a quarter of
 /// the term, below half of it), `floor` (the floors' sum, a percentage of
-/// the limit split by region weight; default 50%).
+/// the limit split by region weight; default 50%), `identities` (how many
+/// this instance leases for at once; default 1000).
 fn parse_leased(
     policy: &Policy,
     terms: Option<&Map<String, Value>>,
@@ -309,10 +313,10 @@ fn parse_leased(
     let terms = terms.unwrap_or(&empty);
     if let Some(key) = terms
         .keys()
-        .find(|k| !["term", "renew", "floor"].contains(&k.as_str()))
+        .find(|k| !["term", "renew", "floor", "identities"].contains(&k.as_str()))
     {
         return Err(format!(
-            "leased.{key}: unknown field (expected: term, renew, floor)"
+            "leased.{key}: unknown field (expected: term, renew, floor, identities)"
         ));
     }
     let duration = |key: &str| -> Result<Option<u64>, String> {
@@ -358,6 +362,7 @@ fn parse_leased(
             ));
         }
     };
+    let max_identities = parse_identities(terms.get("identities"))?;
     if deployment.regions.is_empty() {
         return Err(
             "leased needs the regions listed (regions:), for their floors and weights".into(),
@@ -401,7 +406,29 @@ fn parse_leased(
         floor_percent,
         floors,
         spare,
+        max_identities,
     })
+}
+
+/// `leased.identities`: how many identities an instance leases for at
+/// once (default [`DEFAULT_MAX_IDENTITIES`]).
+fn parse_identities(value: Option<&Value>) -> Result<usize, String> {
+    match value {
+        None | Some(Value::Null) => Ok(DEFAULT_MAX_IDENTITIES),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .filter(|n| (1..=MAX_LEASED_IDENTITIES).contains(n))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                format!(
+                    "leased.identities: must be a whole number 1..={MAX_LEASED_IDENTITIES}, got {n}"
+                )
+            }),
+        Some(other) => Err(format!(
+            "leased.identities: must be a whole number such as 1000, got {}",
+            describe(other)
+        )),
+    }
 }
 
 /// What this instance enforces of `policy` under `scope`: the policy

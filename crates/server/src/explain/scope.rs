@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use tollgate_core::{Limits, Policy, format_duration_ms, split_shares};
 use tollgate_store::RedisConfig;
 
+use super::leased_identities::identity_terms;
 use super::{plural, topology};
 use crate::config::Deployment;
 use crate::config::{ServeConfig, ServePolicy, StoreSettings};
@@ -188,9 +189,10 @@ fn lease_terms(
         .map(|i| &config.stores.list[i].1);
     let ledger = match global {
         Some(StoreSettings::Redis(g)) => format!(
-            "{}, key {}",
+            "{}, keys {}:{}:<identity>",
             topology(g),
-            tollgate_store::ledger_key(&g.prefix, declared.name())
+            tollgate_store::ledger_epoch_key(&g.prefix),
+            declared.name()
         ),
         _ => "the global store".to_owned(),
     };
@@ -217,7 +219,12 @@ fn lease_terms(
         "this_region": deployment.region,
         "floor_here": leased.floor_of(this),
     });
-    (Some(text), json)
+    let (each_text, each_json) = identity_terms(leased, limit, deployment);
+    let mut json = json;
+    if let (Value::Object(all), Value::Object(each)) = (&mut json, each_json) {
+        all.extend(each);
+    }
+    (Some(format!("{text} {each_text}")), json)
 }
 
 /// `global`: exact on one Redis or a Cluster; a Sentinel failover can

@@ -47,7 +47,9 @@ pub fn record_key(state_key: &[u8]) -> Vec<u8> {
     key
 }
 
-fn push_tag(key: &mut Vec<u8>, identity: &[u8]) {
+/// Appends `identity`'s tag (escaped, or hashed when long): what stands
+/// inside a state key's braces, and at the end of a ledger entry's key.
+pub(super) fn push_tag(key: &mut Vec<u8>, identity: &[u8]) {
     let start = key.len();
     match identity.split_first() {
         Some((&VALUE, [])) => key.extend_from_slice(b"%E"),

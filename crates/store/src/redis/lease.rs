@@ -1,40 +1,65 @@
-//! Asking a leased policy's ledger for a region's share (crates/store/lua/
-//! lease.lua holds the rules; docs/config.md (Leased shares) states them for users).
+//! Asking the ledger of a leased policy for a region's share of each of its
+//! identities (crates/store/lua/lease.lua holds the rules; docs/config.md
+//! (Leased shares) states them for users).
 //!
-//! The ledger is one hash a policy in the global Redis, changed only by the
-//! script on Redis's clock, so Redis is the coordinator and Sentinel or a
-//! Cluster give it failover. This side only builds the call and reads the
-//! answer; what the region does with a grant (spend it for a term measured
-//! from when it asked, fall to its floor after) is the caller's.
+//! The ledger is one hash per (policy, identity) in the global Redis, plus
+//! one epoch key, all on one hash tag: one script call carries every
+//! identity an instance renews, on one node of a Cluster. Only the script
+//! changes them, on Redis's clock, so Redis is the coordinator and Sentinel
+//! or a Cluster give it failover. This side only builds the call and reads
+//! the answer; what the region does with a grant (spend it for a term
+//! measured from when it asked, fall to its floor after) is the caller's.
 
 use redis::Value;
+use tollgate_core::Identity;
 
 use super::RedisStore;
 use super::connection::from_redis;
+use super::key::push_tag;
 use super::script::{SCRIPTS, invocation};
 use crate::StoreError;
 
-/// Instances of one region whose demand a ledger records; more are served
-/// but not counted (the ledger's hash stays bounded).
+/// Instances of one region whose demand a ledger entry records; more are
+/// served but not counted (each entry's hash stays bounded).
 pub const MAX_INSTANCES_A_REGION: u64 = 256;
 
-/// One region's renewal: who asks, what it saw, and the policy's terms.
+/// Identities one script call carries at most: a call's work (and the time
+/// it holds Redis) stays bounded; an instance renewing more makes one call
+/// per this many.
+pub const MAX_IDENTITIES_A_CALL: usize = 100;
+
+/// The hash tag every ledger key shares: one Cluster slot holds the ledger.
+const LEDGER_TAG: &str = "{tollgate-lease}";
+
+/// One identity in a renewal, and the units it was asked for in this
+/// instance's last renewal period.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseWant<'a> {
+    /// The identity (its key encoding names its ledger entry).
+    pub identity: &'a Identity,
+    /// Units asked for (admitted or not) per renewal period.
+    pub demand: u64,
+}
+
+/// One instance's renewal of a policy's identities: who asks, the
+/// policy's terms, and each identity's demand.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseAsk<'a> {
-    /// The policy whose ledger this is.
+    /// The policy whose ledger entries these are.
     pub policy: &'a str,
     /// The asking region (letters, digits, '-', '_').
     pub region: &'a str,
     /// The asking instance, unique within its region.
     pub instance: &'a str,
-    /// Units this instance was asked for in its last renewal period.
-    pub demand: u64,
-    /// Units above every region's floor: what the ledger can lease.
+    /// Units of each identity's limit above every region's floor: what the
+    /// ledger can lease.
     pub spare: u64,
     /// How long a grant lasts.
     pub term_ms: u64,
     /// How long units a region lets go rest before another may lease them.
     pub rest_ms: u64,
+    /// The identities renewed (at most [`MAX_IDENTITIES_A_CALL`]).
+    pub wants: &'a [LeaseWant<'a>],
 }
 
 /// Why a grant is what it is.
@@ -49,7 +74,7 @@ pub enum LeaseLimit {
     NewLedger,
 }
 
-/// The ledger's answer.
+/// The ledger's answer for one identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseGrant {
     /// Units the region may spend above its floor, for a term.
@@ -65,44 +90,74 @@ pub struct LeaseGrant {
     pub unleased: u64,
 }
 
-/// The ledger's key for `policy`: one key, so one slot in a Cluster.
-pub fn ledger_key(prefix: &str, policy: &str) -> String {
-    format!("{prefix}:{policy}:lease")
+/// The ledger entry of `policy` for `identity`:
+/// `<prefix>:lease:{tollgate-lease}:<policy>:<identity's tag>`.
+pub fn ledger_key(prefix: &str, policy: &str, identity: &Identity) -> Vec<u8> {
+    let mut key = ledger_epoch_key(prefix).into_bytes();
+    key.push(b':');
+    key.extend_from_slice(policy.as_bytes());
+    key.push(b':');
+    push_tag(&mut key, identity.as_bytes());
+    key
+}
+
+/// The ledger's epoch: when it was made, outliving every entry.
+pub fn ledger_epoch_key(prefix: &str) -> String {
+    format!("{prefix}:lease:{LEDGER_TAG}")
 }
 
 impl RedisStore {
-    /// Asks the ledger for `ask.region`'s share of `ask.policy` (one script
-    /// call, bounded by the store's timeout). Not retried: a call that
-    /// failed after the script ran has moved the ledger, and the next
-    /// renewal asks again.
-    pub async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<LeaseGrant, StoreError> {
-        let key = ledger_key(&self.shared.prefix, ask.policy);
+    /// Asks the ledger for `ask.region`'s share of each identity in
+    /// `ask.wants` (one script call, bounded by the store's timeout); the
+    /// grants in `wants`' order. Not retried: a call that failed after the
+    /// script ran has moved the ledger, and the next renewal asks again.
+    pub async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<Vec<LeaseGrant>, StoreError> {
+        if ask.wants.len() > MAX_IDENTITIES_A_CALL {
+            return Err(StoreError::Config(format!(
+                "a lease renewal carries at most {MAX_IDENTITIES_A_CALL} identities, got {}",
+                ask.wants.len()
+            )));
+        }
+        if ask.wants.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prefix = &self.shared.prefix;
+        let keys: Vec<Vec<u8>> = ask
+            .wants
+            .iter()
+            .map(|w| ledger_key(prefix, ask.policy, w.identity))
+            .collect();
+        let epoch = ledger_epoch_key(prefix);
         let reply = self
             .timed(async {
                 self.shared
                     .connection
                     .evaluate(|by| {
                         let mut cmd = invocation(&SCRIPTS.lease, by);
-                        cmd.arg(1)
-                            .arg(&key)
-                            .arg(ask.region)
+                        cmd.arg(1 + keys.len()).arg(&epoch);
+                        for key in &keys {
+                            cmd.arg(key.as_slice());
+                        }
+                        cmd.arg(ask.region)
                             .arg(ask.instance)
-                            .arg(ask.demand)
                             .arg(ask.spare)
                             .arg(ask.term_ms)
                             .arg(ask.rest_ms)
                             .arg(MAX_INSTANCES_A_REGION);
+                        for want in ask.wants {
+                            cmd.arg(want.demand);
+                        }
                         Ok(cmd)
                     })
                     .await?
                     .map_err(from_redis)
             })
             .await?;
-        grant(&reply)
+        grants(&reply, ask.wants.len())
     }
 }
 
-fn grant(reply: &Value) -> Result<LeaseGrant, StoreError> {
+fn grants(reply: &Value, count: usize) -> Result<Vec<LeaseGrant>, StoreError> {
     let bad = || StoreError::Protocol(format!("a lease ledger answered {reply:?}"));
     let Value::Array(items) = reply else {
         return Err(bad());
@@ -115,20 +170,27 @@ fn grant(reply: &Value) -> Result<LeaseGrant, StoreError> {
         })
         .collect::<Option<_>>()
         .ok_or_else(bad)?;
-    let [units, target, why, granted_at_ms, unleased] = numbers[..] else {
+    let Some((&granted_at_ms, each)) = numbers.split_first() else {
         return Err(bad());
     };
-    let limit = match why {
-        0 => LeaseLimit::Target,
-        1 => LeaseLimit::HeldByOthers,
-        2 => LeaseLimit::NewLedger,
-        _ => return Err(bad()),
-    };
-    Ok(LeaseGrant {
-        units,
-        target,
-        limit,
-        granted_at_ms,
-        unleased,
-    })
+    if each.len() != 4 * count {
+        return Err(bad());
+    }
+    each.chunks_exact(4)
+        .map(|g| {
+            let limit = match g[2] {
+                0 => LeaseLimit::Target,
+                1 => LeaseLimit::HeldByOthers,
+                2 => LeaseLimit::NewLedger,
+                _ => return Err(bad()),
+            };
+            Ok(LeaseGrant {
+                units: g[0],
+                target: g[1],
+                limit,
+                granted_at_ms,
+                unleased: g[3],
+            })
+        })
+        .collect()
 }
