@@ -4,7 +4,8 @@
 #   - on one Redis: a hot key under its limit (every decision a script call,
 #     batched), the same with local leases (hot_lease: blocks taken in one
 #     call, spent locally), and an abusive one far over it (the
-#     rejected-until cache answers it: the shield);
+#     rejected-until cache answers it: the shield), and far over it under
+#     hot_lease (a refused block is remembered until the store's wait);
 #   - on a 3-master Cluster: the hot key under its limit with 1, 4 and 16
 #     shards (docs/config.md, shards).
 # For each: decisions/s (both instances' wrk summed) and Redis commands per
@@ -78,7 +79,8 @@ run() {
 policies='
   - {name: under, algorithm: gcra, capacity: 1000000000, refill: {tokens: 1000000000, per: 1s}}
   - {name: blocks, algorithm: gcra, capacity: 1000000000, refill: {tokens: 1000000000, per: 1s}, hot_lease: {above: 1000, term: 200ms}}
-  - {name: over, algorithm: gcra, capacity: 100, refill: {tokens: 100, per: 1s}}'
+  - {name: over, algorithm: gcra, capacity: 100, refill: {tokens: 100, per: 1s}}
+  - {name: flood, algorithm: token_bucket, capacity: 3000, refill: {tokens: 700, per: 1s}, hot_lease: {above: 1000, term: 200ms}}'
 cat >"$work/standalone.yaml" <<YAML
 server: {watch_interval_ms: 0}
 store: {redis: {url: "redis://127.0.0.1:$standalone"}}
@@ -106,6 +108,7 @@ run "redis: 100,000 keys (not hot)" under 100000 "$work/standalone.yaml" "$stand
 run "redis: one hot key, under limit" under 1 "$work/standalone.yaml" "$standalone"
 run "redis: one hot key, hot_lease" blocks 1 "$work/standalone.yaml" "$standalone"
 run "redis: one hot key, 100/s limit" over 1 "$work/standalone.yaml" "$standalone"
+run "redis: hot key far over, hot_lease" flood 1 "$work/standalone.yaml" "$standalone"
 run "cluster: 100,000 keys (not hot)" under 100000 "$work/cluster-1.yaml" "${nodes[@]}"
 for shards in 1 4 16; do
   run "cluster: one hot key, $shards shard(s)" under 1 "$work/cluster-$shards.yaml" "${nodes[@]}"

@@ -1,6 +1,7 @@
 //! Hot leases from the limiter's side (docs/config.md, `hot_lease`): a hot
 //! identity spends a block of its budget taken in one store decision, and
-//! what ended blocks left unspent goes back to the store.
+//! what ended blocks left unspent goes back to the store; one the store
+//! refused a block is rejected here until the store's wait for it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,8 +22,9 @@ impl Limiter {
     /// A hot identity's decision from its local block (docs/config.md,
     /// `hot_lease`): spent from a live block, or from a block taken now in
     /// one store decision when the identity decides above the threshold
-    /// here. `None`: decide on the store as usual (no block, not hot, the
-    /// store's circuit not closed, or the block refused).
+    /// here, or rejected here while a block the store refused cannot be
+    /// had. `None`: decide on the store as usual (no block, not hot, the
+    /// store's circuit not closed, or a refusal that could not be kept).
     pub(crate) async fn decide_by_block(
         &self,
         backend: &Backend,
@@ -47,24 +49,42 @@ impl Limiter {
             self.metrics.hot_lease_local.inc();
             return Some(local(decision));
         }
-        if rate < hot.rule.above || !backend.trusted() || !hot.begin_taking(check.identity, now_ms)
-        {
+        if rate < hot.rule.above {
+            return None;
+        }
+        // Still hot, and the store refused its last block: no block can be
+        // had before the store's wait has passed, so it is not asked.
+        let started_us = self.clock.monotonic_us();
+        if let Some(decision) = hot.refused(check.identity, check.cost, started_us) {
+            self.metrics.hot_lease_refused_local.inc();
+            return Some(local(decision));
+        }
+        if !backend.trusted() || !hot.begin_taking(check.identity, now_ms) {
             return None;
         }
         let block = hot.rule.block(rate).max(check.cost);
-        let started_us = self.clock.monotonic_us();
         let whole = tollgate_store::Check {
             policy: check.plan.policy(),
             identity: check.identity,
             cost: block,
         };
+        self.metrics.store_requests.inc();
         let taken = backend.take(whole).await;
-        let store_us = Some(self.clock.monotonic_us().saturating_sub(started_us));
+        let answered_us = self.clock.monotonic_us();
+        let store_us = Some(answered_us.saturating_sub(started_us));
         let (decision, receipt) = match taken {
             Ok((decision, receipt)) if decision.allowed => (decision, receipt),
-            Ok(_) => {
+            Ok((refused, _)) => {
+                // Remembered until a block's worth is back: this request
+                // and the identity's next ones are rejected here till then.
                 hot.abandon(check.identity);
-                return None;
+                let answer = hot
+                    .refuse(check.identity, block, &refused, answered_us)
+                    .or((block == check.cost).then_some(refused))?;
+                return Some(Decided {
+                    store_us,
+                    ..local(answer)
+                });
             }
             Err(error) => {
                 // The request decides as usual, under its failure mode.
@@ -129,6 +149,7 @@ impl Limiter {
                     identity: &u.identity,
                     cost: u.units,
                 };
+                self.metrics.store_requests.inc();
                 let given = match backend.give_back(check, u.taken).await {
                     Ok(given) => given,
                     Err(error) => {

@@ -14,6 +14,13 @@
 //! counts, a bucket what could not have refilled since); the rest is lost
 //! and counted. Both are stated by `explain`.
 //!
+//! Over the limit, a refused block is remembered until the store's own
+//! wait for it has passed: asking again sooner cannot succeed (other
+//! instances only consume meanwhile, or give back what they held), so the
+//! identity is rejected here until then and the store is asked once per
+//! wait, not once per decision. The price: a rejection while the store
+//! holds less than that block, plus what was given back since.
+//!
 //! Pure: time comes in as arguments; the maps and the set-aside list are
 //! bounded.
 
@@ -55,6 +62,11 @@ pub const MAX_BLOCKS: usize = 1024;
 /// ended block's units are lost (counted).
 pub const MAX_UNSPENT: usize = MAX_BLOCKS;
 
+/// The shortest wait after a refused block: a store that keeps a block
+/// just out of reach (another instance spending as it refills) is asked
+/// at most once per this, not once per decision. The smallest `term`.
+pub const REFUSED_FLOOR_MS: u64 = 10;
+
 /// Units of an ended block, to give back to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unspent {
@@ -90,6 +102,20 @@ struct Block {
     taken: Option<Taken>,
 }
 
+/// A block the store refused: until `until_us` (this instance's
+/// monotonic clock) it cannot be had, so a request of cost up to `block`
+/// is rejected here without asking.
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    block: u64,
+    /// When the store's answer arrived; its reset counts down from here.
+    answered_us: u64,
+    /// The answer's time plus the store's wait for the block (at least
+    /// [`REFUSED_FLOOR_MS`]).
+    until_us: u64,
+    decision: Decision,
+}
+
 /// One policy's blocks on this instance.
 #[derive(Debug)]
 pub struct HotLeases {
@@ -99,6 +125,8 @@ pub struct HotLeases {
     /// Each identity's decisions per second here: the second being counted
     /// (its start, its count) and the whole one before.
     rates: Mutex<HashMap<Identity, Rate, foldhash::fast::RandomState>>,
+    /// Identities whose last block the store refused, and until when.
+    refusals: Mutex<HashMap<Identity, Refusal, foldhash::fast::RandomState>>,
     /// Ended blocks' units, waiting for the upkeep to give them back.
     unspent: Mutex<Vec<Unspent>>,
     /// Units neither spent nor given back (`tollgate_hot_lease_lost_units`).
@@ -115,6 +143,7 @@ impl HotLeases {
             rule,
             blocks: Mutex::new(HashMap::default()),
             rates: Mutex::new(HashMap::default()),
+            refusals: Mutex::new(HashMap::default()),
             unspent: Mutex::new(Vec::new()),
             lost,
             returned,
@@ -272,6 +301,9 @@ impl HotLeases {
             self.rule.term_ms
         };
         let until_ms = now_ms.saturating_add(term_ms);
+        if let Ok(mut refusals) = self.refusals.lock() {
+            refusals.remove(identity);
+        }
         if let Ok(mut blocks) = self.blocks.lock() {
             if blocks.len() >= MAX_BLOCKS {
                 blocks.retain(|identity, b| {
@@ -302,6 +334,66 @@ impl HotLeases {
             remaining: decision.remaining.saturating_add(signed(left)),
             ..*decision
         }
+    }
+
+    /// Remembers that the store refused `identity` a block of `block`
+    /// units with `decision`, which arrived at `answered_us` (monotonic):
+    /// no block that size can be had before the store's wait has passed
+    /// (other instances only consume meanwhile, or give back). Returns the
+    /// answer for the request that asked ([`HotLeases::refused`]), or
+    /// `None` when it is not remembered: a block that can never be had
+    /// (no wait), or the map is full of live refusals.
+    pub fn refuse(
+        &self,
+        identity: &Identity,
+        block: u64,
+        decision: &Decision,
+        answered_us: u64,
+    ) -> Option<Decision> {
+        let wait_ms = decision.retry_after_ms.filter(|_| !decision.allowed)?;
+        let until_us =
+            answered_us.saturating_add(wait_ms.max(REFUSED_FLOOR_MS).saturating_mul(1_000));
+        let refusal = Refusal {
+            block,
+            answered_us,
+            until_us,
+            decision: *decision,
+        };
+        let mut refusals = self.refusals.lock().ok()?;
+        if refusals.len() >= MAX_BLOCKS && !refusals.contains_key(identity) {
+            refusals.retain(|_, r| answered_us < r.until_us);
+            if refusals.len() >= MAX_BLOCKS {
+                return None;
+            }
+        }
+        refusals.insert(identity.clone(), refusal);
+        Some(refusal.answer(answered_us))
+    }
+
+    /// The local rejection of `cost` for `identity` at `now_us`
+    /// (monotonic) while a refused block of at least `cost` cannot be had;
+    /// `None`: ask the store (no refusal, it has lapsed, or `cost` is above
+    /// the block refused).
+    pub fn refused(&self, identity: &Identity, cost: u64, now_us: u64) -> Option<Decision> {
+        let mut refusals = self.refusals.lock().ok()?;
+        let refusal = *refusals.get(identity)?;
+        if now_us >= refusal.until_us {
+            refusals.remove(identity);
+            return None;
+        }
+        (cost <= refusal.block).then(|| refusal.answer(now_us))
+    }
+
+    /// Forgets `identity`'s refused block (an operator reset it).
+    pub fn forget_refusal(&self, identity: &Identity) {
+        if let Ok(mut refusals) = self.refusals.lock() {
+            refusals.remove(identity);
+        }
+    }
+
+    /// Refusals remembered now (for tests and the bound).
+    pub fn refusals_held(&self) -> usize {
+        self.refusals.lock().map_or(0, |r| r.len())
     }
 
     /// Counts a decision about `identity` at `now_ms` and returns its rate
@@ -349,6 +441,24 @@ impl Drop for HotLeases {
     fn drop(&mut self) {
         for unspent in self.take_all_unspent() {
             self.lost.inc_by(unspent.units);
+        }
+    }
+}
+
+impl Refusal {
+    /// A rejection at `now_us`: nothing here until the wait has passed
+    /// (`remaining` 0), told as the whole wait left, never early — at
+    /// its end the block's worth is there if nothing else was spent; the
+    /// store's reset counts down from its answer.
+    fn answer(&self, now_us: u64) -> Decision {
+        let waited_ms = now_us.saturating_sub(self.answered_us) / 1_000;
+        let wait_ms = self.until_us.saturating_sub(now_us).div_ceil(1_000).max(1);
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after_ms: Some(wait_ms),
+            reset_after_ms: self.decision.reset_after_ms.saturating_sub(waited_ms),
+            ..self.decision
         }
     }
 }

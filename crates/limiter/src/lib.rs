@@ -67,7 +67,7 @@ pub use backend::Backend;
 pub use blocks::GIVE_BACK_INTERVAL_MS;
 pub use decision_log::LOG_INTERVAL_MS;
 pub use hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, HotReport, PolicyHot};
-pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, Unspent};
+pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, REFUSED_FLOOR_MS, Unspent};
 pub use lease::{DEFAULT_MAX_IDENTITIES, Lease, Leased, Wanting, instance_id, share_of};
 pub use limiter::{Decided, Limiter};
 pub use metrics::{

@@ -293,6 +293,7 @@ impl Limiter {
         retry: Option<Retry<'_>>,
     ) -> Decided {
         let pick = |i: usize| picks.get(i).copied().flatten();
+        self.metrics.store_requests.inc();
         match checks {
             [one] => {
                 let share = one.share(&*self.clock);

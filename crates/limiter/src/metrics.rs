@@ -98,6 +98,12 @@ pub struct LimiterMetrics {
     pub store_script_calls: Gauge,
     /// Decisions admitted from a hot identity's local block.
     pub hot_lease_local: Counter,
+    /// Decisions rejected here while the store cannot grant a hot
+    /// identity's block (it refused one until then).
+    pub hot_lease_refused_local: Counter,
+    /// What the limiter asked of its stores: decisions (one call a request
+    /// or batch), hot-lease blocks taken and given back.
+    pub store_requests: Counter,
     /// Blocks taken from the store for hot identities.
     pub hot_lease_blocks: Counter,
     /// Units of blocks neither spent nor given back.
@@ -234,6 +240,16 @@ impl LimiterMetrics {
                 registry,
                 "hot_lease_local_decisions",
                 "Decisions admitted from a hot identity's local block (hot_lease), without a store call",
+            ),
+            hot_lease_refused_local: counter(
+                registry,
+                "hot_lease_local_rejections",
+                "Decisions rejected locally for a hot identity whose block the store refused, until the store's own wait for a block has passed (hot_lease), without a store call",
+            ),
+            store_requests: counter(
+                registry,
+                "store_requests",
+                "Requests the limiter made of its stores: a decision (one per request or batch; a sharded spill is a second), a hot-lease block taken, a block's unspent units given back. A Redis store answers some from its rejected-until cache or a failure mode without a round trip",
             ),
             hot_lease_lost: counter(
                 registry,

@@ -17,6 +17,10 @@ impl Limiter {
         let Some(backend) = self.backends.get(store) else {
             return Err(StoreError::Config(format!("no store {store}")));
         };
+        if let Some(hot) = plan.hot_lease() {
+            // A block refused before the reset says nothing about after.
+            hot.forget_refusal(identity);
+        }
         if plan.shards().is_empty() {
             return backend.forget(plan.policy(), identity).await;
         }

@@ -329,21 +329,23 @@ fn hot_lease(serve: &ServePolicy, instances: Option<u64>) -> (Option<String>, Va
     let early = match instances {
         Some(n) => format!(
             "up to {} units across the {n} instances `regions:` lists",
-            n.saturating_sub(1).saturating_mul(rule.max_block)
+            n.saturating_mul(rule.max_block).saturating_sub(1)
         ),
-        None => format!("up to (N − 1) × {} units for N instances", rule.max_block),
+        None => format!("fewer than N × {} units for N instances", rule.max_block),
     };
+    let floor_ms = crate::limiter::REFUSED_FLOOR_MS;
     let takes_back = if rule.windowed {
         "a window's count takes it back while that window counts"
     } else {
         "a bucket takes back what could not have refilled since the block was taken"
     };
     let text = format!(
-        "an identity deciding above {} a second on an instance takes a block of its budget in one store decision (what it spends in {}, at most {}) and admits from it locally; blocks are consumed before they are spent, so never admitted beyond the limit. What a block did not spend goes back to the key's state within {} ms of its end, as far as the state can take it exactly ({takes_back}); the rest is lost (at most {} an instance a term, and what an instance killed held). The error: a request can be rejected while other instances hold unspent blocks ({early}).",
+        "an identity deciding above {} a second on an instance takes a block of its budget in one store decision (what it spends in {}, at most {}) and admits from it locally; blocks are consumed before they are spent, so never admitted beyond the limit. What a block did not spend goes back to the key's state within {} ms of its end, as far as the state can take it exactly ({takes_back}); the rest is lost (at most {} an instance a term, and what an instance killed held). Over the limit, a block the store refuses is remembered until the store's own wait for it has passed (at least {floor_ms} ms): the identity's requests of up to that cost are rejected here until then, with the wait left as their retry (never early), and the store is asked at most once per wait. The error: a request can be rejected while other instances hold unspent blocks (up to {} each) and, after a refusal, while the store holds less than the refused block plus what was given back since — in all {early} — and for at most a round trip (or {floor_ms} ms) past the store's wait.",
         rule.above,
         format_duration_ms(rule.term_ms),
         rule.max_block,
         crate::limiter::GIVE_BACK_INTERVAL_MS,
+        rule.max_block,
         rule.max_block,
     );
     let json = json!({
@@ -352,6 +354,8 @@ fn hot_lease(serve: &ServePolicy, instances: Option<u64>) -> (Option<String>, Va
         "largest_block": rule.max_block,
         "given_back_within_ms": crate::limiter::GIVE_BACK_INTERVAL_MS,
         "lost_at_most_per_instance_and_term": rule.max_block,
+        "refused_block_rejected_locally_for_at_least_ms": floor_ms,
+        "rejected_while_store_holds_below_units": rule.max_block,
     });
     (Some(text), json)
 }

@@ -314,6 +314,8 @@ async fn hot_identities_decide_from_local_blocks_and_never_pass_the_limit() {
             "largest_block": 100,
             "given_back_within_ms": 50,
             "lost_at_most_per_instance_and_term": 100,
+            "refused_block_rejected_locally_for_at_least_ms": 10,
+            "rejected_while_store_holds_below_units": 100,
         })
     );
     let processes: Vec<TollgateProcess> =
@@ -368,6 +370,72 @@ async fn hot_identities_decide_from_local_blocks_and_never_pass_the_limit() {
         evals < 3_000,
         "{evals} script calls for 3000 decisions: blocks saved none"
     );
+}
+
+/// An attacker far over its limit through two processes on one Redis
+/// (docs/config.md, `hot_lease`): a bucket refilling 700 a second, emptied
+/// at once, then hammered by 16 connections. Once the store refuses a
+/// process a block, that process rejects the identity locally until the
+/// store's own wait for a block has passed, so the flood costs Redis at
+/// most one script call in twenty decisions (before: one in two), and the
+/// bucket never admits beyond its capacity and its refill. A capacity of
+/// 10 000 makes the largest block (a tenth) 1 000, 1.4 s of refill: the
+/// ratio keeps its margin on a loaded machine, where fewer decisions a
+/// second share the same asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_identity_far_over_its_limit_costs_redis_at_most_one_call_in_twenty_decisions() {
+    let redis = RedisServer::start().expect("redis-server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"server: {{watch_interval_ms: 0}}
+store: {{redis: {{url: "{}"}}}}
+policies:
+  - {{name: flood, algorithm: token_bucket, capacity: 10000, refill: {{tokens: 700, per: 1s}}, hot_lease: {{above: 100, term: 1s}}}}
+"#,
+            redis.url()
+        ),
+    )
+    .expect("write config");
+    let processes: Vec<TollgateProcess> =
+        (0..2).map(|_| TollgateProcess::spawn(&path, &[])).collect();
+    let bases: Vec<String> = processes.iter().map(|p| p.base.clone()).collect();
+    let started_us = redis_time_us(&redis);
+    let client = reqwest::Client::new();
+    let emptied = check(
+        &client,
+        format!("{}/v1/check", bases[0]),
+        r#"{"policy":"flood","key":"attacker","cost":10000}"#,
+    )
+    .await;
+    assert_eq!(emptied["allowed"], true);
+    // Hot on both processes, then measured far over the limit.
+    let mut admitted = 10_000 + hammer_policy(&bases, "flood", "attacker", 2_000).await;
+    let evals_before = evals(&redis);
+    let decisions = 8_000;
+    admitted += hammer_policy(&bases, "flood", "attacker", decisions).await;
+    let calls = evals(&redis) - evals_before;
+    let elapsed_us = redis_time_us(&redis) - started_us;
+    let mut refused_locally = 0;
+    for base in &bases {
+        refused_locally += metric(base, "tollgate_hot_lease_local_rejections_total").await;
+    }
+    eprintln!(
+        "{calls} script calls for {decisions} decisions far over the limit ({:.4} a decision); {refused_locally} rejected locally; admitted {admitted} in {} ms",
+        calls as f64 / decisions as f64,
+        elapsed_us / 1_000
+    );
+    assert!(
+        calls * 20 <= decisions,
+        "{calls} script calls for {decisions} decisions"
+    );
+    assert!(refused_locally > 0);
+    // Never beyond the capacity and the refill of the whole run on the
+    // store's clock (blocks are consumed before they are spent).
+    let bound = 10_000 + (700 * elapsed_us).div_ceil(1_000_000);
+    assert!(admitted <= bound, "admitted {admitted}, bound {bound}");
 }
 
 /// What a peek at `key`'s state under `policy` says is left.
@@ -436,6 +504,16 @@ policies:
             "{store}: admitted {admitted}, returned {returned}, left {left}"
         );
     }
+}
+
+/// Redis's clock (`TIME`), in µs: the clock its scripts refill buckets by.
+fn redis_time_us(redis: &RedisServer) -> u64 {
+    let time = redis.cli(&["time"]).expect("time");
+    let mut parts = time
+        .split_whitespace()
+        .map(|n| n.parse::<u64>().expect("a number"));
+    let (s, us) = (parts.next().expect("seconds"), parts.next().expect("µs"));
+    s * 1_000_000 + us
 }
 
 /// EVALSHA and EVAL calls the server has answered so far.

@@ -186,3 +186,99 @@ fn the_set_aside_list_is_bounded_and_a_dropped_policy_counts_what_it_held() {
         "the rest went with the policy"
     );
 }
+
+/// The store's refusal of a block of 25: 7 left, the block back in 300 ms.
+fn refused() -> Decision {
+    Decision {
+        allowed: false,
+        limit: 100,
+        remaining: 7,
+        retry_after_ms: Some(300),
+        reset_after_ms: 4_000,
+    }
+}
+
+#[test]
+fn a_refused_block_rejects_costs_up_to_it_here_until_the_stores_wait_has_passed() {
+    let hot = leases(rule());
+    let id = Identity::value("over");
+    // Answered at 1 000 000 µs: the asking request's answer.
+    let asked = hot.refuse(&id, 25, &refused(), 1_000_000).expect("kept");
+    assert_eq!(
+        (asked.allowed, asked.remaining, asked.retry_after_ms),
+        (false, 0, Some(300))
+    );
+    // 120.5 ms later: the wait counts down (rounded up, never early), the
+    // reset from the answer (rounded down, never early either).
+    let later = hot.refused(&id, 25, 1_120_500).expect("rejected here");
+    assert_eq!(
+        (later.remaining, later.retry_after_ms, later.reset_after_ms),
+        (0, Some(180), 3_880)
+    );
+    assert!(
+        hot.refused(&id, 26, 1_120_500).is_none(),
+        "above the block: ask"
+    );
+    assert_eq!(
+        hot.refused(&id, 1, 1_299_999).map(|d| d.retry_after_ms),
+        Some(Some(1))
+    );
+    assert!(
+        hot.refused(&id, 1, 1_300_000).is_none(),
+        "the wait has passed"
+    );
+    assert_eq!(hot.refusals_held(), 0, "and it is forgotten");
+}
+
+#[test]
+fn a_tiny_wait_is_floored_and_a_block_that_never_fits_is_not_remembered() {
+    let hot = leases(rule());
+    let id = Identity::value("edge");
+    let tiny = Decision {
+        retry_after_ms: Some(1),
+        ..refused()
+    };
+    let asked = hot.refuse(&id, 25, &tiny, 0).expect("kept");
+    assert_eq!(asked.retry_after_ms, Some(REFUSED_FLOOR_MS));
+    assert!(hot.refused(&id, 1, REFUSED_FLOOR_MS * 1_000 - 1).is_some());
+    let never = Decision {
+        retry_after_ms: None,
+        ..refused()
+    };
+    assert!(
+        hot.refuse(&Identity::value("huge"), 200, &never, 0)
+            .is_none()
+    );
+    assert_eq!(hot.refusals_held(), 1);
+}
+
+#[test]
+fn a_block_taken_or_a_reset_forgets_the_refusal() {
+    let hot = leases(rule());
+    let id = Identity::value("back");
+    hot.refuse(&id, 25, &refused(), 0);
+    hot.keep(&id, 5, 1, (&taken(10), TAKEN), 0);
+    assert!(hot.refused(&id, 1, 1).is_none());
+    hot.refuse(&id, 25, &refused(), 0);
+    hot.forget_refusal(&id);
+    assert!(hot.refused(&id, 1, 1).is_none());
+}
+
+#[test]
+fn refusals_are_bounded() {
+    let hot = leases(rule());
+    for i in 0..MAX_BLOCKS {
+        assert!(
+            hot.refuse(&Identity::value(&format!("k{i}")), 25, &refused(), 0)
+                .is_some()
+        );
+    }
+    let late = Identity::value("late");
+    assert!(
+        hot.refuse(&late, 25, &refused(), 1).is_none(),
+        "full of live refusals: decided on the store as before"
+    );
+    // Once they lapse, room is made again.
+    assert!(hot.refuse(&late, 25, &refused(), 300_000).is_some());
+    assert_eq!(hot.refusals_held(), 1);
+}
