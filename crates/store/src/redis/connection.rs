@@ -63,7 +63,8 @@ impl Connection {
         } else if let Some(nodes) = &config.cluster {
             To::Cluster(open_cluster(nodes, config, timeout).await?)
         } else if let Some(sentinel) = &config.sentinel {
-            let mut redis_info = redis::RedisConnectionInfo::default();
+            // No CLIENT SETINFO round trip (see `with_credentials`).
+            let mut redis_info = redis::RedisConnectionInfo::default().set_skip_set_lib_name();
             if let Some(username) = &config.username {
                 redis_info = redis_info.set_username(username);
             }
@@ -150,17 +151,6 @@ impl Connection {
             }
             other => other,
         })
-    }
-
-    /// Sends the prelude again now (to every master of a Cluster).
-    pub async fn send_prelude(&self) -> Result<(), StoreError> {
-        match &self.to {
-            To::Server(link) => link.reload().await.map_err(from_redis),
-            To::Cluster(cluster) => {
-                self.prelude.send_each(cluster).await;
-                Ok(())
-            }
-        }
     }
 
     /// Sends the prelude again in the background, one reload at a time.
@@ -279,7 +269,10 @@ async fn open_cluster(
 
 fn with_credentials(url: &str, config: &RedisConfig) -> Result<redis::ConnectionInfo, StoreError> {
     let info = url.into_connection_info().map_err(|e| bad_url(url, &e))?;
-    let mut settings = info.redis_settings().clone();
+    // No CLIENT SETINFO on connecting: it is a round trip of its own before
+    // the prelude (over a far link, one more before the first decision) for
+    // a name in CLIENT LIST that Redis before 7.2 refuses anyway.
+    let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
     if let Some(username) = &config.username {
         settings = settings.set_username(username);
     }

@@ -416,19 +416,41 @@ impl RedisStore {
         Ok(matches!(deleted, ::redis::Value::Int(n) if n > 0))
     }
 
-    /// Registers the gcra scales of `policies` now, in one round trip (the
-    /// prelude, sent again), and on every connection that opens after: their
-    /// first decisions write the smallest states and cost one round trip.
+    /// Registers the gcra scales of `policies` now (concurrent calls: one
+    /// round trip), and on every connection that opens after: their first
+    /// decisions write the smallest states and cost one round trip.
     /// Optional (a scale met first by a decision is registered in the
     /// background); a server calls it for its policies before it serves.
     pub async fn prepare(&self, policies: &[&Policy]) -> Result<(), StoreError> {
+        let mut registrations = tokio::task::JoinSet::new();
         for policy in policies {
             let item = Item::new(Vec::new(), policy.name_arc(), policy.limits(), 0);
-            if item.algorithm == tollgate_core::Algorithm::Gcra {
-                self.shared.scales.expect(&item.policy, item.params);
+            if item.algorithm != tollgate_core::Algorithm::Gcra {
+                continue;
             }
+            let shared = Arc::clone(&self.shared);
+            registrations.spawn(async move {
+                let registering = shared.scales.register_now(
+                    &shared.connection,
+                    &shared.prefix,
+                    &item.policy,
+                    item.params,
+                    shared.margin_ms,
+                );
+                Box::pin(registering).await
+            });
         }
-        self.timed(self.shared.connection.send_prelude()).await
+        self.timed(async {
+            let mut outcome = Ok(());
+            while let Some(joined) = registrations.join_next().await {
+                let registered = joined
+                    .map_err(|e| StoreError::Unavailable(format!("a registration stopped: {e}")))
+                    .and_then(|r| r);
+                outcome = outcome.and(registered.map(drop));
+            }
+            outcome
+        })
+        .await
     }
 
     /// Round trip to Redis: for readiness probes.

@@ -114,17 +114,19 @@ impl Scales {
         tag
     }
 
-    /// Makes `policy`'s `scale` known without a tag yet, so the next
-    /// prelude registers it (see [`super::RedisStore::prepare`]).
-    pub fn expect(&self, policy: &Arc<str>, scale: Scale) {
-        let known = self
-            .tags
-            .read()
-            .get(&**policy)
-            .is_some_and(|scales| scales.contains_key(&scale));
-        if !known {
-            self.insert(policy, scale, None, Instant::now());
-        }
+    /// Registers `policy`'s `scale` now (see [`super::RedisStore::prepare`]).
+    pub async fn register_now(
+        &self,
+        connection: &Connection,
+        prefix: &str,
+        policy: &Arc<str>,
+        scale: Scale,
+        margin_ms: u64,
+    ) -> Result<Option<u16>, StoreError> {
+        let registered = register(connection, prefix, policy, scale, margin_ms).await;
+        let failed = registered.as_ref().err().cloned();
+        let tag = self.settle(policy, scale, registered);
+        failed.map_or(Ok(tag), Err)
     }
 
     /// Records a registration's outcome; returns the tag to use. A failed
