@@ -196,7 +196,7 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
                     "term_ms": 1000,
                     "renew_ms": 250,
                     "rest_ms": 1000,
-                    "converges_within_ms": 2250,
+                    "converges_within_ms": 3150,
                     "this_region": "a",
                     "floor_here": FLOOR,
                 })
