@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use tollgate_core::Clock;
+use tollgate_core::{Clock, Policy};
 
 use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
 use crate::limiter::{Backend, Limiter};
@@ -62,8 +62,14 @@ impl App {
     ) -> Result<Self, StoreError> {
         let metrics = Arc::new(Metrics::new(Arc::clone(&clock)));
         let mut backends = Vec::with_capacity(config.stores.list.len());
-        for (_, settings) in &config.stores.list {
-            backends.push(open_store(settings, Arc::clone(&clock)).await?);
+        for (index, (_, settings)) in config.stores.list.iter().enumerate() {
+            let policies: Vec<&Policy> = config
+                .policies
+                .iter()
+                .filter(|p| p.store == index)
+                .map(|p| &p.policy)
+                .collect();
+            backends.push(open_store(settings, &policies, Arc::clone(&clock)).await?);
         }
         let live = LiveConfig::new(config, &metrics, None);
         Ok(Self {
@@ -208,14 +214,23 @@ impl App {
     }
 }
 
-/// Opens a configured store; Redis is connected (and its scripts loaded)
-/// before the server starts answering.
+/// Opens a configured store. Redis is connected, its scripts loaded and
+/// the gcra scales of `policies` registered before the server starts
+/// answering, so a first decision costs one round trip; Redis being down
+/// delays none of it past the store timeout (decisions then fail over).
 async fn open_store(
     settings: &StoreSettings,
+    policies: &[&Policy],
     clock: Arc<dyn Clock>,
 ) -> Result<Backend, StoreError> {
     Ok(match settings {
         StoreSettings::Memory { max_keys } => Backend::memory(*max_keys, clock),
-        StoreSettings::Redis(config) => Backend::redis(RedisStore::connect(config).await?, clock),
+        StoreSettings::Redis(config) => {
+            let store = RedisStore::connect(config).await?;
+            if let Err(e) = store.prepare(policies).await {
+                tracing::warn!(error = %e, "cannot register the policies' gcra scales yet");
+            }
+            Backend::redis(store, clock)
+        }
     })
 }

@@ -160,7 +160,10 @@ fn cli(port: u16, args: &[&str]) -> String {
 /// gcra keeps one integer a key, tagged with its scale in the policy's
 /// registry; a limit change carries the tokens over through the registry,
 /// in instances that never saw the other limit; and a state whose scale the
-/// registry lost reads as an empty bucket.
+/// registry lost reads as an empty bucket. Each instance is prepared with
+/// its policy (as a server is before it serves), so its first decision is
+/// already tagged; an unprepared one writes text states until its
+/// background registration lands (tests/far_link.rs).
 #[tokio::test]
 async fn a_gcra_state_is_one_integer_and_limit_changes_carry_over_through_the_registry() {
     let topology = Topology::standalone();
@@ -197,7 +200,16 @@ async fn a_gcra_state_is_one_integer_and_limit_changes_carry_over_through_the_re
                 .expect("decides")
         }
     };
-    let first = topology.store().await;
+    let prepared = |policy: &Policy| {
+        let policy = policy.clone();
+        let store = topology.store();
+        async move {
+            let store = store.await;
+            store.prepare(&[&policy]).await.expect("prepared");
+            store
+        }
+    };
+    let first = prepared(&ten).await;
     for _ in 0..6 {
         decide(first.clone(), &ten).await;
     }
@@ -209,7 +221,7 @@ async fn a_gcra_state_is_one_integer_and_limit_changes_carry_over_through_the_re
         tag10.to_string()
     );
     // Another instance, at 20: the 4 tokens left carry over, 3 after this.
-    let second = topology.store().await;
+    let second = prepared(&twenty).await;
     let d = decide(second, &twenty).await;
     assert_eq!((d.allowed, d.remaining), (true, 3));
     assert_eq!(cli(port, &["get", key]), format!("1000017000{tag20:03}"));

@@ -182,11 +182,12 @@ fn lease_terms(
         .map(|(r, f)| format!("{r} {f}"))
         .collect();
     let this = deployment.region.as_deref().unwrap_or("?");
-    let converge = leased.term_ms + leased.rest_ms + leased.renew_ms;
     let global = config
         .stores
         .index("global")
         .map(|i| &config.stores.list[i].1);
+    let several = deployment.regions.iter().any(|r| r.instances > 1);
+    let converge = convergence(leased, several, global);
     let ledger = match global {
         Some(StoreSettings::Redis(g)) => format!(
             "{}, keys {}:{}:<identity>",
@@ -197,14 +198,15 @@ fn lease_terms(
         _ => "the global store".to_owned(),
     };
     let text = format!(
-        "floors ({}% of {limit}, by region weight; never leased away): {}; spare {} leased by demand from the ledger in the global store ({ledger}), for a term of {}, renewed every {}; units one region lets go rest {} (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within term + rest + renew = {}. This instance ({this}) spends its floor {} plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least {} of the {limit} unused).",
+        "floors ({}% of {limit}, by region weight; never leased away): {}; spare {} leased by demand from the ledger in the global store ({ledger}), for a term of {}, renewed every {}; units one region lets go rest {} (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within {} of a shift in demand{}. This instance ({this}) spends its floor {} plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least {} of the {limit} unused).",
         leased.floor_percent,
         floors.join(", "),
         leased.spare,
         format_duration_ms(leased.term_ms),
         format_duration_ms(leased.renew_ms),
         format_duration_ms(leased.rest_ms),
-        format_duration_ms(converge),
+        format_duration_ms(converge.ms),
+        converge.why,
         leased.floor_of(this),
         leased.spare,
     );
@@ -215,7 +217,7 @@ fn lease_terms(
         "term_ms": leased.term_ms,
         "renew_ms": leased.renew_ms,
         "rest_ms": leased.rest_ms,
-        "converges_within_ms": converge,
+        "converges_within_ms": converge.ms,
         "this_region": deployment.region,
         "floor_here": leased.floor_of(this),
     });
@@ -225,6 +227,49 @@ fn lease_terms(
         all.extend(each);
     }
     (Some(format!("{text} {each_text}")), json)
+}
+
+/// How long after a shift in demand a busy region holds what a quiet one
+/// let go (docs/config.md, Leased shares, Convergence), and the sum in words.
+struct Convergence {
+    ms: u64,
+    why: String,
+}
+
+/// term + rest + k·renew + a round trip to the ledger. A renewal reports
+/// the demand of the period before it, so the quiet region's first renewal
+/// after the shift still reports demand and is granted; with several
+/// instances a region, the region's demand is the sum of each instance's
+/// latest report, and one not yet renewed keeps it up for another renewal
+/// (k = 3; with one instance a region, k = 2). That last grant is spent for
+/// a term and rests; the busy region takes it at its first renewal after
+/// (one more renew, and the round trip that brings the grant back). A
+/// renewal answered at all came back within the global store's timeout.
+/// `several`: some region runs more than one instance (`regions:`).
+fn convergence(leased: &Leased, several: bool, global: Option<&StoreSettings>) -> Convergence {
+    let renewals: u64 = if several { 3 } else { 2 };
+    let round_trip_ms = match global {
+        Some(StoreSettings::Redis(g)) => g.timeout_ms,
+        _ => 0,
+    };
+    let ms = leased
+        .term_ms
+        .saturating_add(leased.rest_ms)
+        .saturating_add(renewals.saturating_mul(leased.renew_ms))
+        .saturating_add(round_trip_ms);
+    let (late, instances) = if renewals == 2 {
+        ("1 renewal", "one instance a region")
+    } else {
+        (
+            "2 renewals",
+            "several instances a region: each keeps its last report until it renews",
+        )
+    };
+    let why = format!(
+        ": term + rest + {renewals} × renew + a round trip to the global store (at most its timeout, {}). A renewal reports the period before it, so the quiet region is still granted up to {late} after the shift ({instances}); that grant runs a term and rests, and the busy region takes it at its next renewal",
+        format_duration_ms(round_trip_ms),
+    );
+    Convergence { ms, why }
 }
 
 /// `global`: exact on one Redis or a Cluster; a Sentinel failover can
@@ -265,5 +310,37 @@ fn admits(policy: &Policy, factor: u64) -> String {
             w.limit().saturating_mul(factor),
             format_duration_ms(w.window_ms())
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figure holds from the shift: the quiet region's stale reports
+    /// (one renewal with one instance a region, two with more), a term, a
+    /// rest, the busy region's next renewal and its round trip.
+    #[test]
+    fn convergence_counts_the_quiet_regions_stale_reports_and_a_round_trip() {
+        let leased = Leased {
+            term_ms: 2_000,
+            renew_ms: 250,
+            rest_ms: 1_000,
+            floor_percent: 50,
+            floors: vec![("a".into(), 10), ("b".into(), 10)],
+            spare: 20,
+        };
+        let mut global = RedisConfig::standalone("redis://127.0.0.1:1");
+        global.timeout_ms = 250;
+        let global = StoreSettings::Redis(Box::new(global));
+        let alone = convergence(&leased, false, Some(&global));
+        assert_eq!(alone.ms, 2_000 + 1_000 + 2 * 250 + 250);
+        assert_eq!(
+            alone.why,
+            ": term + rest + 2 × renew + a round trip to the global store (at most its timeout, 250ms). A renewal reports the period before it, so the quiet region is still granted up to 1 renewal after the shift (one instance a region); that grant runs a term and rests, and the busy region takes it at its next renewal"
+        );
+        let several = convergence(&leased, true, Some(&global));
+        assert_eq!(several.ms, 2_000 + 1_000 + 3 * 250 + 250);
+        assert!(several.why.starts_with(": term + rest + 3 × renew"));
     }
 }

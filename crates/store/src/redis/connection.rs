@@ -1,81 +1,70 @@
 //! One handle to Redis, whatever its topology: a standalone server, a
 //! Cluster, or a master found through Sentinel. Every handle multiplexes
-//! concurrent calls over its connections and reconnects by itself.
+//! concurrent calls over its connections and reconnects by itself, and
+//! every server it opens a connection to is sent the prelude (every script
+//! loaded, every known gcra scale registered) before a decision goes there.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::RwLock;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Client, Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind, Value};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind,
+    Value,
+};
 
 use super::config::{RedisConfig, redact_url};
+use super::link::{Link, Source};
+use super::prelude::Prelude;
+use super::scales::Scales;
 use super::script::{At, By, Item, Lua, Once, command};
 use crate::StoreError;
 
 #[derive(Clone)]
-pub enum Connection {
-    Standalone(ConnectionManager),
+pub struct Connection {
+    to: To,
+    prelude: Arc<Prelude>,
+}
+
+#[derive(Clone)]
+enum To {
+    /// A standalone server, or the master Sentinel names.
+    Server(Arc<Link>),
     Cluster(ClusterConnection),
-    Sentinel(Arc<SentinelLink>),
 }
 
 impl Connection {
-    /// Connects as `config` says. A standalone or Sentinel connection is
-    /// made lazily, so a server can start while Redis is down; a Cluster
-    /// needs one seed node up to learn its slots.
-    pub async fn open(config: &RedisConfig) -> Result<Self, StoreError> {
+    /// Connects as `config` says. A standalone or Sentinel connection
+    /// starts opening at once but is not waited for, so a server can start
+    /// while Redis is down (see [`Connection::ready`]); a Cluster needs one
+    /// seed node up to learn its slots.
+    pub async fn open(config: &RedisConfig, scales: Arc<Scales>) -> Result<Self, StoreError> {
         config.validate()?;
+        let prelude = Arc::new(Prelude::new(
+            scales,
+            config.prefix.clone(),
+            config.ttl_margin_ms,
+        ));
         let timeout = Duration::from_millis(config.timeout_ms);
-        let manager_config = ConnectionManagerConfig::new()
+        let link_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        if let Some(url) = &config.url {
+            .set_response_timeout(Some(timeout));
+        let server = |source| {
+            let link = Arc::new(Link::new(source, link_config, Arc::clone(&prelude)));
+            drop(link.opening());
+            To::Server(link)
+        };
+        let to = if let Some(url) = &config.url {
             let client =
                 Client::open(with_credentials(url, config)?).map_err(|e| bad_url(url, &e))?;
-            let manager = ConnectionManager::new_lazy_with_config(client, manager_config)
-                .map_err(unavailable)?;
-            return Ok(Self::Standalone(manager));
-        }
-        if let Some(nodes) = &config.cluster {
-            let mut builder = ClusterClientBuilder::new(
-                nodes
-                    .iter()
-                    .map(|url| {
-                        url.as_str()
-                            .into_connection_info()
-                            .map_err(|e| bad_url(url, &e))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            )
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            // Retries follow MOVED/ASK and reconnect. A call retried after
-            // its connection dropped may have run already: its cost is then
-            // consumed twice, which never admits more (docs/redis.md).
-            .retries(2);
-            if let Some(username) = &config.username {
-                builder = builder.username(username);
-            }
-            if let Some(password) = &config.password {
-                builder = builder.password(password);
-            }
-            let client = builder.build().map_err(unavailable)?;
-            let connection = tokio::time::timeout(timeout, client.get_async_connection())
-                .await
-                .map_err(|_| StoreError::Timeout {
-                    timeout_ms: config.timeout_ms,
-                })?
-                .map_err(unavailable)?;
-            return Ok(Self::Cluster(connection));
-        }
-        if let Some(sentinel) = &config.sentinel {
-            let mut redis_info = redis::RedisConnectionInfo::default();
+            server(Source::Fixed(client))
+        } else if let Some(nodes) = &config.cluster {
+            To::Cluster(open_cluster(nodes, config, timeout).await?)
+        } else if let Some(sentinel) = &config.sentinel {
+            // No CLIENT SETINFO round trip (see `with_credentials`).
+            let mut redis_info = redis::RedisConnectionInfo::default().set_skip_set_lib_name();
             if let Some(username) = &config.username {
                 redis_info = redis_info.set_username(username);
             }
@@ -91,52 +80,96 @@ impl Connection {
                 SentinelServerType::Master,
             )
             .map_err(unavailable)?;
-            return Ok(Self::Sentinel(Arc::new(SentinelLink {
-                client: tokio::sync::Mutex::new(client),
-                current: RwLock::new(None),
-                config: manager_config,
-            })));
+            server(Source::Sentinel(tokio::sync::Mutex::new(client)))
+        } else {
+            return Err(StoreError::Config(
+                "store.redis: set exactly one of url, cluster, sentinel".into(),
+            ));
+        };
+        let connection = Self { to, prelude };
+        if let To::Cluster(cluster) = &connection.to {
+            connection.prelude.send_each(cluster).await;
         }
-        Err(StoreError::Config(
-            "store.redis: set exactly one of url, cluster, sentinel".into(),
-        ))
+        Ok(connection)
+    }
+
+    /// Waits until the connection opening now is open (its prelude sent),
+    /// or has failed: a store connected this way answers its first decision
+    /// in one round trip. A Cluster is ready once opened.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        let To::Server(link) = &self.to else {
+            return Ok(());
+        };
+        let mut opened = link.opening();
+        match opened.wait_for(Option::is_some).await.map(|o| o.clone()) {
+            Ok(Some(Ok(_))) => Ok(()),
+            Ok(Some(Err(e))) => Err(from_redis(e)),
+            _ => Err(StoreError::Unavailable(
+                "a Redis connection's opening stopped".into(),
+            )),
+        }
     }
 
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
+        matches!(self.to, To::Cluster(_))
     }
 
     /// One command; an error reply comes back as `Err`.
     pub async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
-        self.send(cmd).await.and_then(Value::extract_error)
-    }
-
-    async fn send(&self, cmd: &Cmd) -> Result<Value, RedisError> {
-        match self {
-            Self::Standalone(manager) => manager.clone().send_packed_command(cmd).await,
-            Self::Cluster(cluster) => {
+        match &self.to {
+            To::Server(link) => link.query(cmd).await,
+            To::Cluster(cluster) => {
                 use redis::aio::ConnectionLike;
-                cluster.clone().req_packed_command(cmd).await
+                cluster
+                    .clone()
+                    .req_packed_command(cmd)
+                    .await
+                    .and_then(Value::extract_error)
             }
-            Self::Sentinel(link) => link.query(cmd).await,
         }
     }
 
-    /// Runs the script that `command` names by SHA1; after NOSCRIPT (a
-    /// restarted or failed-over server) runs it by its text, which also
-    /// caches it there again. Only NOSCRIPT is retried: the script certainly
-    /// did not run. Any other failure may have happened after the script
-    /// ran, and running it again could consume twice.
+    /// Runs the script that `command` names by SHA1; after NOSCRIPT runs
+    /// it by its text, which also caches it there again, and sends the
+    /// prelude again in the background so the other scripts are back too.
+    ///
+    /// Only NOSCRIPT is retried: a server answers it before running
+    /// anything, so the script certainly did not run and sending it again
+    /// cannot charge twice. NOSCRIPT under a live connection means the
+    /// server lost its scripts after the prelude (SCRIPT FLUSH; a restart
+    /// breaks the connection, and the next one sends the prelude first).
+    /// Any other failure may have happened after the script ran, and
+    /// running it again could consume twice.
     pub async fn evaluate(
         &self,
         command: impl Fn(By) -> Result<Cmd, StoreError>,
     ) -> Result<Result<Value, RedisError>, StoreError> {
         Ok(match self.query(&command(By::Sha)?).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.reload();
                 self.query(&command(By::Body)?).await
             }
             other => other,
         })
+    }
+
+    /// Sends the prelude again in the background, one reload at a time.
+    fn reload(&self) {
+        if !self.prelude.begin_reload() {
+            return;
+        }
+        let connection = self.clone();
+        tokio::spawn(async move {
+            match &connection.to {
+                To::Server(link) => {
+                    if let Err(e) = link.reload().await {
+                        tracing::debug!(error = %e, "cannot load the scripts again");
+                    }
+                }
+                To::Cluster(cluster) => connection.prelude.send_each(cluster).await,
+            }
+            connection.prelude.reloaded();
+        });
     }
 
     /// Runs a decision script over `items` (see [`Connection::evaluate`]).
@@ -197,47 +230,49 @@ fn unresolved(detail: &str, keys: usize) -> Result<Vec<(usize, u16)>, StoreError
         .collect()
 }
 
-/// A Sentinel-managed master: resolved on first use and again after an
-/// error that suggests it moved (a dropped connection, READONLY).
-pub struct SentinelLink {
-    client: tokio::sync::Mutex<SentinelClient>,
-    current: RwLock<Option<ConnectionManager>>,
-    config: ConnectionManagerConfig,
-}
-
-impl SentinelLink {
-    async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
-        let known = self.current.read().clone();
-        let mut manager = match known {
-            Some(manager) => manager,
-            None => self.resolve().await?,
-        };
-        let reply = manager
-            .send_packed_command(cmd)
-            .await
-            .and_then(Value::extract_error);
-        if let Err(e) = &reply
-            && (e.is_io_error()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal()
-                || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly))
-        {
-            *self.current.write() = None;
-        }
-        reply
+/// A Cluster connection, having learnt its slots from a seed node.
+async fn open_cluster(
+    nodes: &[String],
+    config: &RedisConfig,
+    timeout: Duration,
+) -> Result<ClusterConnection, StoreError> {
+    let mut builder = ClusterClientBuilder::new(
+        nodes
+            .iter()
+            .map(|url| {
+                url.as_str()
+                    .into_connection_info()
+                    .map_err(|e| bad_url(url, &e))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    )
+    .connection_timeout(timeout)
+    .response_timeout(timeout)
+    // Retries follow MOVED/ASK and reconnect. A call retried after
+    // its connection dropped may have run already: its cost is then
+    // consumed twice, which never admits more (docs/redis.md).
+    .retries(2);
+    if let Some(username) = &config.username {
+        builder = builder.username(username);
     }
-
-    async fn resolve(&self) -> Result<ConnectionManager, RedisError> {
-        let client = self.client.lock().await.async_get_client().await?;
-        let manager = ConnectionManager::new_lazy_with_config(client, self.config.clone())?;
-        *self.current.write() = Some(manager.clone());
-        Ok(manager)
+    if let Some(password) = &config.password {
+        builder = builder.password(password);
     }
+    let client = builder.build().map_err(unavailable)?;
+    tokio::time::timeout(timeout, client.get_async_connection())
+        .await
+        .map_err(|_| StoreError::Timeout {
+            timeout_ms: config.timeout_ms,
+        })?
+        .map_err(unavailable)
 }
 
 fn with_credentials(url: &str, config: &RedisConfig) -> Result<redis::ConnectionInfo, StoreError> {
     let info = url.into_connection_info().map_err(|e| bad_url(url, &e))?;
-    let mut settings = info.redis_settings().clone();
+    // No CLIENT SETINFO on connecting: it is a round trip of its own before
+    // the prelude (over a far link, one more before the first decision) for
+    // a name in CLIENT LIST that Redis before 7.2 refuses anyway.
+    let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
     if let Some(username) = &config.username {
         settings = settings.set_username(username);
     }

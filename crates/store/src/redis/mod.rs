@@ -4,8 +4,11 @@
 //! - Keys are `<prefix>:<policy>:<algorithm>:{<identity>}` ([`key`]); the
 //!   state stored under one records its scale, so a limit change carries
 //!   the bucket or window over instead of minting a burst.
-//! - Scripts ([`script`], crates/store/lua) are called by SHA1; NOSCRIPT
-//!   after a restart or failover reruns the call with the script's text.
+//! - Scripts ([`script`], crates/store/lua) are called by SHA1. Every
+//!   connection opened (the first, and each after a restart or failover)
+//!   loads them all and registers the known gcra scales before its first
+//!   call ([`prelude`], [`link`]), so a decision costs one round trip;
+//!   NOSCRIPT still reruns the call with the script's text.
 //! - Concurrent decisions are batched into fewer script calls ([`batch`]);
 //!   a key rejected until T is answered locally until T ([`rejected`]).
 //! - All-or-nothing decisions of one identity are one script call (one
@@ -20,8 +23,11 @@ mod batch;
 mod config;
 mod connection;
 mod key;
+mod lanes;
 mod lease;
+mod link;
 mod once;
+mod prelude;
 mod rejected;
 mod replay_prefix;
 mod scales;
@@ -64,13 +70,6 @@ pub struct RedisStore {
     config: Arc<RedisConfig>,
 }
 
-thread_local! {
-    /// This thread's lanes: a batching queue per store, for stores used
-    /// from a single-threaded runtime. A few stores at most.
-    static LANES: std::cell::RefCell<Vec<(std::sync::Weak<Shared>, mpsc::Sender<batch::Job>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
 struct Shared {
     connection: Connection,
     prefix: String,
@@ -80,7 +79,7 @@ struct Shared {
     answered_locally: AtomicU64,
     /// Script calls made by the batching task: decisions / this = batch size.
     batched_calls: AtomicU64,
-    scales: scales::Scales,
+    scales: Arc<scales::Scales>,
 }
 
 /// Calls made again because a gcra state named a scale the call did not:
@@ -89,30 +88,25 @@ const SCALE_ATTEMPTS: usize = 3;
 
 impl Shared {
     /// Gives a gcra item its scale's tag, so its state is written as an
-    /// integer; other items, and a gcra item whose tag cannot be had, are
-    /// left as they are (text states).
-    async fn tag(&self, item: &mut Item) {
+    /// integer; other items, and a gcra item whose tag is not known yet
+    /// or cannot be had, are left as they are (text states). Never waits
+    /// on Redis (scales.rs).
+    fn tag(&self, item: &mut Item) {
         if item.algorithm != tollgate_core::Algorithm::Gcra {
             return;
         }
-        if let Some(cached) = self.scales.cached(&item.policy, item.params) {
-            item.tag = cached;
-            return;
-        }
-        let tagging = self.scales.tag(
+        item.tag = self.scales.tag_now(
             &self.connection,
             &self.prefix,
             &item.policy,
             item.params,
             self.margin_ms,
         );
-        // Boxed for the same reason as `run`'s call.
-        item.tag = Box::pin(tagging).await;
     }
 
-    async fn tag_all(&self, items: &mut [Item]) {
+    fn tag_all(&self, items: &mut [Item]) {
         for item in items {
-            self.tag(item).await;
+            self.tag(item);
         }
     }
 
@@ -193,7 +187,20 @@ impl RedisStore {
     /// Connects as `config` says and starts the batching task. Call it
     /// inside a Tokio runtime.
     pub async fn connect(config: &RedisConfig) -> Result<Self, StoreError> {
-        let connection = Connection::open(config).await?;
+        let scales = Arc::new(scales::Scales::default());
+        let connection = Connection::open(config, Arc::clone(&scales)).await?;
+        // The first decision then costs one round trip. Redis being down
+        // does not stop a store from connecting: its calls fail until it
+        // is up (and the failure modes answer them).
+        let opened =
+            tokio::time::timeout(Duration::from_millis(config.timeout_ms), connection.ready())
+                .await;
+        if !matches!(opened, Ok(Ok(()))) {
+            tracing::warn!(
+                prefix = %config.prefix,
+                "Redis is not reachable yet; decisions fail until it is"
+            );
+        }
         let shared = Arc::new(Shared {
             connection,
             prefix: config.prefix.clone(),
@@ -202,7 +209,7 @@ impl RedisStore {
             rejected: rejected::RejectedCache::new(config.rejected_cache),
             answered_locally: AtomicU64::new(0),
             batched_calls: AtomicU64::new(0),
-            scales: scales::Scales::default(),
+            scales,
         });
         let (queue, jobs) = mpsc::channel(config.batch.queue);
         tokio::spawn(batch::gather(
@@ -215,46 +222,6 @@ impl RedisStore {
             shared,
             queue,
             config: Arc::new(config.clone()),
-        })
-    }
-
-    /// The batching queue for this thread: its lane when the thread runs a
-    /// single-threaded runtime (opened on first use), else the store's own.
-    async fn queue(&self) -> mpsc::Sender<batch::Job> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let single = Handle::try_current()
-            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::CurrentThread);
-        if !single {
-            return self.queue.clone();
-        }
-        let mine = |lanes: &Vec<(std::sync::Weak<Shared>, mpsc::Sender<batch::Job>)>| {
-            lanes
-                .iter()
-                .find(|(shared, _)| std::ptr::eq(shared.as_ptr(), Arc::as_ptr(&self.shared)))
-                .map(|(_, queue)| queue.clone())
-        };
-        if let Some(queue) = LANES.with(|lanes| mine(&lanes.borrow())) {
-            return queue;
-        }
-        let Ok(connection) = Box::pin(Connection::open(&self.config)).await else {
-            return self.queue.clone();
-        };
-        let (queue, jobs) = mpsc::channel(self.config.batch.queue);
-        tokio::spawn(batch::gather(
-            jobs,
-            Arc::clone(&self.shared),
-            connection,
-            self.config.batch,
-        ));
-        LANES.with(|lanes| {
-            let mut lanes = lanes.borrow_mut();
-            lanes.retain(|(shared, _)| shared.strong_count() > 0);
-            // Another request of this thread may have opened one meanwhile.
-            if let Some(theirs) = mine(&lanes) {
-                return theirs;
-            }
-            lanes.push((Arc::downgrade(&self.shared), queue.clone()));
-            queue
         })
     }
 
@@ -284,7 +251,7 @@ impl RedisStore {
         now_ms: u64,
     ) -> Result<Vec<Decision>, StoreError> {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
-        self.shared.tag_all(&mut items).await;
+        self.shared.tag_all(&mut items);
         let mut decisions = self
             .all_or_nothing(&items, At::Ms(now_ms), self.given_margin())
             .await?;
@@ -332,8 +299,8 @@ impl RedisStore {
         margin_ms: u64,
         mode: Option<&str>,
     ) -> Result<Vec<i64>, StoreError> {
+        self.shared.tag(item);
         self.timed(async {
-            self.shared.tag(item).await;
             self.shared
                 .run(
                     &self.shared.connection,
@@ -451,6 +418,43 @@ impl RedisStore {
         Ok(matches!(deleted, ::redis::Value::Int(n) if n > 0))
     }
 
+    /// Registers the gcra scales of `policies` now (concurrent calls: one
+    /// round trip), and on every connection that opens after: their first
+    /// decisions write the smallest states and cost one round trip.
+    /// Optional (a scale met first by a decision is registered in the
+    /// background); a server calls it for its policies before it serves.
+    pub async fn prepare(&self, policies: &[&Policy]) -> Result<(), StoreError> {
+        let mut registrations = tokio::task::JoinSet::new();
+        for policy in policies {
+            let item = Item::new(Vec::new(), policy.name_arc(), policy.limits(), 0);
+            if item.algorithm != tollgate_core::Algorithm::Gcra {
+                continue;
+            }
+            let shared = Arc::clone(&self.shared);
+            registrations.spawn(async move {
+                let registering = shared.scales.register_now(
+                    &shared.connection,
+                    &shared.prefix,
+                    &item.policy,
+                    item.params,
+                    shared.margin_ms,
+                );
+                Box::pin(registering).await
+            });
+        }
+        self.timed(async {
+            let mut outcome = Ok(());
+            while let Some(joined) = registrations.join_next().await {
+                let registered = joined
+                    .map_err(|e| StoreError::Unavailable(format!("a registration stopped: {e}")))
+                    .and_then(|r| r);
+                outcome = outcome.and(registered.map(drop));
+            }
+            outcome
+        })
+        .await
+    }
+
     /// Round trip to Redis: for readiness probes.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.timed(async {
@@ -510,9 +514,8 @@ impl RedisStore {
         }
         let (reply, answer) = oneshot::channel();
         self.timed(async {
-            self.shared.tag(&mut item).await;
+            self.shared.tag(&mut item);
             self.queue()
-                .await
                 .send(batch::Job {
                     item,
                     once: None,
@@ -639,11 +642,7 @@ impl Store for RedisStore {
             {
                 return self.decide_one(item).await.map(|d| vec![d]);
             }
-            self.timed(async {
-                self.shared.tag_all(&mut items).await;
-                Ok(())
-            })
-            .await?;
+            self.shared.tag_all(&mut items);
             let mut decisions = self
                 .all_or_nothing(&items, At::StoreClock, self.shared.margin_ms)
                 .await?;
@@ -676,11 +675,7 @@ impl Store for RedisStore {
             {
                 return Box::pin(self.decide_one_once(item, once)).await;
             }
-            self.timed(async {
-                self.shared.tag_all(&mut items).await;
-                Ok(())
-            })
-            .await?;
+            self.shared.tag_all(&mut items);
             // Boxed: the two phases' futures are deep (redis-rs's within).
             let mut retried = Box::pin(self.once_or_nothing(
                 &items,

@@ -36,7 +36,7 @@ impl RedisStore {
         now_ms: u64,
     ) -> Result<Retried, StoreError> {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
-        self.shared.tag_all(&mut items).await;
+        self.shared.tag_all(&mut items);
         let Some(once) = self.once(&items, retry) else {
             return Ok(Retried {
                 decisions: Vec::new(),
@@ -191,9 +191,8 @@ impl RedisStore {
     ) -> Result<Retried, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.timed(async {
-            self.shared.tag(&mut item).await;
+            self.shared.tag(&mut item);
             self.queue()
-                .await
                 .send(batch::Job {
                     item,
                     once: Some(once),

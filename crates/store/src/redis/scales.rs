@@ -23,17 +23,23 @@
 //! instance registers the scales it uses again every hour. When a registry
 //! is unreachable or full, states are written in the text form, which
 //! names its scale: only the size changes, never a decision.
+//!
+//! A decision never waits on a registration: a scale not yet registered is
+//! written in the text form while its registration runs in the background,
+//! and each connection that opens registers every scale the store knows
+//! before its first decision (prelude.rs), so a server restarted empty has
+//! its registries back before a state names them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use redis::Value;
+use redis::{Cmd, Value};
 use tokio::time::Instant;
 
 use super::connection::{Connection, from_redis};
-use super::script::{SCRIPTS, invocation};
+use super::script::{By, SCRIPTS, invocation};
 use crate::StoreError;
 
 /// How often an instance registers a scale it uses again, keeping the
@@ -67,18 +73,13 @@ pub fn registry_key(prefix: &str, policy: &str) -> String {
 }
 
 impl Scales {
-    /// The tag of `policy`'s `scale` (`Some(None)`: it has none) when
-    /// cached and not due for registering again.
-    pub fn cached(&self, policy: &Arc<str>, scale: Scale) -> Option<Option<u16>> {
-        let tags = self.tags.read();
-        let (tag, due) = tags.get(&**policy)?.get(&scale)?;
-        (Instant::now() < *due).then_some(*tag)
-    }
-
-    /// The tag of `policy`'s `scale`: cached, or registered now. `None`
-    /// when the registry cannot give one (unreachable, or the tag is held).
-    pub async fn tag(
-        &self,
+    /// The tag to write `policy`'s `scale` with now, never waiting on
+    /// Redis: the cached tag (`None`: none yet, or none to have; a text
+    /// state says its scale itself). When the scale is not cached, or due
+    /// to be registered again, a registration starts in the background, so
+    /// a decision never pays a registry round trip.
+    pub fn tag_now(
+        self: &Arc<Self>,
         connection: &Connection,
         prefix: &str,
         policy: &Arc<str>,
@@ -97,14 +98,68 @@ impl Scales {
         {
             return tag;
         }
-        let (tag, due) = match register(connection, prefix, policy, scale, margin_ms).await {
+        let tag = cached.and_then(|(tag, _)| tag);
+        // Pending: no other decision starts a registration until RETRY.
+        self.insert(policy, scale, tag, now + RETRY);
+        let (scales, connection, prefix, policy) = (
+            Arc::clone(self),
+            connection.clone(),
+            prefix.to_owned(),
+            Arc::clone(policy),
+        );
+        tokio::spawn(async move {
+            let registered = register(&connection, &prefix, &policy, scale, margin_ms).await;
+            scales.settle(&policy, scale, registered);
+        });
+        tag
+    }
+
+    /// Registers `policy`'s `scale` now (see [`super::RedisStore::prepare`]).
+    pub async fn register_now(
+        &self,
+        connection: &Connection,
+        prefix: &str,
+        policy: &Arc<str>,
+        scale: Scale,
+        margin_ms: u64,
+    ) -> Result<Option<u16>, StoreError> {
+        let registered = register(connection, prefix, policy, scale, margin_ms).await;
+        let failed = registered.as_ref().err().cloned();
+        let tag = self.settle(policy, scale, registered);
+        failed.map_or(Ok(tag), Err)
+    }
+
+    /// Records a registration's outcome; returns the tag to use. A failed
+    /// one keeps a tag already given (tags are never reused) and is tried
+    /// again soon.
+    pub fn settle(
+        &self,
+        policy: &Arc<str>,
+        scale: Scale,
+        registered: Result<Option<u16>, StoreError>,
+    ) -> Option<u16> {
+        let now = Instant::now();
+        let (tag, due) = match registered {
             Ok(tag) => (tag, now + REFRESH),
-            // Keep a tag already given (tags are never reused); try again soon.
             Err(e) => {
                 tracing::debug!(error = %e, policy = %policy, "cannot register a gcra scale");
-                (cached.and_then(|(tag, _)| tag), now + RETRY)
+                let kept = self
+                    .tags
+                    .read()
+                    .get(&**policy)
+                    .and_then(|scales| scales.get(&scale))
+                    .and_then(|(tag, _)| *tag);
+                (kept, now + RETRY)
             }
         };
+        self.insert(policy, scale, tag, due);
+        if let Some(tag) = tag {
+            self.remember(policy, tag, scale);
+        }
+        tag
+    }
+
+    fn insert(&self, policy: &Arc<str>, scale: Scale, tag: Option<u16>, due: Instant) {
         let mut tags = self.tags.write();
         if tags.len() >= MAX_CACHED {
             tags.clear();
@@ -114,11 +169,17 @@ impl Scales {
             scales.clear();
         }
         scales.insert(scale, (tag, due));
-        drop(tags);
-        if let Some(tag) = tag {
-            self.remember(policy, tag, scale);
-        }
-        tag
+    }
+
+    /// Up to `limit` scales this store has used, to register again on a
+    /// connection that opens (a server restarted empty lost its registries).
+    pub fn known(&self, limit: usize) -> Vec<(Arc<str>, Scale)> {
+        self.tags
+            .read()
+            .iter()
+            .flat_map(|(policy, scales)| scales.keys().map(|scale| (Arc::clone(policy), *scale)))
+            .take(limit)
+            .collect()
     }
 
     /// The scale `policy` tagged `tag`, from the registry when not cached;
@@ -170,6 +231,19 @@ async fn register(
     scale: Scale,
     margin_ms: u64,
 ) -> Result<Option<u16>, StoreError> {
+    let reply = connection
+        .evaluate(|by| Ok(registration_by(prefix, policy, scale, margin_ms, by)))
+        .await?
+        .map_err(from_redis)?;
+    tag_of(reply)
+}
+
+/// `EVALSHA register_scale ...` for `policy`'s `scale`.
+pub fn registration(prefix: &str, policy: &str, scale: Scale, margin_ms: u64) -> Cmd {
+    registration_by(prefix, policy, scale, margin_ms, By::Sha)
+}
+
+fn registration_by(prefix: &str, policy: &str, scale: Scale, margin_ms: u64, by: By) -> Cmd {
     let [capacity, n, p] = scale;
     // The longest a state of this scale lives: a full refill, C·p/n ms.
     let refill_ms = u64::try_from(u128::from(capacity) * u128::from(p) / u128::from(n.max(1)))
@@ -180,17 +254,19 @@ async fn register(
             .saturating_mul(2)
             .min(1 << 52),
     );
-    let key = registry_key(prefix, policy);
     let text = format!("{capacity}:{n}:{p}");
     let preferred = preferred_tag(&text);
-    let reply = connection
-        .evaluate(|by| {
-            let mut cmd = invocation(&SCRIPTS.register_scale, by);
-            cmd.arg(1).arg(&key).arg(&text).arg(preferred).arg(ttl_ms);
-            Ok(cmd)
-        })
-        .await?
-        .map_err(from_redis)?;
+    let mut cmd = invocation(&SCRIPTS.register_scale, by);
+    cmd.arg(1)
+        .arg(registry_key(prefix, policy))
+        .arg(&text)
+        .arg(preferred)
+        .arg(ttl_ms);
+    cmd
+}
+
+/// A registration's answer: the tag, or none (-1: another scale holds it).
+pub fn tag_of(reply: Value) -> Result<Option<u16>, StoreError> {
     match reply {
         Value::Int(tag) if tag >= 0 => u16::try_from(tag)
             .map(Some)

@@ -104,6 +104,32 @@ impl Scripts {
     pub fn for_algorithm(&self, algorithm: Algorithm) -> &Lua {
         &self.by_algorithm[algorithm as usize]
     }
+
+    /// Every script, for loading them all when a connection opens.
+    pub fn all(&self) -> impl Iterator<Item = &Lua> {
+        // Destructured, so a script added to `Scripts` cannot be left out.
+        let Self {
+            by_algorithm,
+            batch,
+            decide_all,
+            decide_once,
+            decide_each_once,
+            take,
+            give_back,
+            register_scale,
+            lease,
+        } = self;
+        by_algorithm.iter().chain([
+            batch,
+            decide_all,
+            decide_once,
+            decide_each_once,
+            take,
+            give_back,
+            register_scale,
+            lease,
+        ])
+    }
 }
 
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
