@@ -1,6 +1,13 @@
 -- sliding_log (docs/design.md §3; Rust twin: crates/core/src/algorithm/sliding_log.rs)
--- state "last_ms" then ";age:cost" per admitted millisecond, oldest first,
--- where age = last_ms - t. An entry counts while now < t + W.
+-- state "last_ms" then ";age:cost" per logged time, oldest first, where
+-- age = last_ms - t (negative for a bucket end after last_ms). An entry
+-- counts while now < t + W. A log holds each request at its millisecond
+-- while it has fewer than LOG_EXACT entries, else at the end of its bucket
+-- of q = ceil(W / LOG_EXACT) ms: at most LOG_MAX entries, so a decision's
+-- parse costs the same whatever the limit.
+local LOG_EXACT = 64
+local LOG_MAX = 2 * LOG_EXACT + 1
+
 -- The entries that still count at `now` (the key's clock never runs back:
 -- `now` comes back clamped to it), their times, costs and sum.
 local function sliding_log_read(key, state, now, w)
@@ -17,7 +24,7 @@ local function sliding_log_read(key, state, now, w)
   if now < last then
     now = last
   end
-  for age, c in string.gmatch(rest, ';(%d+):(%d+)') do
+  for age, c in string.gmatch(rest, ';(-?%d+):(%d+)') do
     local t = last - tonumber(age)
     -- Entries that aged out are dropped.
     if t + w > now then
@@ -46,18 +53,53 @@ local function sliding_log_written(now, times, costs, w)
   return table.concat(parts), reset
 end
 
+-- ceil(t / q) * q: the end of t's bucket (t itself on a boundary).
+local function bucket_end(t, q)
+  return cdiv(t, q) * q
+end
+
+-- Every entry moved to its bucket's end, equal times merged: later, never
+-- earlier. Only a state written before logs were bounded needs it.
+local function coalesce(times, costs, q)
+  local t2, c2 = {}, {}
+  local n = 0
+  for i = 1, #times do
+    local at = bucket_end(times[i], q)
+    if n > 0 and t2[n] == at then
+      c2[n] = c2[n] + costs[i]
+    else
+      n = n + 1
+      t2[n], c2[n] = at, costs[i]
+    end
+  end
+  return t2, c2
+end
+
 ALGORITHMS.sliding_log = function(key, state, now, cost, consume, l_text, w_text)
   local limit, w = tonumber(l_text), tonumber(w_text)
+  local q = cdiv(w, LOG_EXACT)
   local times, costs, counted
   now, times, costs, counted = sliding_log_read(key, state, now, w)
+  if #times > LOG_MAX then
+    times, costs = coalesce(times, costs, q)
+  end
   local allowed = cost <= limit and counted <= limit - cost
   local count = #times
   if allowed and consume and cost > 0 then
-    if count > 0 and times[count] == now then
+    -- At its millisecond while the log is short, else at its bucket's end;
+    -- never before the newest entry.
+    local at = now
+    if count >= LOG_EXACT then
+      at = bucket_end(now, q)
+    end
+    if count > 0 and times[count] > at then
+      at = times[count]
+    end
+    if count > 0 and times[count] == at then
       costs[count] = costs[count] + cost
     else
       count = count + 1
-      times[count], costs[count] = now, cost
+      times[count], costs[count] = at, cost
     end
     counted = counted + cost
   end
@@ -85,17 +127,25 @@ ALGORITHMS.sliding_log = function(key, state, now, cost, consume, l_text, w_text
   return written, allowed, remaining, retry, reset
 end
 
--- Gives back up to `units` from the entry of the take's millisecond while
--- it counts (Rust twin: sliding_log::give_back).
+-- Gives back up to `units` from the entry of the take while it counts
+-- (Rust twin: sliding_log::give_back): the take's own millisecond first,
+-- else its bucket's end, where a long log logged it.
 GIVE.sliding_log = function(key, state, now, units, taken, _, l_text, w_text)
   local w = tonumber(w_text)
   local times, costs
   now, times, costs = sliding_log_read(key, state, now, w)
   local given = 0
-  for i = 1, #times do
-    if times[i] == taken then
-      given = math.min(units, costs[i])
-      costs[i] = costs[i] - given
+  local found = false
+  for _, at in ipairs({ taken, bucket_end(taken, cdiv(w, LOG_EXACT)) }) do
+    for i = 1, #times do
+      if times[i] == at then
+        given = math.min(units, costs[i])
+        costs[i] = costs[i] - given
+        found = true
+        break
+      end
+    end
+    if found then
       break
     end
   end
