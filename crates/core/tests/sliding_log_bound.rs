@@ -123,6 +123,28 @@ fn an_old_long_log_is_coalesced_into_bucket_ends_on_its_next_decision() {
     assert_eq!(d.reset_after_ms, 43_750 + 3_600_000 - 4_999 * 7 - 1);
 }
 
+/// A full log, whatever wrote it (here 129 exact entries), is coalesced
+/// before an admission could take it past LOG_MAX_ENTRIES.
+#[test]
+fn a_full_log_is_coalesced_before_an_admission_could_pass_the_bound() {
+    let limits = log(10_000, 3_600_000);
+    let last_ms = T0 + 128 * 10;
+    let mut state = Some(State::SlidingLog(LogState {
+        entries: (0..129u64).map(|i| (T0 + i * 10, 1)).collect(),
+        counted: 129,
+        last_ms,
+    }));
+    let d = limits.decide(&mut state, last_ms + 1, 1);
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 10_000 - 130);
+    // All in the bucket ending at T0 + 43750; the admission, logged never
+    // before the newest entry, merges into it.
+    assert_eq!(
+        entries(&state).iter().copied().collect::<Vec<_>>(),
+        vec![(T0 + 43_750, 130)]
+    );
+}
+
 /// A take logged at its bucket's end is given back from that entry.
 #[test]
 fn a_bucketed_take_is_given_back_from_its_bucket_entry() {

@@ -59,7 +59,8 @@ local function bucket_end(t, q)
 end
 
 -- Every entry moved to its bucket's end, equal times merged: later, never
--- earlier. Only a state written before logs were bounded needs it.
+-- earlier. For a full log (or one written before logs were bounded), so
+-- the entry a decision may add keeps it within LOG_MAX.
 local function coalesce(times, costs, q)
   local t2, c2 = {}, {}
   local n = 0
@@ -80,7 +81,7 @@ ALGORITHMS.sliding_log = function(key, state, now, cost, consume, l_text, w_text
   local q = cdiv(w, LOG_EXACT)
   local times, costs, counted
   now, times, costs, counted = sliding_log_read(key, state, now, w)
-  if #times > LOG_MAX then
+  if #times >= LOG_MAX then
     times, costs = coalesce(times, costs, q)
   end
   local allowed = cost <= limit and counted <= limit - cost

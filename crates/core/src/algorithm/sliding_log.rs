@@ -14,9 +14,10 @@ use crate::policy::Window;
 /// decision walks the log (in Lua, parses it), so this bounds its cost.
 pub const LOG_EXACT_ENTRIES: usize = 64;
 
-/// The most entries a log holds after a decision: fewer than
-/// [`LOG_EXACT_ENTRIES`] + 1 exact ones, and one per bucket end in
+/// The most entries a log holds after a decision: at most
+/// [`LOG_EXACT_ENTRIES`] exact ones, and one per bucket end in
 /// `(now − W, now + q)`, of which there are at most `LOG_EXACT_ENTRIES + 1`.
+/// A log read this long (whatever wrote it) is coalesced first.
 pub const LOG_MAX_ENTRIES: usize = 2 * LOG_EXACT_ENTRIES + 1;
 
 /// The bucket width q = ceil(W / [`LOG_EXACT_ENTRIES`]) of a log of window
@@ -64,8 +65,9 @@ pub(super) fn decide(
         log.entries.pop_front();
         log.counted -= c;
     }
-    if log.entries.len() > LOG_MAX_ENTRIES {
-        // Only a state written before logs were bounded can be this long.
+    if log.entries.len() >= LOG_MAX_ENTRIES {
+        // Full (or a state written before logs were bounded): coalesced, so
+        // the entry this decision may add keeps it within the bound.
         coalesce(&mut log.entries, q);
     }
     let allowed = u128::from(log.counted) + u128::from(cost) <= u128::from(limit);
