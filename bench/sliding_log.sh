@@ -5,13 +5,13 @@
 # with N entries one per request (the format every version reads), for the
 # scripts here and, in the same run, those of a baseline revision.
 #
-#   bash bench/sliding_log.sh                 # BASELINE=HEAD~3 R=500 N="129 1000 5600 10000"
+#   bash bench/sliding_log.sh   # BASELINE=f6056ab (the last unbounded logs) R=500 N="128 1000 5600 10000"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v redis-server >/dev/null || { echo "bench/sliding_log.sh needs redis-server" >&2; exit 1; }
-BASELINE=${BASELINE:-HEAD~3}
+BASELINE=${BASELINE:-f6056ab}
 R=${R:-500}
-N=${N:-"129 1000 5600 10000"}
+N=${N:-"128 1000 5600 10000"}
 
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
