@@ -26,21 +26,22 @@ for f in common.lua sliding_log.lua decide.lua; do
   git show "$BASELINE:crates/store/lua/$f" >"$work/baseline/$f"
 done
 
-now=1700003600000
 usec() { c info commandstats | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'; }
 measure() { # measure LUA_DIR N: prints entries-after-first-call, peek us, admit us
   local sha state
   sha=$(cat "$1/common.lua" "$1/sliding_log.lua" "$1/decide.lua" | c -x script load)
+  # Written on the store's clock, which then moves on as in production.
+  local now; now=$(c time | paste -sd' ' | python3 -c 'import sys; s, us = map(int, sys.stdin.read().split()); print(s * 1000 + us // 1000)')
   state=$(python3 -c "print(str($now) + ''.join(';%d:1' % (i * 300) for i in reversed(range($2))))")
   c set k "$state" >/dev/null
   # One call first: a bounded log coalesces a long one once.
-  c evalsha "$sha" 1 k "$now" 1000 sliding_log 0 10000 3600000 0 "" >/dev/null
+  c evalsha "$sha" 1 k "" 1000 sliding_log 0 10000 3600000 0 "" >/dev/null
   local entries; entries=$(c get k | tr -cd ';' | wc -c)
   c config resetstat >/dev/null
-  c -r "$R" evalsha "$sha" 1 k "$now" 1000 sliding_log 0 10000 3600000 0 "" >/dev/null
+  c -r "$R" evalsha "$sha" 1 k "" 1000 sliding_log 0 10000 3600000 0 "" >/dev/null
   local peek; peek=$(usec)
   c config resetstat >/dev/null
-  c -r "$R" evalsha "$sha" 1 k "$now" 1000 sliding_log 1 1000000 3600000 0 "" >/dev/null
+  c -r "$R" evalsha "$sha" 1 k "" 1000 sliding_log 1 1000000 3600000 0 "" >/dev/null
   printf '%8s %12s %12s' "$entries" "$peek" "$(usec)"
 }
 

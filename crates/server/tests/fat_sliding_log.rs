@@ -165,12 +165,13 @@ async fn a_fat_sliding_log_costs_redis_a_bounded_parse_and_the_breaker_stays_clo
         "no decision degraded:\n{text}"
     );
 
-    // The fat log's state: at most LOG_MAX_ENTRIES entries of an age (at
-    // most 7 digits, or 8 with a sign) and a cost (at most 5 digits).
+    // The fat log's state: a header (`last_ms@ref:count:counted`, at most
+    // 40 bytes) and at most LOG_MAX_ENTRIES entries of an age (at most 7
+    // digits, or 8 with a sign) and a cost (at most 5 digits).
     let (_, state) = fat_state(port);
     let entries = state.matches(';').count();
     assert!(entries <= LOG_MAX_ENTRIES, "{entries} entries");
-    let bound = 13 + LOG_MAX_ENTRIES * (1 + 8 + 1 + 5);
+    let bound = 40 + LOG_MAX_ENTRIES * (1 + 8 + 1 + 5);
     assert!(state.len() <= bound, "{} bytes, over {bound}", state.len());
     eprintln!(
         "fat log: {entries} entries, {} bytes; {flood_calls} flood calls",

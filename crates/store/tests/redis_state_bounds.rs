@@ -199,6 +199,49 @@ async fn an_old_unbounded_log_is_read_once_and_written_back_bounded() {
     );
 }
 
+/// A peek on a long log, or an admission that drops no entry, costs no
+/// parse: the entries' ages count from the header's `ref`, which does not
+/// move with the key's clock, so the call rewrites the header (`last_ms@
+/// ref:count:counted`) and leaves the entries' text as it was (or appends).
+#[tokio::test]
+async fn a_peek_on_a_long_log_rewrites_its_header_and_not_its_entries() {
+    let topology = Topology::standalone();
+    let store = topology.store().await;
+    let policy = Policy::new("fat", log(10_000, 3_600_000));
+    let identity = Identity::value("victim");
+    let check = |cost| Check {
+        policy: &policy,
+        identity: &identity,
+        cost,
+    };
+    let t0: u64 = 1_700_000_000_000; // 30222222·56250 + 12500
+    for i in 0..100 {
+        assert!(
+            store
+                .decide_at(check(1), t0 + i * 1_000)
+                .await
+                .expect("decides")
+                .allowed
+        );
+    }
+    let (_, before) = state_of(&topology, "sliding_log");
+    let (header, entries) = before.split_once(';').expect("entries");
+    // 64 exact entries, then the 36 of t0 + 64 s … 99 s merged at their
+    // bucket's end, t0 + 100000; ref is the clock of the call that wrote
+    // the whole log (the first), the others appended or merged.
+    assert_eq!(header, format!("{}@{t0}:65:100", t0 + 99_000));
+    let d = store
+        .decide_at(check(0), t0 + 120_000)
+        .await
+        .expect("peeks");
+    assert_eq!(
+        (d.allowed, d.remaining, d.reset_after_ms),
+        (true, 9_900, 3_580_000)
+    );
+    let (_, after) = state_of(&topology, "sliding_log");
+    assert_eq!(after, format!("{}@{t0}:65:100;{entries}", t0 + 120_000));
+}
+
 /// Thousands of decisions of varied costs and times, clocks stepping back
 /// and far forward: the state string's length never passes `bound`.
 async fn fatten(limits: Limits, algorithm: &str, bound: usize) -> usize {
@@ -274,7 +317,7 @@ async fn fattening_sliding_window_state_is_impossible_it_holds_four_integers() {
 /// (at most W + q, here 7 digits) and a cost (at most L, 5 digits).
 #[tokio::test]
 async fn fattening_sliding_log_state_is_bounded_by_its_entry_count() {
-    let bound = 16 + LOG_MAX_ENTRIES * (1 + 8 + 1 + 5);
+    let bound = 40 + LOG_MAX_ENTRIES * (1 + 8 + 1 + 5);
     let longest = fatten(log(10_000, 3_600_000), "sliding_log", bound).await;
     assert!(longest > 100, "{longest}");
 }
