@@ -219,21 +219,44 @@ class SlidingWindow:
         return 2 * w - e
 
 
+# A sliding log's bound (docs/design.md §3): exact below LOG_EXACT entries,
+# beyond that logged at the end of its bucket of ceil(W / LOG_EXACT) ms.
+LOG_EXACT = 64
+LOG_MAX = 2 * LOG_EXACT + 1
+
+
 class SlidingLog:
     def __init__(self, limit: int, window_ms: int):
         self.l, self.w = limit, window_ms
 
     def decide(self, state, now, cost):
         l, w = self.l, self.w
+        q = ceil_div(w, LOG_EXACT)
         entries: list = []
         if state is not None:
             old, last = state
             now = max(now, last)
             entries = [(t, c) for (t, c) in old if now < t + w]
+        if len(entries) >= LOG_MAX:
+            # Every entry to its bucket's end, equal times merged.
+            merged: list = []
+            for t, c in entries:
+                end = ceil_div(t, q) * q
+                if merged and merged[-1][0] == end:
+                    merged[-1] = (end, merged[-1][1] + c)
+                else:
+                    merged.append((end, c))
+            entries = merged
         counted = sum(c for _, c in entries)
         allowed = counted + cost <= l
         if allowed and cost > 0:
-            entries.append((now, cost))
+            at = now if len(entries) < LOG_EXACT else ceil_div(now, q) * q
+            if entries and entries[-1][0] > at:
+                at = entries[-1][0]
+            if entries and entries[-1][0] == at:
+                entries[-1] = (at, entries[-1][1] + cost)
+            else:
+                entries.append((at, cost))
             counted += cost
         if allowed:
             retry = 0

@@ -26,7 +26,12 @@ pub const EXACT_LIMIT: u128 = 1 << 53;
 /// A bucket's time to refill from empty must stay below 2^52 ms, so the
 /// Redis scripts' gcra arrival time (now + that, in ms) stays exact.
 pub const MAX_REFILL_MS: u128 = 1 << 52;
-/// A sliding_log keeps up to `limit` entries per key; this bounds its memory.
+/// The largest sliding_log limit. A log's length (its memory, and each
+/// decision's work) is bounded by [`crate::LOG_MAX_ENTRIES`] whatever the
+/// limit, so this no longer bounds memory. It stays because docs/design.md
+/// §3 bounds L, and because a log past 64 entries counts in buckets of
+/// W/64 anyway: for larger limits a sliding_window says nearly the same,
+/// cheaper.
 pub const MAX_LOG_LIMIT: u64 = 10_000;
 /// Policy names appear in keys, headers and metrics: short and plain.
 pub const MAX_POLICY_NAME: usize = 64;
@@ -286,7 +291,7 @@ pub fn parse_policy(
                             &name,
                             "limit",
                             format!(
-                                "{limit} is too large to log: sliding_log keeps an entry per request, at most {MAX_LOG_LIMIT}; use sliding_window for larger limits"
+                                "{limit} is too large for sliding_log, at most {MAX_LOG_LIMIT}; use sliding_window for larger limits"
                             ),
                         ));
                     }

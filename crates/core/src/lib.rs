@@ -22,7 +22,8 @@ mod policy;
 mod split;
 
 pub use algorithm::{
-    BucketState, GcraState, Intent, LogState, SlidingCount, State, Taken, WindowCount,
+    BucketState, GcraState, Intent, LOG_EXACT_ENTRIES, LOG_MAX_ENTRIES, LogState, SlidingCount,
+    State, Taken, WindowCount, log_bucket_ms,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{

@@ -286,7 +286,7 @@ fn sliding_window_limit_times_window_must_stay_below_2_pow_53() {
 fn sliding_log_limit_too_large_to_log_is_refused() {
     assert_eq!(
         refusal(&window("sliding_log", "10001", "1s")),
-        "policy \"x\": limit: 10001 is too large to log: sliding_log keeps an entry per request, at most 10000; use sliding_window for larger limits"
+        "policy \"x\": limit: 10001 is too large for sliding_log, at most 10000; use sliding_window for larger limits"
     );
     assert!(PolicySet::from_yaml(&window("sliding_log", "10000", "1s")).is_ok());
 }

@@ -6,7 +6,10 @@
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use tollgate_core::{Limits, Policy, format_duration_ms, split_shares};
+use tollgate_core::{
+    LOG_EXACT_ENTRIES, LOG_MAX_ENTRIES, Limits, Policy, format_duration_ms, log_bucket_ms,
+    split_shares,
+};
 
 use tollgate_store::{OnStoreFailure, RedisConfig, local_policy};
 
@@ -90,6 +93,9 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
         }
         if let Some(hot) = &e.hot_lease_text {
             let _ = writeln!(out, "  hot_lease: {hot}");
+        }
+        if let Some(log) = &e.log_text {
+            let _ = writeln!(out, "  log: {log}");
         }
         let _ = writeln!(out, "  on store failure: {}", e.failure_text);
         let _ = writeln!(out, "  state: {}", e.state_text);
@@ -224,6 +230,7 @@ struct Explained {
     lease_text: Option<String>,
     shards_text: Option<String>,
     hot_lease_text: Option<String>,
+    log_text: Option<String>,
     failure_text: String,
     state_text: String,
     ids_text: String,
@@ -245,6 +252,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
     let (lease_text, json_lease) = promise.lease;
     let (shards_text, json_shards) = shards(serve);
     let (hot_lease_text, json_hot_lease) = hot_lease(serve, config.deployment.instances());
+    let (log_text, json_log) = log_bound(declared);
     let failure_text = failure_text(serve, role, settings, redis);
     let state_text = state_text(declared, redis);
     let ids_text = ids_text(serve, redis);
@@ -261,6 +269,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         "lease": json_lease,
         "shards": json_shards,
         "hot_lease": json_hot_lease,
+        "log": json_log,
         "state": state_text,
         "request_ids": ids_text,
     });
@@ -271,11 +280,42 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
         lease_text,
         shards_text,
         hot_lease_text,
+        log_text,
         failure_text,
         state_text,
         ids_text,
         json,
     }
+}
+
+/// A sliding_log's bound on its length and the error that bound costs
+/// (docs/design.md §3), in words and JSON; other algorithms keep no log.
+fn log_bound(declared: &Policy) -> (Option<String>, Value) {
+    let Limits::SlidingLog(w) = declared.limits() else {
+        return (None, Value::Null);
+    };
+    let q = log_bucket_ms(w.window_ms());
+    let text = if q == 1 {
+        format!(
+            "at most {LOG_MAX_ENTRIES} entries per identity, exact: a window under {LOG_EXACT_ENTRIES}ms has buckets of 1ms."
+        )
+    } else {
+        format!(
+            "at most {LOG_MAX_ENTRIES} entries per identity: exact while an identity's log holds fewer than {LOG_EXACT_ENTRIES}; beyond, a request is logged at the end of its {} bucket (the window / {LOG_EXACT_ENTRIES}, rounded up), so a unit counts up to {} longer than exact: never more than the limit in any {}, a rejection's Retry-After up to {} late.",
+            format_duration_ms(q),
+            format_duration_ms(q - 1),
+            format_duration_ms(w.window_ms()),
+            format_duration_ms(q - 1),
+        )
+    };
+    let json = json!({
+        "max_entries": LOG_MAX_ENTRIES,
+        "exact_below_entries": LOG_EXACT_ENTRIES,
+        "bucket_ms": q,
+        "late_ms_at_most": q - 1,
+        "text": text,
+    });
+    (Some(text), json)
 }
 
 /// What the policy does while its store cannot decide, and when a Redis
@@ -312,9 +352,9 @@ fn state_text(declared: &Policy, redis: Option<&RedisConfig>) -> String {
             declared.algorithm(),
             format_duration_ms(redis.ttl_margin_ms),
             if declared.algorithm() == tollgate_core::Algorithm::SlidingLog {
-                ", plus each logged request"
+                format!(", plus each logged entry (at most {LOG_MAX_ENTRIES}, about 10 bytes each)")
             } else {
-                ""
+                String::new()
             }
         ),
     }

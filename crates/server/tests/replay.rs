@@ -284,6 +284,7 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
             "store global: redis standalone, shared by every tollgate process that names it, prefix \"rl\" (timeout 250ms)\n\
              \n\
              login: sliding_log limit 5 per 10m\n{global}{}  \
+             log: at most 129 entries per identity: exact while an identity's log holds fewer than 64; beyond, a request is logged at the end of its 9375ms bucket (the window / 64, rounded up), so a unit counts up to 9374ms longer than exact: never more than the limit in any 10m, a rejection's Retry-After up to 9374ms late.\n  \
              on store failure: fail_closed (its global store down, or slower than 250ms): every request is rejected (429) while the shared store is down.\n{}\
              \n\
              api: gcra capacity 100 refill 100 per 1s\n{global}{}  \
@@ -292,7 +293,12 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
              search: fixed_window limit 10 per 1s\n{global}{}  \
              on store failure: fail_open (its global store down, or slower than 250ms): every request is admitted: no limit while the shared store is down.\n{}",
             exact("5 per 10m"),
-            key("login", "sliding_log", 120, ", plus each logged request"),
+            key(
+                "login",
+                "sliding_log",
+                120,
+                ", plus each logged entry (at most 129, about 10 bytes each)"
+            ),
             exact("a burst of 100 then 100 per 1s"),
             key("api", "gcra", 72, ""),
             exact("10 per 1s"),
@@ -311,6 +317,54 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
     );
 }
 
+/// A sliding_log's explanation states its length bound and the error that
+/// bound costs (docs/design.md §3): the bucket width q and "q − 1 ms late";
+/// a window under 64 ms has buckets of 1 ms and stays exact.
+#[test]
+fn explain_states_a_sliding_logs_bound_its_bucket_and_its_error() {
+    let (_dir, config) = config_file(
+        "policies:\n  - {name: export, algorithm: sliding_log, limit: 10000, window: 1h}\n\
+         \x20 - {name: burst, algorithm: sliding_log, limit: 3, window: 50ms}\n\
+         \x20 - {name: api, algorithm: sliding_window, limit: 3, window: 1h}\n",
+    );
+    let out = explain(&config);
+    assert_eq!(text(&out.stderr), "");
+    let logs: Vec<&str> = text(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("  log: "))
+        .collect();
+    assert_eq!(
+        logs,
+        vec![
+            "  log: at most 129 entries per identity: exact while an identity's log holds fewer than 64; beyond, a request is logged at the end of its 56250ms bucket (the window / 64, rounded up), so a unit counts up to 56249ms longer than exact: never more than the limit in any 1h, a rejection's Retry-After up to 56249ms late.",
+            "  log: at most 129 entries per identity, exact: a window under 64ms has buckets of 1ms.",
+        ]
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["explain", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .expect("tollgate runs");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let log = &json["policies"][0]["scope"]["log"];
+    assert_eq!(
+        (
+            &log["max_entries"],
+            &log["exact_below_entries"],
+            &log["bucket_ms"],
+            &log["late_ms_at_most"]
+        ),
+        (
+            &serde_json::json!(129),
+            &serde_json::json!(64),
+            &serde_json::json!(56_250),
+            &serde_json::json!(56_249)
+        )
+    );
+    assert_eq!(json["policies"][1]["scope"]["log"]["bucket_ms"], 1);
+    assert_eq!(json["policies"][2]["scope"]["log"], serde_json::Value::Null);
+}
+
 #[test]
 fn validate_exits_1_naming_the_fault_of_an_invalid_config() {
     let (_dir, config) = config_file(
@@ -322,7 +376,7 @@ fn validate_exits_1_naming_the_fault_of_an_invalid_config() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "tollgate: {}: policy \"x\": limit: 10001 is too large to log: sliding_log keeps an entry per request, at most 10000; use sliding_window for larger limits\n",
+            "tollgate: {}: policy \"x\": limit: 10001 is too large for sliding_log, at most 10000; use sliding_window for larger limits\n",
             config.display()
         )
     );

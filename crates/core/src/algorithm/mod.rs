@@ -13,7 +13,7 @@ mod token_bucket;
 
 pub use fixed_window::WindowCount;
 pub use gcra::GcraState;
-pub use sliding_log::LogState;
+pub use sliding_log::{LOG_EXACT_ENTRIES, LOG_MAX_ENTRIES, LogState, log_bucket_ms};
 pub use sliding_window::SlidingCount;
 pub use token_bucket::BucketState;
 

@@ -1,5 +1,7 @@
 //! sliding_log: every admitted cost logged with its time; it counts while
-//! `now < t + W`. Memory grows with the limit, which config bounds.
+//! `now < t + W`. A log's length, and so a decision's work, is bounded by
+//! [`LOG_EXACT_ENTRIES`], not by the limit: beyond it, requests are logged
+//! at the end of their bucket of [`log_bucket_ms`] (docs/design.md §3).
 
 use std::collections::VecDeque;
 
@@ -7,11 +9,31 @@ use super::Taken;
 use crate::decision::Decision;
 use crate::policy::Window;
 
+/// A log records each admitted request at its own millisecond while it
+/// holds fewer entries than this; beyond, at the end of its bucket. Every
+/// decision walks the log (in Lua, parses it), so this bounds its cost.
+pub const LOG_EXACT_ENTRIES: usize = 64;
+
+/// The most entries a log holds after a decision: at most
+/// [`LOG_EXACT_ENTRIES`] exact ones, and one per bucket end in
+/// `(now − W, now + q)`, of which there are at most `LOG_EXACT_ENTRIES + 1`.
+/// A log read this long (whatever wrote it) is coalesced first.
+pub const LOG_MAX_ENTRIES: usize = 2 * LOG_EXACT_ENTRIES + 1;
+
+/// The bucket width q = ceil(W / [`LOG_EXACT_ENTRIES`]) of a log of window
+/// `window_ms`: a unit logged at its bucket's end counts at most q − 1 ms
+/// longer than exact (a window under 64 ms has q = 1: always exact).
+pub fn log_bucket_ms(window_ms: u64) -> u64 {
+    window_ms.div_ceil(LOG_EXACT_ENTRIES as u64).max(1)
+}
+
 /// Stored state: admitted (time, cost) entries, oldest first, with their sum.
-/// Entries of one millisecond are merged, so a burst costs one entry.
+/// Entries of one millisecond (or, in a long log, one bucket) are merged.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LogState {
     /// `(time_ms, cost)` of each admitted request still possibly counting.
+    /// A bucketed entry's time is its bucket's end, which may be after
+    /// `last_ms` (up to q − 1 ms).
     pub entries: VecDeque<(u64, u64)>,
     /// Sum of the entries' costs, kept so a decision need not re-add them.
     pub counted: u64,
@@ -27,6 +49,7 @@ pub(super) fn decide(
     consume: bool,
 ) -> Decision {
     let w = u128::from(window.window_ms());
+    let q = log_bucket_ms(window.window_ms());
     let limit = window.limit();
     let log = state.get_or_insert_with(|| LogState {
         last_ms: now_ms,
@@ -42,11 +65,17 @@ pub(super) fn decide(
         log.entries.pop_front();
         log.counted -= c;
     }
+    if log.entries.len() >= LOG_MAX_ENTRIES {
+        // Full (or a state written before logs were bounded): coalesced, so
+        // the entry this decision may add keeps it within the bound.
+        coalesce(&mut log.entries, q);
+    }
     let allowed = u128::from(log.counted) + u128::from(cost) <= u128::from(limit);
     if allowed && consume && cost > 0 {
+        let at = logged_ms(&log.entries, now_ms, q);
         match log.entries.back_mut() {
-            Some((t, c)) if *t == now_ms => *c += cost,
-            _ => log.entries.push_back((now_ms, cost)),
+            Some((t, c)) if *t == at => *c += cost,
+            _ => log.entries.push_back((at, cost)),
         }
         log.counted += cost;
     }
@@ -72,12 +101,47 @@ pub(super) fn decide(
     }
 }
 
+/// When an admission at `now_ms` is logged: at `now_ms` while the log is
+/// short, else at the end of its bucket; never before the newest entry, so
+/// the log stays in order.
+fn logged_ms(entries: &VecDeque<(u64, u64)>, now_ms: u64, q: u64) -> u64 {
+    let at = if entries.len() < LOG_EXACT_ENTRIES {
+        now_ms
+    } else {
+        bucket_end(now_ms, q)
+    };
+    entries.back().map_or(at, |&(newest, _)| at.max(newest))
+}
+
+/// ceil(t / q)·q: the end of `t`'s bucket (t itself when on a boundary).
+fn bucket_end(t: u64, q: u64) -> u64 {
+    t.div_ceil(q).saturating_mul(q)
+}
+
+/// Moves every entry to its bucket's end and merges equal times: later,
+/// never earlier, so nothing counts less; the result is at most
+/// `LOG_EXACT_ENTRIES + 1` entries.
+fn coalesce(entries: &mut VecDeque<(u64, u64)>, q: u64) {
+    let mut merged: VecDeque<(u64, u64)> = VecDeque::with_capacity(LOG_EXACT_ENTRIES + 1);
+    for &(t, c) in entries.iter() {
+        let at = bucket_end(t, q);
+        match merged.back_mut() {
+            Some((last, sum)) if *last == at => *sum += c,
+            _ => merged.push_back((at, c)),
+        }
+    }
+    *entries = merged;
+}
+
 fn wait(t: u64, w: u128, now: u128) -> u64 {
     super::saturate(u128::from(t) + w - now)
 }
 
-/// Gives back up to `units` from the entry of a [`Taken`]'s millisecond,
-/// while it still counts; returns how many went back.
+/// Gives back up to `units` from the entry of a [`Taken`], while it still
+/// counts; returns how many went back. A take was logged at its own
+/// millisecond or at its bucket's end (a long log): the former is tried
+/// first, since giving back from an entry that counts longer than the
+/// take's would free room early.
 pub(super) fn give_back(
     window: &Window,
     state: &mut Option<LogState>,
@@ -87,20 +151,25 @@ pub(super) fn give_back(
 ) -> u64 {
     let Some(log) = state.as_mut() else { return 0 };
     let now_ms = now_ms.max(log.last_ms);
-    if u128::from(taken.at_ms) + u128::from(window.window_ms()) <= u128::from(now_ms) {
-        return 0;
-    }
-    let Some(i) = log.entries.iter().position(|&(t, _)| t == taken.at_ms) else {
-        return 0;
-    };
-    let given = units.min(log.entries[i].1);
-    if given > 0 {
-        log.entries[i].1 -= given;
-        log.counted -= given;
-        log.last_ms = now_ms;
-        if log.entries[i].1 == 0 {
-            log.entries.remove(i);
+    let w = u128::from(window.window_ms());
+    let q = log_bucket_ms(window.window_ms());
+    for at in [taken.at_ms, bucket_end(taken.at_ms, q)] {
+        if u128::from(at) + w <= u128::from(now_ms) {
+            continue;
         }
+        let Some(i) = log.entries.iter().position(|&(t, _)| t == at) else {
+            continue;
+        };
+        let given = units.min(log.entries[i].1);
+        if given > 0 {
+            log.entries[i].1 -= given;
+            log.counted -= given;
+            log.last_ms = now_ms;
+            if log.entries[i].1 == 0 {
+                log.entries.remove(i);
+            }
+        }
+        return given;
     }
-    given
+    0
 }

@@ -13,6 +13,13 @@
 //! the cache may reject what the store would admit, never the reverse; an
 //! instance's own give-back forgets the key's entries.
 //!
+//! A peek (cost 0) is never answered here: it is always admitted, so never
+//! remembered, and a cached rejection could not answer it exactly. Its
+//! `remaining` and `reset_after_ms` count what other instances consumed
+//! since, and it advances the key's `last_seen` (docs/design.md §3). What
+//! keeps a flood of peeks cheap is the store's bounded work per call (a
+//! sliding_log parses at most `LOG_MAX_ENTRIES` entries).
+//!
 //! Entries are keyed by the policy's parameters too, so a changed limit
 //! misses at once. The map is bounded: full shards drop expired entries,
 //! and when none has expired the new entry is simply not cached.

@@ -229,6 +229,8 @@ pub fn limit_menu() -> Vec<Limits> {
         menu.push(Limits::SlidingWindow(window(l, w)));
         menu.push(Limits::SlidingLog(window(l.min(50), w)));
     }
+    // A long log (bucketed past 64 entries), reached by limit changes too.
+    menu.push(Limits::SlidingLog(window(10_000, 3_600_000)));
     menu
 }
 
