@@ -329,6 +329,7 @@ mod tests {
             floor_percent: 50,
             floors: vec![("a".into(), 10), ("b".into(), 10)],
             spare: 20,
+            max_identities: 1_000,
         };
         let mut global = RedisConfig::standalone("redis://127.0.0.1:1");
         global.timeout_ms = 250;
