@@ -156,6 +156,9 @@ struct Table {
     victims: Vec<u64>,
     /// Calls to make room since that pass.
     since_sweep: usize,
+    /// Until then the shard holds only limiting states, as that pass
+    /// found (0: not known to be full).
+    full_until_ms: u64,
 }
 
 impl Table {
@@ -249,13 +252,21 @@ impl MemoryStore {
         let now = self.clock.now_ms();
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
-        match table.slots.find_mut(hash, |s| s.is(hash, &check)) {
-            Some(slot) => check
-                .policy
-                .limits()
-                .give_back(&mut slot.state, now, check.cost, taken),
-            None => 0,
+        let limits = check.policy.limits();
+        let Some(slot) = table.slots.find_mut(hash, |s| s.is(hash, &check)) else {
+            return 0;
+        };
+        let given = limits.give_back(&mut slot.state, now, check.cost, taken);
+        // It may have stopped limiting: its marks as a peek now reads it.
+        if given > 0
+            && let Some(state) = &slot.state
+        {
+            let peek = limits.decide_with(&mut Some(state.clone()), now, 0, Intent::Probe);
+            let expires_at_ms = slot.expires_at_ms;
+            slot.mark(Marks::of(limits, state, now, &peek).expiring_at(expires_at_ms));
+            table.full_until_ms = 0;
         }
+        given
     }
 
     fn decide_at(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {

@@ -149,6 +149,30 @@ fn at_rest_states_go_first_then_the_least_consumed_open_ones_and_limiting_ones_n
 }
 
 #[test]
+fn units_given_back_make_a_limiting_state_evictable_again() {
+    let (_clock, store) = store_at(T0, 2, 1);
+    let policy = bucket();
+    let (a, b, c) = (
+        Identity::value("a"),
+        Identity::value("b"),
+        Identity::value("c"),
+    );
+    let (_, taken) = store.take(check(&policy, &a, 4)).expect("room");
+    store.decide_now(check(&policy, &b, 4)).expect("room");
+    assert!(store.decide_now(check(&policy, &c, 1)).is_err());
+    // A block's unused units go back: "a" holds 1 token of 4, not limiting.
+    assert_eq!(store.give_back(check(&policy, &a, 1), taken), 1);
+    assert!(
+        store
+            .decide_now(check(&policy, &c, 1))
+            .expect("room")
+            .allowed
+    );
+    assert_eq!((store.evictions(), store.refusals()), (1, 1));
+    assert_eq!(remaining(&store, &policy, "b"), 0, "the limiting one kept");
+}
+
+#[test]
 fn a_batch_with_a_new_key_and_no_room_writes_nothing() {
     let (_clock, store) = store_at(T0, 2, 1);
     let policy = bucket();

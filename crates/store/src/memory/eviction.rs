@@ -17,7 +17,11 @@
 //! [`SLOTS_A_VICTIM`] slots, at least 16), spent by the next calls; a pass
 //! is made at least once that many calls (so a state come to rest since
 //! is preferred again soon), and a call makes at most two. That is about
-//! [`SLOTS_A_VICTIM`] slots looked at a call, however large the shard.
+//! [`SLOTS_A_VICTIM`] slots looked at a call, however large the shard. A
+//! shard a pass found holding only limiting states is not passed over
+//! again until the first of them stops limiting, or [`FULL_RECHECK_MS`]
+//! at most (a reload may have raised a limit): a flood of new identities
+//! against a full store costs a lookup each, not a pass each.
 
 use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering;
@@ -28,6 +32,10 @@ use super::{MemoryStore, Slot, Table};
 
 /// A pass over a shard lists one eviction candidate for this many slots.
 pub(super) const SLOTS_A_VICTIM: usize = 128;
+
+/// How long a shard found full of limiting states is taken to be full
+/// without another pass, at most.
+const FULL_RECHECK_MS: u64 = 1_000;
 
 /// The fewest eviction candidates a pass lists.
 const MIN_VICTIMS: usize = 16;
@@ -76,6 +84,16 @@ impl Marks {
     }
 }
 
+impl Marks {
+    /// The same marks with the expiry the slot keeps (no earlier than needed).
+    pub(super) fn expiring_at(self, expires_at_ms: u64) -> Self {
+        Self {
+            expires_at_ms: expires_at_ms.max(self.expires_at_ms),
+            ..self
+        }
+    }
+}
+
 impl Slot {
     /// Keeps `marks` in the slot's flat fields. A state stops limiting no
     /// later than it comes to rest (every limit admits one unit); kept as
@@ -95,15 +113,17 @@ impl Slot {
         self
     }
 
+    /// When the state stops limiting.
+    fn open_from_ms(&self) -> u64 {
+        self.expires_at_ms
+            .saturating_sub(u64::from(self.open_before_rest_ms))
+    }
+
     /// The state's standing at `now`.
     pub(super) fn class(&self, now: u64) -> Class {
         if self.expires_at_ms <= now {
             Class::AtRest
-        } else if self
-            .expires_at_ms
-            .saturating_sub(u64::from(self.open_before_rest_ms))
-            <= now
-        {
+        } else if self.open_from_ms() <= now {
             Class::Open
         } else {
             Class::Limiting
@@ -121,10 +141,11 @@ impl MemoryStore {
     /// never one of `keep` (the keys of the decision being written);
     /// `false` when only limiting states (and `keep`) remain.
     pub(super) fn make_room(&self, table: &mut Table, now: u64, keep: &[u64]) -> bool {
-        let mut scanned = false;
         let list = self.victims_a_pass();
+        let known_full = table.victims.is_empty() && now < table.full_until_ms;
+        let mut scanned = known_full;
         table.since_sweep += 1;
-        if table.victims.is_empty() || table.since_sweep >= list {
+        if !known_full && (table.victims.is_empty() || table.since_sweep >= list) {
             scanned = true;
             if sweep_table(table, now, keep, list) > 0 {
                 return true;
@@ -170,8 +191,10 @@ pub(super) fn sweep_table(table: &mut Table, now: u64, keep: &[u64], list: usize
     let before = table.held();
     // A max-heap of the least consumed seen so far, never above `list`.
     let mut least = BinaryHeap::with_capacity(list + 1);
+    let mut next_open = now.saturating_add(FULL_RECHECK_MS);
     table.slots.retain(|s| {
         let kept = keep.contains(&s.hash);
+        next_open = next_open.min(s.open_from_ms());
         match s.class(now) {
             Class::AtRest => kept,
             Class::Open => {
@@ -197,7 +220,13 @@ pub(super) fn sweep_table(table: &mut Table, now: u64, keep: &[u64], list: usize
         !r.ids.is_empty()
     });
     table.ids -= dropped;
-    before - table.held()
+    let removed = before - table.held();
+    table.full_until_ms = if removed == 0 && table.victims.is_empty() {
+        next_open
+    } else {
+        0
+    };
+    removed
 }
 
 /// Forgets the oldest request id of a sample of keys; whether there was one.
