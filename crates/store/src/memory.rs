@@ -263,7 +263,7 @@ impl MemoryStore {
         {
             let peek = limits.decide_with(&mut Some(state.clone()), now, 0, Intent::Probe);
             let expires_at_ms = slot.expires_at_ms;
-            slot.mark(Marks::of(limits, state, now, &peek).expiring_at(expires_at_ms));
+            slot.mark(Marks::of(limits, state, now, &peek, None).expiring_at(expires_at_ms));
             table.full_until_ms = 0;
         }
         given
@@ -279,7 +279,9 @@ impl MemoryStore {
                 let slot = entry.get_mut();
                 let decision = limits.decide(&mut slot.state, now, check.cost);
                 match &slot.state {
-                    Some(state) => slot.mark(Marks::of(limits, state, now, &decision)),
+                    Some(state) => {
+                        slot.mark(Marks::of(limits, state, now, &decision, Some(check.cost)));
+                    }
                     None => {
                         entry.remove();
                     }
@@ -290,7 +292,8 @@ impl MemoryStore {
                 let mut state = None;
                 let decision = limits.decide(&mut state, now, check.cost);
                 if let Some(state) = state {
-                    self.insert(table, hash, &check, state, now, &decision, &[])?;
+                    let marks = Marks::of(limits, &state, now, &decision, Some(check.cost));
+                    self.insert(table, hash, &check, state, marks, now, &[])?;
                 }
                 Ok(decision)
             }
@@ -459,7 +462,7 @@ impl MemoryStore {
             match (table.slots.find_entry(hash, |s| s.is(hash, check)), state) {
                 (Ok(mut entry), Some(state)) => {
                     let slot = entry.get_mut();
-                    slot.mark(Marks::of(limits, &state, now, decision));
+                    slot.mark(Marks::of(limits, &state, now, decision, None));
                     slot.state = Some(state);
                 }
                 (Ok(entry), None) => {
@@ -469,7 +472,8 @@ impl MemoryStore {
                     at_rest.push((first, state, *decision));
                 }
                 (Err(_), Some(state)) => {
-                    self.insert(table, hash, check, state, now, decision, hashes)?;
+                    let marks = Marks::of(limits, &state, now, decision, None);
+                    self.insert(table, hash, check, state, marks, now, hashes)?;
                 }
                 (Err(_), None) => {}
             }
@@ -477,7 +481,8 @@ impl MemoryStore {
         for (first, state, decision) in at_rest {
             let hash = hashes[first];
             let table = table_for(guards, self.shard_index(hash));
-            self.insert(table, hash, &checks[first], state, now, &decision, hashes)?;
+            let marks = Marks::of(checks[first].policy.limits(), &state, now, &decision, None);
+            self.insert(table, hash, &checks[first], state, marks, now, hashes)?;
         }
         Ok(())
     }
@@ -550,11 +555,10 @@ impl MemoryStore {
         hash: u64,
         check: &Check<'_>,
         state: State,
+        marks: Marks,
         now: u64,
-        decision: &Decision,
         keep: &[u64],
     ) -> Result<(), StoreError> {
-        let marks = Marks::of(check.policy.limits(), &state, now, decision);
         if table.held() >= self.max_per_shard {
             if marks.expires_at_ms <= now {
                 return Ok(());

@@ -70,16 +70,43 @@ pub(super) enum Class {
 
 impl Marks {
     /// The marks of `state` as `decision` at `now` left it.
-    pub(super) fn of(limits: &Limits, state: &State, now: u64, decision: &Decision) -> Self {
-        let limit = u128::from(decision.limit.max(1));
-        let left = u128::try_from(decision.remaining.max(0))
-            .unwrap_or(0)
-            .min(limit);
+    /// `cost`: the decision's own, when it was decided alone on `state`
+    /// (a batch's decisions may say what an earlier check's consumption,
+    /// since undone, left).
+    pub(super) fn of(
+        limits: &Limits,
+        state: &State,
+        now: u64,
+        decision: &Decision,
+        cost: Option<u64>,
+    ) -> Self {
+        // Cheap on the hot path: a state with a unit left is not limiting,
+        // and a rejected unit says itself when it would be admitted; only
+        // a state spent to 0 otherwise is asked (a second decision).
+        let admits_one_from_ms = if decision.remaining >= 1 {
+            now
+        } else if cost == Some(1) && !decision.allowed {
+            let from = state.clock_ms().map_or(now, |clock| clock.max(now));
+            decision
+                .retry_after_ms
+                .map_or(u64::MAX, |wait| from.saturating_add(wait))
+        } else {
+            limits.admits_one_from_ms(state, now)
+        };
+        let limit = decision.limit.max(1);
+        let spent = limit
+            - u64::try_from(decision.remaining.max(0))
+                .unwrap_or(0)
+                .min(limit);
+        // At most u16::MAX, as `spent ≤ limit`; u128 only for vast limits.
+        let consumed = match spent.checked_mul(u64::from(u16::MAX)) {
+            Some(scaled) => scaled / limit,
+            None => (u128::from(spent) * u128::from(u16::MAX) / u128::from(limit)) as u64,
+        };
         Self {
             expires_at_ms: state.expires_at_ms(now, decision),
-            admits_one_from_ms: limits.admits_one_from_ms(state, now),
-            // At most u16::MAX, as `left ≤ limit`.
-            consumed: ((limit - left) * u128::from(u16::MAX) / limit) as u16,
+            admits_one_from_ms,
+            consumed: u16::try_from(consumed).unwrap_or(u16::MAX),
         }
     }
 }
