@@ -582,6 +582,8 @@ impl MemoryStore {
             .marked(marks),
             |s| s.hash,
         );
+        // The new state may not be limiting: the shard is no longer known full.
+        table.full_until_ms = 0;
         Ok(())
     }
 }

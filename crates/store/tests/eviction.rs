@@ -173,6 +173,29 @@ fn units_given_back_make_a_limiting_state_evictable_again() {
 }
 
 #[test]
+fn a_sweep_of_a_shard_of_limiting_states_does_not_refuse_the_open_states_added_after_it() {
+    let (_clock, store) = store_at(T0, 2, 1);
+    let policy = bucket();
+    let (a, b, c) = (
+        Identity::value("a"),
+        Identity::value("b"),
+        Identity::value("c"),
+    );
+    store.decide_now(check(&policy, &a, 4)).expect("room");
+    // The idle sweep finds only a limiting state, and the shard not full.
+    assert_eq!(store.sweep(), 0);
+    store.decide_now(check(&policy, &b, 1)).expect("room");
+    // "b" is open: it makes room for "c".
+    assert!(
+        store
+            .decide_now(check(&policy, &c, 1))
+            .expect("room")
+            .allowed
+    );
+    assert_eq!((store.evictions(), store.refusals()), (1, 0));
+}
+
+#[test]
 fn a_batch_with_a_new_key_and_no_room_writes_nothing() {
     let (_clock, store) = store_at(T0, 2, 1);
     let policy = bucket();
