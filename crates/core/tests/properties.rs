@@ -460,6 +460,28 @@ proptest! {
     }
 
     #[test]
+    fn a_state_is_limiting_exactly_until_it_admits_one_more_unit(
+        (limits, trace, extra) in limits().prop_flat_map(|l| (
+            Just(l),
+            forward_trace(l, 40),
+            0..=2 * span(&l),
+        ))
+    ) {
+        let mut state = None;
+        run(&limits, &mut state, &trace);
+        let Some(stored) = &state else { return Ok(()) };
+        let t = trace[trace.len() - 1].0;
+        let from = limits.admits_one_from_ms(stored, t);
+        // Asked later, the same state names the same instant (or that later time).
+        prop_assert_eq!(limits.admits_one_from_ms(stored, t + extra), from.max(t + extra));
+        prop_assert_eq!(decide_on_copy(&limits, &state, t + extra, 1).allowed, t + extra >= from);
+        prop_assert!(decide_on_copy(&limits, &state, from, 1).allowed);
+        if from > t {
+            prop_assert!(!decide_on_copy(&limits, &state, from - 1, 1).allowed);
+        }
+    }
+
+    #[test]
     fn composite_identity_encoding_is_injective(
         raw in prop::collection::vec(identity_spec(), 2..12)
     ) {

@@ -436,6 +436,7 @@ fn error_kind(error: &StoreError) -> &'static str {
         StoreError::Unavailable(_) => "unavailable",
         StoreError::Protocol(_) => "protocol",
         StoreError::Config(_) => "config",
+        StoreError::Full { .. } => "full",
     }
 }
 

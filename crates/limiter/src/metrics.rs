@@ -68,7 +68,7 @@ pub struct DegradedLabels {
 /// A failed store call's kind.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
-    /// `timeout`, `unavailable`, `protocol` or `config`.
+    /// `timeout`, `unavailable`, `protocol`, `config` or `full` (the memory store).
     pub kind: &'static str,
 }
 

@@ -131,7 +131,10 @@ impl Tollgate {
 
 impl Contender for Tollgate {
     fn decide(&self, index: usize) -> bool {
-        self.store.decide_now(self.check(index)).allowed
+        self.store
+            .decide_now(self.check(index))
+            .expect("the store has room")
+            .allowed
     }
     fn advance(&self, by_ms: u64) {
         if let Some(clock) = &self.clock {
@@ -175,6 +178,7 @@ impl Contender for TollgateWithIds {
         self.tollgate
             .store
             .decide_once_now(std::slice::from_ref(&check), retry)
+            .expect("the store has room")
             .decisions
             .first()
             .is_some_and(|d| d.allowed)

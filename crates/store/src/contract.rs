@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
 
+use crate::fallback;
 use crate::{
     Check, CircuitState, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
     MemoryStore, RedisStore, Replay, Retry, StoreError,
@@ -138,18 +139,29 @@ impl Decide for MemoryStore {
         checks: &[GuardedCheck<'_>],
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
-        shared(Ok(match (checks, retry) {
-            ([one], None) => (vec![self.decide_now(one.check)], Replay::Fresh),
+        let result = match (checks, retry) {
+            ([one], None) => self.decide_now(one.check).map(|d| (vec![d], Replay::Fresh)),
             (_, None) => {
                 let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-                (self.decide_all_now(&plain), Replay::Fresh)
+                self.decide_all_now(&plain).map(|d| (d, Replay::Fresh))
             }
             (_, Some(retry)) => {
                 let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-                let retried = self.decide_once_now(&plain, retry);
-                (retried.decisions, retried.replay)
+                self.decide_once_now(&plain, retry)
+                    .map(|r| (r.decisions, r.replay))
             }
-        }))
+        };
+        match result {
+            // Full (memory/full.rs): the failure modes answer, and a
+            // `local` policy's identities without room share one budget.
+            Err(error) => GuardedDecisions {
+                error: Some(error),
+                ..fallback::by_failure_mode(checks, retry, |local, retry| {
+                    self.decide_local(local, retry, false)
+                })
+            },
+            ok => shared(ok),
+        }
     }
 }
 
@@ -199,7 +211,7 @@ impl Decide for AtClock {
 
 impl Blocks for MemoryStore {
     async fn take(&self, check: Check<'_>) -> Result<(Decision, Taken), StoreError> {
-        Ok(MemoryStore::take(self, check))
+        MemoryStore::take(self, check)
     }
 
     async fn give_back(&self, check: Check<'_>, taken: Taken) -> Result<u64, StoreError> {

@@ -22,4 +22,11 @@ pub enum StoreError {
     /// The store's config cannot work (a bad URL, prefix or option).
     #[error("store misconfigured: {0}")]
     Config(String),
+    /// The memory store had no room for a new key: its bound is reached
+    /// and every state it holds is limiting, so none may be evicted.
+    #[error("memory store full: {max_keys} keys, all limiting; a new identity was not stored")]
+    Full {
+        /// The store's bound, as configured (rounded up to its shards).
+        max_keys: u64,
+    },
 }

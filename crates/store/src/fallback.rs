@@ -228,79 +228,100 @@ impl<S: Store> Guarded<S> {
     }
 
     fn fallback(&self, checks: &[GuardedCheck<'_>], retry: Option<Retry<'_>>) -> GuardedDecisions {
-        let closed = checks
-            .iter()
-            .any(|g| g.on_failure == OnStoreFailure::FailClosed);
-        if closed {
-            // The request is rejected by the fail-closed policies alone; no
-            // local budget is spent on it.
-            return GuardedDecisions {
-                decisions: checks
-                    .iter()
-                    .map(|g| match g.on_failure {
-                        OnStoreFailure::FailClosed => fail_closed(g.check.policy),
-                        _ => fail_open(g.check.policy),
-                    })
-                    .collect(),
-                by: DecidedBy::FailClosed,
-                error: None,
-                store_us: None,
-                replay: Replay::Fresh,
-            };
-        }
-        let local: Vec<Check<'_>> = checks
-            .iter()
-            .filter_map(|g| match (g.on_failure, g.local_policy) {
-                (OnStoreFailure::Local { .. }, Some(policy)) => Some(Check {
-                    policy,
-                    identity: g.check.identity,
-                    cost: g.check.cost,
-                }),
-                _ => None,
-            })
-            .collect();
-        if local.is_empty() {
-            return GuardedDecisions {
-                decisions: checks.iter().map(|g| fail_open(g.check.policy)).collect(),
-                by: DecidedBy::FailOpen,
-                error: None,
-                store_us: None,
-                replay: Replay::Fresh,
-            };
-        }
-        let (local_decisions, replay) = match retry {
-            None => (self.local.decide_all_now(&local), Replay::Fresh),
-            Some(retry) => {
-                let r = self.local.decide_once_now(&local, retry);
-                (r.decisions, r.replay)
-            }
+        by_failure_mode(checks, retry, |local, retry| {
+            self.local.decide_local(local, retry, true)
+        })
+    }
+}
+
+/// Decides `checks` as their failure modes say, without the store that
+/// could not: `local` decides the `local` checks under their local
+/// policies (`None`: no memory left for a budget, and they are rejected).
+pub(crate) fn by_failure_mode(
+    checks: &[GuardedCheck<'_>],
+    retry: Option<Retry<'_>>,
+    local: impl FnOnce(&[Check<'_>], Option<Retry<'_>>) -> Option<(Vec<Decision>, Replay)>,
+) -> GuardedDecisions {
+    let closed = checks
+        .iter()
+        .any(|g| g.on_failure == OnStoreFailure::FailClosed);
+    if closed {
+        // The request is rejected by the fail-closed policies alone; no
+        // local budget is spent on it.
+        return GuardedDecisions {
+            decisions: checks
+                .iter()
+                .map(|g| match g.on_failure {
+                    OnStoreFailure::FailClosed => fail_closed(g.check.policy),
+                    _ => fail_open(g.check.policy),
+                })
+                .collect(),
+            by: DecidedBy::FailClosed,
+            error: None,
+            store_us: None,
+            replay: Replay::Fresh,
         };
-        if replay == Replay::Mismatch {
-            return GuardedDecisions {
-                decisions: Vec::new(),
-                by: DecidedBy::Local,
-                error: None,
-                store_us: None,
-                replay,
-            };
-        }
-        let mut local_decisions = local_decisions.into_iter();
-        let decisions = checks
-            .iter()
-            .map(|g| match (g.on_failure, g.local_policy) {
-                (OnStoreFailure::Local { .. }, Some(_)) => local_decisions
-                    .next()
-                    .unwrap_or_else(|| fail_open(g.check.policy)),
-                _ => fail_open(g.check.policy),
-            })
-            .collect();
-        GuardedDecisions {
-            decisions,
+    }
+    let local_checks: Vec<Check<'_>> = checks
+        .iter()
+        .filter_map(|g| match (g.on_failure, g.local_policy) {
+            (OnStoreFailure::Local { .. }, Some(policy)) => Some(Check {
+                policy,
+                identity: g.check.identity,
+                cost: g.check.cost,
+            }),
+            _ => None,
+        })
+        .collect();
+    if local_checks.is_empty() {
+        return GuardedDecisions {
+            decisions: checks.iter().map(|g| fail_open(g.check.policy)).collect(),
+            by: DecidedBy::FailOpen,
+            error: None,
+            store_us: None,
+            replay: Replay::Fresh,
+        };
+    }
+    let Some((local_decisions, replay)) = local(&local_checks, retry) else {
+        return GuardedDecisions {
+            decisions: checks
+                .iter()
+                .map(|g| match g.on_failure {
+                    OnStoreFailure::Local { .. } => fail_closed(g.check.policy),
+                    _ => fail_open(g.check.policy),
+                })
+                .collect(),
+            by: DecidedBy::FailClosed,
+            error: None,
+            store_us: None,
+            replay: Replay::Fresh,
+        };
+    };
+    if replay == Replay::Mismatch {
+        return GuardedDecisions {
+            decisions: Vec::new(),
             by: DecidedBy::Local,
             error: None,
             store_us: None,
             replay,
-        }
+        };
+    }
+    let mut local_decisions = local_decisions.into_iter();
+    let decisions = checks
+        .iter()
+        .map(|g| match (g.on_failure, g.local_policy) {
+            (OnStoreFailure::Local { .. }, Some(_)) => local_decisions
+                .next()
+                .unwrap_or_else(|| fail_open(g.check.policy)),
+            _ => fail_open(g.check.policy),
+        })
+        .collect();
+    GuardedDecisions {
+        decisions,
+        by: DecidedBy::Local,
+        error: None,
+        store_us: None,
+        replay,
     }
 }
 

@@ -13,8 +13,12 @@
 //! Bounds: a key's state expires once it is back to full (buckets) or empty
 //! (windows), which the decision's `reset_after_ms` states exactly; expired
 //! keys are swept when a shard fills and by [`MemoryStore::sweep`]. When a
-//! shard is full of live keys, the key closest to expiry is evicted (its
-//! identity starts fresh), counted in [`MemoryStore::evictions`].
+//! shard is full of live keys it evicts a state that is not limiting, the
+//! least consumed first, counted in [`MemoryStore::evictions`]; it never
+//! evicts a limiting state, so fresh identities cannot reset a limit. A
+//! shard holding only limiting states refuses a new key
+//! ([`StoreError::Full`], counted in [`MemoryStore::refusals`]), which the
+//! policy's failure mode answers (memory/eviction.rs, memory/full.rs).
 //!
 //! Request ids (crate::request_id) are kept in each shard beside its
 //! states, keyed like them, under the same lock, with their own expiry;
@@ -22,7 +26,7 @@
 //! cache lines, and a store that never sees an id pays nothing for them.
 //! A full shard forgets an id (the oldest of a sample) before it evicts
 //! any state: a forgotten id costs a retry a second charge, an evicted
-//! state gives its identity a fresh quota.
+//! state gives its identity a fresh quota. Ids never push a state out.
 
 use std::future::{Future, ready};
 use std::hash::BuildHasher;
@@ -37,13 +41,17 @@ use crate::check::{self, same_key};
 use crate::request_id::{Retried, Retry};
 use crate::{Check, Store, StoreError};
 
+mod eviction;
+mod full;
 mod records;
+use eviction::{Marks, sweep_table};
 use records::Records;
 
 /// How a memory store is sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryStoreConfig {
-    /// The most keys kept at once; beyond it the key nearest expiry is evicted.
+    /// The most keys kept at once; beyond it a state that is not limiting
+    /// is evicted, and a new key finding only limiting ones is refused.
     pub max_keys: usize,
     /// Number of independently locked shards (rounded up to a power of two).
     pub shards: usize,
@@ -57,9 +65,6 @@ impl Default for MemoryStoreConfig {
         }
     }
 }
-
-/// How many slots a full shard inspects to pick one to evict.
-const EVICTION_SAMPLE: usize = 16;
 
 /// Bits at the top of a hash that hashbrown keeps in a slot's control byte.
 const TAG_BITS: u32 = 7;
@@ -75,6 +80,11 @@ struct Slot {
     state: Option<State>,
     /// When the state is back to full or empty: forgetting it is unobservable.
     expires_at_ms: u64,
+    /// For how long before then it is not limiting (memory/eviction.rs);
+    /// flat fields, not a `Marks`, so the slot stays two lines.
+    open_before_rest_ms: u32,
+    /// The share of its limit spent at its last decision, of `u16::MAX`.
+    consumed: u16,
 }
 
 // Two cache lines per key. Should a state grow past this, shrink
@@ -141,6 +151,14 @@ struct Table {
     slots: HashTable<Slot>,
     records: HashTable<Records>,
     ids: usize,
+    /// The next states to evict, as the last pass over the shard listed
+    /// them (memory/eviction.rs); popped from the end.
+    victims: Vec<u64>,
+    /// Calls to make room since that pass.
+    since_sweep: usize,
+    /// Until then the shard holds only limiting states, as that pass
+    /// found (0: not known to be full).
+    full_until_ms: u64,
 }
 
 impl Table {
@@ -168,6 +186,10 @@ pub struct MemoryStore {
     hasher: foldhash::quality::RandomState,
     clock: Arc<dyn Clock>,
     evictions: AtomicU64,
+    refusals: AtomicU64,
+    /// The budgets of `local` policies' identities that found no room
+    /// (memory/full.rs); none in an overflow store itself.
+    overflow: Option<Box<MemoryStore>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -183,6 +205,14 @@ impl MemoryStore {
     /// `clock` is the store's notion of time: every decision reads it, so a
     /// [`ManualClock`](tollgate_core::ManualClock) makes a store deterministic.
     pub fn new(clock: Arc<dyn Clock>, config: MemoryStoreConfig) -> Self {
+        let overflow = Self::bare(Arc::clone(&clock), full::OVERFLOW);
+        Self {
+            overflow: Some(Box::new(overflow)),
+            ..Self::bare(clock, config)
+        }
+    }
+
+    fn bare(clock: Arc<dyn Clock>, config: MemoryStoreConfig) -> Self {
         let shard_count = config.shards.clamp(1, 1 << 16).next_power_of_two();
         let max_per_shard = config.max_keys.div_ceil(shard_count).max(1);
         Self {
@@ -194,20 +224,24 @@ impl MemoryStore {
             hasher: foldhash::quality::RandomState::default(),
             clock,
             evictions: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            overflow: None,
         }
     }
 
     /// Decides one check now; the synchronous heart of [`Store::decide`].
-    pub fn decide_now(&self, check: Check<'_>) -> Decision {
+    /// [`StoreError::Full`] when its key is new and its shard holds only
+    /// limiting states: nothing is stored then.
+    pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.decide_at(check, self.clock.now_ms())
     }
 
     /// Decides `check` now and says where its units came from, so the ones
     /// never used can be given back ([`MemoryStore::give_back`]).
-    pub fn take(&self, check: Check<'_>) -> (Decision, Taken) {
+    pub fn take(&self, check: Check<'_>) -> Result<(Decision, Taken), StoreError> {
         let now = self.clock.now_ms();
-        let decision = self.decide_at(check, now);
-        (decision, Taken::new(now, &decision))
+        let decision = self.decide_at(check, now)?;
+        Ok((decision, Taken::new(now, &decision)))
     }
 
     /// Gives back up to `check.cost` units of a [`MemoryStore::take`] never
@@ -218,41 +252,50 @@ impl MemoryStore {
         let now = self.clock.now_ms();
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
-        match table.slots.find_mut(hash, |s| s.is(hash, &check)) {
-            Some(slot) => check
-                .policy
-                .limits()
-                .give_back(&mut slot.state, now, check.cost, taken),
-            None => 0,
+        let limits = check.policy.limits();
+        let Some(slot) = table.slots.find_mut(hash, |s| s.is(hash, &check)) else {
+            return 0;
+        };
+        let given = limits.give_back(&mut slot.state, now, check.cost, taken);
+        // It may have stopped limiting: its marks as a peek now reads it.
+        if given > 0
+            && let Some(state) = &slot.state
+        {
+            let peek = limits.decide_with(&mut Some(state.clone()), now, 0, Intent::Probe);
+            let expires_at_ms = slot.expires_at_ms;
+            slot.mark(Marks::of(limits, state, now, &peek, None).expiring_at(expires_at_ms));
+            table.full_until_ms = 0;
         }
+        given
     }
 
-    fn decide_at(&self, check: Check<'_>, now: u64) -> Decision {
+    fn decide_at(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
         let table = &mut *table;
+        let limits = check.policy.limits();
         match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
                 let slot = entry.get_mut();
-                let decision = check
-                    .policy
-                    .limits()
-                    .decide(&mut slot.state, now, check.cost);
-                if let Some(state) = &slot.state {
-                    slot.expires_at_ms = state.expires_at_ms(now, &decision);
+                let decision = limits.decide(&mut slot.state, now, check.cost);
+                match &slot.state {
+                    Some(state) => {
+                        slot.mark(Marks::of(limits, state, now, &decision, Some(check.cost)));
+                    }
+                    None => {
+                        entry.remove();
+                    }
                 }
-                if slot.state.is_none() {
-                    entry.remove();
-                }
-                decision
+                Ok(decision)
             }
             Err(_) => {
                 let mut state = None;
-                let decision = check.policy.limits().decide(&mut state, now, check.cost);
-                if state.is_some() {
-                    self.insert(table, hash, &check, state, now, &decision);
+                let decision = limits.decide(&mut state, now, check.cost);
+                if let Some(state) = state {
+                    let marks = Marks::of(limits, &state, now, &decision, Some(check.cost));
+                    self.insert(table, hash, &check, state, marks, now, &[])?;
                 }
-                decision
+                Ok(decision)
             }
         }
     }
@@ -278,41 +321,17 @@ impl MemoryStore {
     }
 
     /// Decides every check all-or-nothing, now. See [`Store::decide_all`].
-    pub fn decide_all_now(&self, checks: &[Check<'_>]) -> Vec<Decision> {
+    /// [`StoreError::Full`] when a new key finds no room: nothing is written.
+    pub fn decide_all_now(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
-            [] => return Vec::new(),
-            [one] => return vec![self.decide_now(*one)],
+            [] => return Ok(Vec::new()),
+            [one] => return Ok(vec![self.decide_now(*one)?]),
             _ => {}
         }
         let now = self.clock.now_ms();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let mut guards = self.lock(&hashes);
         self.decide_locked(&mut guards, checks, &hashes, now)
-    }
-
-    /// Frees one unit of a full shard: what expired, else an id, else the
-    /// state nearest expiry.
-    fn make_room(&self, table: &mut Table, now: u64) {
-        if sweep_table(table, now) > 0 {
-            return;
-        }
-        let oldest = table
-            .records
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .min_by_key(|r| r.ids.front().map_or(0, |id| id.until_ms))
-            .map(|r| r.hash);
-        if let Some(Ok(mut entry)) =
-            oldest.map(|hash| table.records.find_entry(hash, |r| r.hash == hash))
-        {
-            entry.get_mut().ids.pop_front();
-            if entry.get().ids.is_empty() {
-                entry.remove();
-            }
-            table.ids -= 1;
-            return;
-        }
-        self.evict_one(table);
     }
 
     /// Locks the shards of `hashes` in ascending order, so no two
@@ -334,7 +353,7 @@ impl MemoryStore {
         checks: &[Check<'_>],
         hashes: &[u64],
         now: u64,
-    ) -> Vec<Decision> {
+    ) -> Result<Vec<Decision>, StoreError> {
         // Decide on copies so nothing is written unless every check admits.
         // Each distinct key has one copy: a key named twice sees its own
         // earlier consumption. `copies[k].0` is the first check naming it.
@@ -384,31 +403,88 @@ impl MemoryStore {
                 }
             }
         }
-        // Write each distinct key back once; its expiry follows its last decision.
+        self.write_back(guards, checks, hashes, copies, &copy_of, &decisions, now)?;
+        if !decisions.iter().all(|d| d.allowed) {
+            check::mark_never_fits(&check::never_fit_in_batch(checks), &mut decisions);
+        }
+        Ok(decisions)
+    }
+
+    /// Writes each distinct key of a batch back once, its marks from its
+    /// last decision; all or nothing: room is made for every new key that
+    /// must be kept before anything is written. A new key at rest is kept
+    /// only where there is room left (keeping it changes nothing).
+    #[allow(clippy::too_many_arguments)]
+    fn write_back(
+        &self,
+        guards: &mut Guards<'_>,
+        checks: &[Check<'_>],
+        hashes: &[u64],
+        copies: Vec<(usize, Option<State>)>,
+        copy_of: &[usize],
+        decisions: &[Decision],
+        now: u64,
+    ) -> Result<(), StoreError> {
+        let last = |k: usize, first: usize| copy_of.iter().rposition(|&c| c == k).unwrap_or(first);
+        let mut wanted: Vec<(usize, usize)> = Vec::new();
+        for (k, (first, state)) in copies.iter().enumerate() {
+            let hash = hashes[*first];
+            let shard = self.shard_index(hash);
+            let needs_room = state.as_ref().is_some_and(|state| {
+                state.expires_at_ms(now, &decisions[last(k, *first)]) > now
+                    && table_for(guards, shard)
+                        .slots
+                        .find(hash, |s| s.is(hash, &checks[*first]))
+                        .is_none()
+            });
+            if needs_room {
+                match wanted.iter_mut().find(|(s, _)| *s == shard) {
+                    Some((_, n)) => *n += 1,
+                    None => wanted.push((shard, 1)),
+                }
+            }
+        }
+        for (shard, n) in wanted {
+            let table = table_for(guards, shard);
+            while table.held() + n > self.max_per_shard {
+                if !self.make_room(table, now, hashes) {
+                    return Err(self.refuse());
+                }
+            }
+        }
+        let mut at_rest = Vec::new();
         for (k, (first, state)) in copies.into_iter().enumerate() {
-            let last = copy_of.iter().rposition(|&c| c == k).unwrap_or(first);
             let hash = hashes[first];
             let check = &checks[first];
+            let decision = &decisions[last(k, first)];
+            let limits = check.policy.limits();
             let table = table_for(guards, self.shard_index(hash));
             match (table.slots.find_entry(hash, |s| s.is(hash, check)), state) {
                 (Ok(mut entry), Some(state)) => {
                     let slot = entry.get_mut();
-                    slot.expires_at_ms = state.expires_at_ms(now, &decisions[last]);
+                    slot.mark(Marks::of(limits, &state, now, decision, None));
                     slot.state = Some(state);
                 }
                 (Ok(entry), None) => {
                     entry.remove();
                 }
+                (Err(_), Some(state)) if state.expires_at_ms(now, decision) <= now => {
+                    at_rest.push((first, state, *decision));
+                }
                 (Err(_), Some(state)) => {
-                    self.insert(table, hash, check, Some(state), now, &decisions[last]);
+                    let marks = Marks::of(limits, &state, now, decision, None);
+                    self.insert(table, hash, check, state, marks, now, hashes)?;
                 }
                 (Err(_), None) => {}
             }
         }
-        if !decisions.iter().all(|d| d.allowed) {
-            check::mark_never_fits(&check::never_fit_in_batch(checks), &mut decisions);
+        for (first, state, decision) in at_rest {
+            let hash = hashes[first];
+            let table = table_for(guards, self.shard_index(hash));
+            let marks = Marks::of(checks[first].policy.limits(), &state, now, &decision, None);
+            self.insert(table, hash, &checks[first], state, marks, now, hashes)?;
         }
-        decisions
+        Ok(())
     }
 
     /// Removes every expired key; returns how many. Call it now and then.
@@ -416,7 +492,7 @@ impl MemoryStore {
         let now = self.clock.now_ms();
         self.shards
             .iter()
-            .map(|shard| sweep_table(&mut shard.0.lock(), now))
+            .map(|shard| sweep_table(&mut shard.0.lock(), now, &[], self.victims_a_pass()))
             .sum()
     }
 
@@ -425,9 +501,23 @@ impl MemoryStore {
         self.shards.iter().map(|s| s.0.lock().slots.len()).sum()
     }
 
-    /// Live keys evicted because the store was full.
+    /// Live keys evicted because the store was full (never a limiting one).
     pub fn evictions(&self) -> u64 {
         self.evictions.load(Ordering::Relaxed)
+    }
+
+    /// New keys refused because their shard held only limiting states
+    /// ([`StoreError::Full`]); their decisions fell to the failure modes.
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
+    }
+
+    /// Counts a refusal and says why.
+    fn refuse(&self) -> StoreError {
+        self.refusals.fetch_add(1, Ordering::Relaxed);
+        StoreError::Full {
+            max_keys: self.capacity() as u64,
+        }
     }
 
     /// The most keys this store keeps.
@@ -455,21 +545,28 @@ impl MemoryStore {
         &self.shards[self.shard_index(hash)]
     }
 
+    /// Keeps `state` as `check`'s new key, making room when the shard is
+    /// full (never at the cost of `keep`); a state at rest is not worth
+    /// room and is dropped instead. [`StoreError::Full`] when there is none.
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
         table: &mut Table,
         hash: u64,
         check: &Check<'_>,
-        state: Option<State>,
+        state: State,
+        marks: Marks,
         now: u64,
-        decision: &Decision,
-    ) {
+        keep: &[u64],
+    ) -> Result<(), StoreError> {
         if table.held() >= self.max_per_shard {
-            self.make_room(table, now);
+            if marks.expires_at_ms <= now {
+                return Ok(());
+            }
+            if !self.make_room(table, now, keep) {
+                return Err(self.refuse());
+            }
         }
-        let expires_at_ms = state
-            .as_ref()
-            .map_or(now, |s| s.expires_at_ms(now, decision));
         table.slots.insert_unique(
             hash,
             Slot {
@@ -477,40 +574,18 @@ impl MemoryStore {
                 policy: Arc::clone(check.policy.name_arc()),
                 algorithm: check.policy.algorithm(),
                 identity: IdentityBytes::new(check.identity.as_bytes()),
-                state,
-                expires_at_ms,
-            },
+                state: Some(state),
+                expires_at_ms: 0,
+                open_before_rest_ms: 0,
+                consumed: 0,
+            }
+            .marked(marks),
             |s| s.hash,
         );
+        // The new state may not be limiting: the shard is no longer known full.
+        table.full_until_ms = 0;
+        Ok(())
     }
-
-    /// Evicts the state nearest expiry among a sample.
-    fn evict_one(&self, table: &mut Table) {
-        let victim = table
-            .slots
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .min_by_key(|s| s.expires_at_ms)
-            .map(|s| s.hash);
-        if let Some(Ok(entry)) = victim.map(|hash| table.slots.find_entry(hash, |s| s.hash == hash))
-        {
-            entry.remove();
-            self.evictions.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Removes expired states and expired request ids; returns how many.
-fn sweep_table(table: &mut Table, now: u64) -> usize {
-    let before = table.held();
-    table.slots.retain(|s| s.expires_at_ms > now);
-    let mut dropped = 0;
-    table.records.retain(|r| {
-        dropped += r.drop_expired(now);
-        !r.ids.is_empty()
-    });
-    table.ids -= dropped;
-    before - table.held()
 }
 
 fn table_for<'g, 'a>(
@@ -526,14 +601,14 @@ impl Store for MemoryStore {
         &self,
         check: Check<'_>,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
-        ready(Ok(self.decide_now(check)))
+        ready(self.decide_now(check))
     }
 
     fn decide_all(
         &self,
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        ready(Ok(self.decide_all_now(checks)))
+        ready(self.decide_all_now(checks))
     }
 
     fn decide_once(
@@ -541,6 +616,6 @@ impl Store for MemoryStore {
         checks: &[Check<'_>],
         retry: Retry<'_>,
     ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
-        ready(Ok(self.decide_once_now(checks, retry)))
+        ready(self.decide_once_now(checks, retry))
     }
 }

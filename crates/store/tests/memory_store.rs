@@ -171,8 +171,20 @@ async fn concurrent_all_or_nothing_batches_consume_only_what_every_policy_admits
     }
     assert_eq!(admitted, 60);
     let identity = Identity::value("hot");
-    assert_eq!(store.decide_now(check(&wide, &identity, 0)).remaining, 40);
-    assert_eq!(store.decide_now(check(&narrow, &identity, 0)).remaining, 0);
+    assert_eq!(
+        store
+            .decide_now(check(&wide, &identity, 0))
+            .expect("the store has room")
+            .remaining,
+        40
+    );
+    assert_eq!(
+        store
+            .decide_now(check(&narrow, &identity, 0))
+            .expect("the store has room")
+            .remaining,
+        0
+    );
 }
 
 #[test]
@@ -188,10 +200,14 @@ fn all_or_nothing_consumes_nothing_when_one_policy_rejects() {
     );
     let id = Identity::value("acme");
     for _ in 0..3 {
-        let ds = store.decide_all_now(&[check(&window, &id, 1), check(&bucket, &id, 1)]);
+        let ds = store
+            .decide_all_now(&[check(&window, &id, 1), check(&bucket, &id, 1)])
+            .expect("the store has room");
         assert!(ds.iter().all(|d| d.allowed), "{ds:?}");
     }
-    let ds = store.decide_all_now(&[check(&window, &id, 1), check(&bucket, &id, 1)]);
+    let ds = store
+        .decide_all_now(&[check(&window, &id, 1), check(&bucket, &id, 1)])
+        .expect("the store has room");
     // Each decision says what its check alone would get; the bucket refuses.
     assert!(ds[0].allowed);
     assert_eq!(
@@ -205,8 +221,20 @@ fn all_or_nothing_consumes_nothing_when_one_policy_rejects() {
         }
     );
     // The window kept its 2 left: the refused batch took nothing from it.
-    assert_eq!(store.decide_now(check(&window, &id, 0)).remaining, 2);
-    assert_eq!(store.decide_now(check(&bucket, &id, 0)).remaining, 0);
+    assert_eq!(
+        store
+            .decide_now(check(&window, &id, 0))
+            .expect("the store has room")
+            .remaining,
+        2
+    );
+    assert_eq!(
+        store
+            .decide_now(check(&bucket, &id, 0))
+            .expect("the store has room")
+            .remaining,
+        0
+    );
 }
 
 #[test]
@@ -218,22 +246,40 @@ fn a_key_named_twice_in_one_batch_sees_its_own_consumption() {
     );
     let id = Identity::value("acme");
     // 3 + 3 > 5: the batch is refused although each check alone would fit.
-    let ds = store.decide_all_now(&[check(&window, &id, 3), check(&window, &id, 3)]);
+    let ds = store
+        .decide_all_now(&[check(&window, &id, 3), check(&window, &id, 3)])
+        .expect("the store has room");
     assert!(!ds.iter().all(|d| d.allowed), "{ds:?}");
     // The batch's own total never fits: no wait would admit it.
     assert_eq!(ds[1].retry_after_ms, None, "{ds:?}");
-    assert_eq!(store.decide_now(check(&window, &id, 0)).remaining, 5);
+    assert_eq!(
+        store
+            .decide_now(check(&window, &id, 0))
+            .expect("the store has room")
+            .remaining,
+        5
+    );
     // 2 + 3 = 5 fits: both admitted, the second after the first.
-    let ds = store.decide_all_now(&[check(&window, &id, 2), check(&window, &id, 3)]);
+    let ds = store
+        .decide_all_now(&[check(&window, &id, 2), check(&window, &id, 3)])
+        .expect("the store has room");
     assert_eq!(
         ds.iter()
             .map(|d| (d.allowed, d.remaining))
             .collect::<Vec<_>>(),
         [(true, 3), (true, 0)]
     );
-    assert_eq!(store.decide_now(check(&window, &id, 0)).remaining, 0);
+    assert_eq!(
+        store
+            .decide_now(check(&window, &id, 0))
+            .expect("the store has room")
+            .remaining,
+        0
+    );
     // 1 + 1 fits the limit but not what is left: that waits for the window.
-    let ds = store.decide_all_now(&[check(&window, &id, 1), check(&window, &id, 1)]);
+    let ds = store
+        .decide_all_now(&[check(&window, &id, 1), check(&window, &id, 1)])
+        .expect("the store has room");
     assert!(
         ds.iter().all(|d| !d.allowed && d.retry_after_ms.is_some()),
         "{ds:?}"
@@ -255,7 +301,12 @@ fn max_keys_bounds_the_key_count_and_counts_evictions() {
     );
     for i in 0..1_000 {
         let id = Identity::value(&format!("key-{i}"));
-        assert!(store.decide_now(check(&policy, &id, 1)).allowed);
+        assert!(
+            store
+                .decide_now(check(&policy, &id, 1))
+                .expect("the store has room")
+                .allowed
+        );
         assert!(store.key_count() <= 64);
     }
     // Every shard is far past full: each new key beyond it evicted one.
@@ -276,7 +327,9 @@ fn sweep_removes_exactly_the_expired_keys() {
         .map(|i| Identity::value(&format!("k{i}")))
         .collect();
     for (i, id) in (1..=10).zip(&ids) {
-        let d = store.decide_now(check(&policy, id, i));
+        let d = store
+            .decide_now(check(&policy, id, i))
+            .expect("the store has room");
         assert_eq!(d.reset_after_ms, i * 1_000);
     }
     assert_eq!(store.key_count(), 10);
@@ -290,8 +343,20 @@ fn sweep_removes_exactly_the_expired_keys() {
     assert_eq!(store.sweep(), 1);
     assert_eq!(store.key_count(), 6);
     // The keys kept still hold their debt: key 5 spent 5 and got 4 back.
-    assert_eq!(store.decide_now(check(&policy, &ids[4], 0)).remaining, 9);
-    assert_eq!(store.decide_now(check(&policy, &ids[9], 0)).remaining, 4);
+    assert_eq!(
+        store
+            .decide_now(check(&policy, &ids[4], 0))
+            .expect("the store has room")
+            .remaining,
+        9
+    );
+    assert_eq!(
+        store
+            .decide_now(check(&policy, &ids[9], 0))
+            .expect("the store has room")
+            .remaining,
+        4
+    );
     clock.set(T0 + 10_000);
     assert_eq!(store.sweep(), 6);
     assert_eq!(store.key_count(), 0);
@@ -306,7 +371,12 @@ fn swept_window_keys_go_when_their_count_no_longer_counts() {
     let log = Policy::new("log", Limits::SlidingLog(window));
     let id = Identity::value("k");
     for policy in [&fixed, &sliding, &log] {
-        assert!(store.decide_now(check(policy, &id, 1)).allowed);
+        assert!(
+            store
+                .decide_now(check(policy, &id, 1))
+                .expect("the store has room")
+                .allowed
+        );
     }
     // T0 is a multiple of 1000: the fixed window ends at T0 + 1000, the log
     // entry ages out at T0 + 1100, the sliding count at T0 + 2000.
@@ -332,17 +402,27 @@ fn sweep_after_a_clock_step_back_keeps_a_key_that_is_not_yet_full() {
         Limits::TokenBucket(Rate::new(2, 1, 1_000).expect("valid")),
     );
     let id = Identity::value("k");
-    assert!(store.decide_now(check(&policy, &id, 2)).allowed);
+    assert!(
+        store
+            .decide_now(check(&policy, &id, 2))
+            .expect("the store has room")
+            .allowed
+    );
     // The clock steps back; the key's own clock stays at 10 000.
     clock.set(9_000);
     assert_eq!(
-        store.decide_now(check(&policy, &id, 0)).reset_after_ms,
+        store
+            .decide_now(check(&policy, &id, 0))
+            .expect("the store has room")
+            .reset_after_ms,
         2_000
     );
     clock.set(11_000);
     store.sweep();
     // One token is back, not two: forgetting the key would mint a fresh burst.
-    let d = store.decide_now(check(&policy, &id, 2));
+    let d = store
+        .decide_now(check(&policy, &id, 2))
+        .expect("the store has room");
     assert!(!d.allowed, "{d:?}");
     assert_eq!(d.remaining, 1);
 }
@@ -355,15 +435,29 @@ fn a_consumption_after_a_clock_step_back_expires_from_the_keys_own_clock() {
         Limits::TokenBucket(Rate::new(2, 1, 1_000).expect("valid")),
     );
     let id = Identity::value("k");
-    assert!(store.decide_now(check(&policy, &id, 1)).allowed);
+    assert!(
+        store
+            .decide_now(check(&policy, &id, 1))
+            .expect("the store has room")
+            .allowed
+    );
     clock.set(9_000);
     // The key's clock stays at 10,000: the bucket is empty until 12,000.
     assert_eq!(
-        store.decide_now(check(&policy, &id, 1)).reset_after_ms,
+        store
+            .decide_now(check(&policy, &id, 1))
+            .expect("the store has room")
+            .reset_after_ms,
         2_000
     );
     clock.set(11_500);
     store.sweep();
     assert_eq!(store.key_count(), 1, "the key is not full until 12,000");
-    assert_eq!(store.decide_now(check(&policy, &id, 0)).remaining, 1);
+    assert_eq!(
+        store
+            .decide_now(check(&policy, &id, 0))
+            .expect("the store has room")
+            .remaining,
+        1
+    );
 }

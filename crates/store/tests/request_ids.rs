@@ -48,11 +48,15 @@ impl Memory {
 impl Subject for Memory {
     async fn once(&self, checks: &[Check<'_>], retry: Retry<'_>, t_ms: u64) -> Retried {
         self.clock.set(t_ms);
-        self.store.decide_once_now(checks, retry)
+        self.store
+            .decide_once_now(checks, retry)
+            .expect("the store has room")
     }
     async fn plain(&self, checks: &[Check<'_>], t_ms: u64) -> Vec<Decision> {
         self.clock.set(t_ms);
-        self.store.decide_all_now(checks)
+        self.store
+            .decide_all_now(checks)
+            .expect("the store has room")
     }
 }
 
@@ -358,15 +362,24 @@ fn memory_ids_count_toward_the_store_bound_and_go_before_any_state() {
     let ids: Vec<RequestId> = (0..4).map(|i| id(&format!("id-{i}"))).collect();
     let spend = [check(&policy, &who, 1)];
     for key in &ids {
-        let fresh = memory.store.decide_once_now(&spend, retry(key, &spend));
+        let fresh = memory
+            .store
+            .decide_once_now(&spend, retry(key, &spend))
+            .expect("the store has room");
         assert_eq!(fresh.replay, Replay::Fresh);
     }
     // The fourth id went over the bound: the oldest id was forgotten, and
     // no state was evicted (that would hand the identity a fresh quota).
     assert_eq!(memory.store.evictions(), 0);
-    let newest = memory.store.decide_once_now(&spend, retry(&ids[3], &spend));
+    let newest = memory
+        .store
+        .decide_once_now(&spend, retry(&ids[3], &spend))
+        .expect("the store has room");
     assert_eq!(seen(&newest), (vec![(true, 96)], Replay::Replayed));
-    let oldest = memory.store.decide_once_now(&spend, retry(&ids[0], &spend));
+    let oldest = memory
+        .store
+        .decide_once_now(&spend, retry(&ids[0], &spend))
+        .expect("the store has room");
     assert_eq!(seen(&oldest), (vec![(true, 95)], Replay::Fresh));
     // Expired ids are swept like expired keys.
     memory.clock.set(T0 + WINDOW_MS);

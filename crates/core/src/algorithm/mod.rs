@@ -113,6 +113,40 @@ impl Limits {
         on_own_state!(self, state, decide(now_ms, cost, consume))
     }
 
+    /// The first ms at which a request of cost 1 would be admitted if
+    /// nothing else arrives: `now_ms` (or the key's own later clock) when
+    /// `state` is not limiting. Left alone a state only recovers, so a store
+    /// that keeps this beside a state knows, at any later time, whether the
+    /// state is still limiting — whether forgetting it would hand its
+    /// identity back a quota it has spent — without the policy at hand.
+    pub fn admits_one_from_ms(&self, state: &State, now_ms: u64) -> u64 {
+        // A cost-1 probe on a copy (these states are Copy) is the exact
+        // answer; the log, which is not, has its own read-only count.
+        let wait = match (self, state) {
+            (Limits::TokenBucket(r), State::TokenBucket(s)) => {
+                token_bucket::decide(r, &mut Some(*s), now_ms, 1, false).retry_after_ms
+            }
+            (Limits::Gcra(r), State::Gcra(s)) => {
+                gcra::decide(r, &mut Some(*s), now_ms, 1, false).retry_after_ms
+            }
+            (Limits::FixedWindow(w), State::FixedWindow(s)) => {
+                fixed_window::decide(w, &mut Some(*s), now_ms, 1, false).retry_after_ms
+            }
+            (Limits::SlidingWindow(w), State::SlidingWindow(s)) => {
+                sliding_window::decide(w, &mut Some(*s), now_ms, 1, false).retry_after_ms
+            }
+            (Limits::SlidingLog(w), State::SlidingLog(s)) => {
+                Some(sliding_log::wait_for_one_ms(w, s, now_ms))
+            }
+            // Another algorithm's state is taken as absent: a new key, and
+            // every limit admits at least one unit.
+            _ => Some(0),
+        };
+        // `None`: cost 1 exceeds the limit, which validation rules out.
+        let from = state.clock_ms().map_or(now_ms, |clock| clock.max(now_ms));
+        wait.map_or(u64::MAX, |wait| from.saturating_add(wait))
+    }
+
     /// Gives back up to `units` consumed at `taken` and never used, as far
     /// as the state can take them back exactly ([`Taken`]); returns how
     /// many went back. No state (forgotten, expired) takes nothing: what it

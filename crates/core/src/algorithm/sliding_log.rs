@@ -173,3 +173,26 @@ pub(super) fn give_back(
     }
     0
 }
+
+/// How long, with no traffic, until a request of cost 1 would be admitted
+/// at `now_ms` (0: it would be now): what a cost-1 probe's `retry_after_ms`
+/// says, without the probe's writes, so a store can tell a limiting log
+/// from one that is not.
+pub(super) fn wait_for_one_ms(window: &Window, log: &LogState, now_ms: u64) -> u64 {
+    let w = u128::from(window.window_ms());
+    let now = u128::from(now_ms.max(log.last_ms));
+    // Just after a decision nothing has aged out, so this is O(1) unless
+    // the log is limiting (then as long as a rejection's own wait).
+    let mut counted = log.counted;
+    for &(t, c) in &log.entries {
+        let counts = u128::from(t) + w > now;
+        if counts && counted < window.limit() {
+            return 0;
+        }
+        counted -= c;
+        if counts && counted < window.limit() {
+            return wait(t, w, now);
+        }
+    }
+    0
+}

@@ -306,5 +306,8 @@ fn store_fault(error: Option<&StoreError>) -> &'static str {
         Some(StoreError::Protocol(_) | StoreError::Config(_)) => {
             "the rate limit store is unavailable (its answer could not be used)"
         }
+        Some(StoreError::Full { .. }) => {
+            "the rate limit store is full (every identity it holds is limited)"
+        }
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tollgate_core::Algorithm;
 
 use super::{MemoryStore, Table, table_for};
-use crate::Check;
 use crate::request_id::{self, Replay, RequestDigest, RequestId, Retried, Retry};
+use crate::{Check, StoreError};
 
 /// The request ids recorded with one key as a call's first check.
 pub(super) struct Records {
@@ -53,12 +53,17 @@ impl MemoryStore {
     /// Decides every check all-or-nothing under a request id, now. See
     /// [`Store::decide_once`]: the id is looked up and recorded with the
     /// first check's key under the same locks as the decision.
-    pub fn decide_once_now(&self, checks: &[Check<'_>], retry: Retry<'_>) -> Retried {
+    /// [`StoreError::Full`] when a new key finds no room: nothing is written.
+    pub fn decide_once_now(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> Result<Retried, StoreError> {
         let Some(first) = checks.first() else {
-            return Retried {
+            return Ok(Retried {
                 decisions: Vec::new(),
                 replay: Replay::Fresh,
-            };
+            });
         };
         let now = self.clock.now_ms();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
@@ -71,31 +76,32 @@ impl MemoryStore {
             .map(|r| r.request);
         if let Some(recorded) = recorded {
             if recorded != retry.request {
-                return Retried {
+                return Ok(Retried {
                     decisions: Vec::new(),
                     replay: Replay::Mismatch,
-                };
+                });
             }
             let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, ..*c }).collect();
-            let peeked = self.decide_locked(&mut guards, &peeks, &hashes, now);
-            return Retried {
+            let peeked = self.decide_locked(&mut guards, &peeks, &hashes, now)?;
+            return Ok(Retried {
                 decisions: request_id::replayed(peeked),
                 replay: Replay::Replayed,
-            };
+            });
         }
-        let decisions = self.decide_locked(&mut guards, checks, &hashes, now);
+        let decisions = self.decide_locked(&mut guards, checks, &hashes, now)?;
         if decisions.iter().all(|d| d.allowed) {
             let table = table_for(&mut guards, self.shard_index(hash));
             self.record(table, hash, first, retry, now);
         }
-        Retried {
+        Ok(Retried {
             decisions,
             replay: Replay::Fresh,
-        }
+        })
     }
 
     /// Records `retry.id` with `check`'s key, dropping its expired ids and,
-    /// past `max_ids`, its oldest; then holds the shard to its bound.
+    /// past `max_ids`, its oldest; then holds the shard to its bound, which
+    /// forgets an id (there is one: this one) before it evicts any state.
     fn record(&self, table: &mut Table, hash: u64, check: &Check<'_>, retry: Retry<'_>, now: u64) {
         let recorded = Recorded {
             id: retry.id.clone(),
@@ -129,7 +135,7 @@ impl MemoryStore {
             }
         }
         if table.held() > self.max_per_shard {
-            self.make_room(table, now);
+            self.make_room(table, now, &[]);
         }
     }
 }

@@ -84,17 +84,19 @@ impl Reference {
 
     pub fn decide(&self, check: Check<'_>, t_ms: u64) -> Decision {
         self.clock.set(t_ms);
-        self.store.decide_now(check)
+        self.store.decide_now(check).expect("the store has room")
     }
 
     pub fn decide_all(&self, checks: &[Check<'_>], t_ms: u64) -> Vec<Decision> {
         self.clock.set(t_ms);
-        self.store.decide_all_now(checks)
+        self.store
+            .decide_all_now(checks)
+            .expect("the store has room")
     }
 
     pub fn take(&self, check: Check<'_>, t_ms: u64) -> (Decision, Taken) {
         self.clock.set(t_ms);
-        self.store.take(check)
+        self.store.take(check).expect("the store has room")
     }
 
     pub fn give_back(&self, check: Check<'_>, taken: Taken, t_ms: u64) -> u64 {

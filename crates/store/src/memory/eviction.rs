@@ -1,0 +1,277 @@
+//! What a full shard gives up for a new key. Forgetting a state hands its
+//! identity back whatever it had spent, so a store that forgets whatever
+//! expires soonest lets anyone with fresh identities reset any limit (an
+//! exhausted 10-minute login log goes before hour-long exports). The order:
+//!
+//! 1. states at rest (back to full or empty) and expired request ids:
+//!    forgetting them is exact;
+//! 2. a request id (a forgotten id costs a retry a second charge);
+//! 3. a state that is not limiting, the least consumed first (then the
+//!    nearest to rest);
+//!
+//! and never a limiting state: when only those remain the shard is full
+//! and the new key is not stored (its decision falls to its policy's
+//! failure mode). The work is bounded: one pass over the shard (at most
+//! `max_keys / shards` states) sweeps what is at rest and lists the next
+//! few candidates ([`MemoryStore::victims_a_pass`]: one for every
+//! [`SLOTS_A_VICTIM`] slots, at least 16), spent by the next calls; a pass
+//! is made at least once that many calls (so a state come to rest since
+//! is preferred again soon), and a call makes at most two. That is about
+//! [`SLOTS_A_VICTIM`] slots looked at a call, however large the shard. A
+//! shard a pass found holding only limiting states is not passed over
+//! again until the first of them stops limiting, or [`FULL_RECHECK_MS`]
+//! at most (a reload may have raised a limit): a flood of new identities
+//! against a full store costs a lookup each, not a pass each.
+
+use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering;
+
+use tollgate_core::{Decision, Limits, State};
+
+use super::{MemoryStore, Slot, Table};
+
+/// A pass over a shard lists one eviction candidate for this many slots.
+pub(super) const SLOTS_A_VICTIM: usize = 128;
+
+/// How long a shard found full of limiting states is taken to be full
+/// without another pass, at most.
+const FULL_RECHECK_MS: u64 = 1_000;
+
+/// The fewest eviction candidates a pass lists.
+const MIN_VICTIMS: usize = 16;
+
+/// How many keys' request ids a full shard looks at to forget the oldest.
+const ID_SAMPLE: usize = 16;
+
+/// What eviction must know of a stored state, stamped at its last
+/// decision: left alone a state only recovers, so the marks say what it
+/// is at any later time without its policy at hand.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Marks {
+    /// From then on the state is back to full or empty: at rest.
+    pub(super) expires_at_ms: u64,
+    /// Until then a request of cost 1 would be rejected: limiting.
+    admits_one_from_ms: u64,
+    /// The share of its limit spent at that decision, of `u16::MAX`.
+    consumed: u16,
+}
+
+/// A state's standing at some time, in the order eviction takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Class {
+    /// Full or empty: the same as no state, so forgetting it is exact.
+    AtRest,
+    /// Holds some consumption, but a request of cost 1 would be admitted.
+    Open,
+    /// A request of cost 1 would be rejected ("remaining 0"): forgetting
+    /// it would admit what the limit refuses.
+    Limiting,
+}
+
+impl Marks {
+    /// The marks of `state` as `decision` at `now` left it.
+    /// `cost`: the decision's own, when it was decided alone on `state`
+    /// (a batch's decisions may say what an earlier check's consumption,
+    /// since undone, left).
+    pub(super) fn of(
+        limits: &Limits,
+        state: &State,
+        now: u64,
+        decision: &Decision,
+        cost: Option<u64>,
+    ) -> Self {
+        // Cheap on the hot path: a state with a unit left is not limiting,
+        // and a rejected unit says itself when it would be admitted; only
+        // a state spent to 0 otherwise is asked (a second decision).
+        let admits_one_from_ms = if decision.remaining >= 1 {
+            now
+        } else if cost == Some(1) && !decision.allowed {
+            let from = state.clock_ms().map_or(now, |clock| clock.max(now));
+            decision
+                .retry_after_ms
+                .map_or(u64::MAX, |wait| from.saturating_add(wait))
+        } else {
+            limits.admits_one_from_ms(state, now)
+        };
+        let limit = decision.limit.max(1);
+        let spent = limit
+            - u64::try_from(decision.remaining.max(0))
+                .unwrap_or(0)
+                .min(limit);
+        // At most u16::MAX, as `spent ≤ limit`; u128 only for vast limits.
+        let consumed = match spent.checked_mul(u64::from(u16::MAX)) {
+            Some(scaled) => scaled / limit,
+            None => (u128::from(spent) * u128::from(u16::MAX) / u128::from(limit)) as u64,
+        };
+        Self {
+            expires_at_ms: state.expires_at_ms(now, decision),
+            admits_one_from_ms,
+            consumed: u16::try_from(consumed).unwrap_or(u16::MAX),
+        }
+    }
+}
+
+impl Marks {
+    /// The same marks with the expiry the slot keeps (no earlier than needed).
+    pub(super) fn expiring_at(self, expires_at_ms: u64) -> Self {
+        Self {
+            expires_at_ms: expires_at_ms.max(self.expires_at_ms),
+            ..self
+        }
+    }
+}
+
+impl Slot {
+    /// Keeps `marks` in the slot's flat fields. A state stops limiting no
+    /// later than it comes to rest (every limit admits one unit); kept as
+    /// an offset of at most `u32::MAX` ms (49 days) before rest, so a
+    /// longer one reads as limiting a little longer than it is, never less.
+    pub(super) fn mark(&mut self, marks: Marks) {
+        self.expires_at_ms = marks.expires_at_ms;
+        self.open_before_rest_ms =
+            u32::try_from(marks.expires_at_ms.saturating_sub(marks.admits_one_from_ms))
+                .unwrap_or(u32::MAX);
+        self.consumed = marks.consumed;
+    }
+
+    /// The slot with `marks` kept.
+    pub(super) fn marked(mut self, marks: Marks) -> Self {
+        self.mark(marks);
+        self
+    }
+
+    /// When the state stops limiting.
+    fn open_from_ms(&self) -> u64 {
+        self.expires_at_ms
+            .saturating_sub(u64::from(self.open_before_rest_ms))
+    }
+
+    /// The state's standing at `now`.
+    pub(super) fn class(&self, now: u64) -> Class {
+        if self.expires_at_ms <= now {
+            Class::AtRest
+        } else if self.open_from_ms() <= now {
+            Class::Open
+        } else {
+            Class::Limiting
+        }
+    }
+}
+
+impl MemoryStore {
+    /// How many eviction candidates a pass over a shard lists.
+    pub(super) fn victims_a_pass(&self) -> usize {
+        (self.max_per_shard / SLOTS_A_VICTIM).max(MIN_VICTIMS)
+    }
+
+    /// Frees one unit of a full shard in the order of the module notes,
+    /// never one of `keep` (the keys of the decision being written);
+    /// `false` when only limiting states (and `keep`) remain.
+    pub(super) fn make_room(&self, table: &mut Table, now: u64, keep: &[u64]) -> bool {
+        let list = self.victims_a_pass();
+        let known_full = table.victims.is_empty() && now < table.full_until_ms;
+        let mut scanned = known_full;
+        table.since_sweep += 1;
+        if !known_full && (table.victims.is_empty() || table.since_sweep >= list) {
+            scanned = true;
+            if sweep_table(table, now, keep, list) > 0 {
+                return true;
+            }
+        }
+        if forget_an_id(table) {
+            return true;
+        }
+        loop {
+            while let Some(hash) = table.victims.pop() {
+                if keep.contains(&hash) {
+                    continue;
+                }
+                let Ok(entry) = table.slots.find_entry(hash, |s| s.hash == hash) else {
+                    continue;
+                };
+                // Listed at the last pass; it may have been spent since.
+                match entry.get().class(now) {
+                    Class::Limiting => continue,
+                    Class::AtRest => {}
+                    Class::Open => {
+                        self.evictions.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                entry.remove();
+                return true;
+            }
+            if scanned {
+                return false;
+            }
+            scanned = true;
+            if sweep_table(table, now, keep, list) > 0 {
+                return true;
+            }
+        }
+    }
+}
+
+/// Removes states at rest and expired request ids (but `keep`), and lists
+/// the `list` open states to evict next, the least consumed last (so
+/// popped first); returns how many it removed.
+pub(super) fn sweep_table(table: &mut Table, now: u64, keep: &[u64], list: usize) -> usize {
+    let before = table.held();
+    // A max-heap of the least consumed seen so far, never above `list`.
+    let mut least = BinaryHeap::with_capacity(list + 1);
+    let mut next_open = now.saturating_add(FULL_RECHECK_MS);
+    table.slots.retain(|s| {
+        let kept = keep.contains(&s.hash);
+        next_open = next_open.min(s.open_from_ms());
+        match s.class(now) {
+            Class::AtRest => kept,
+            Class::Open => {
+                if !kept {
+                    least.push((s.consumed, s.expires_at_ms, s.hash));
+                    if least.len() > list {
+                        least.pop();
+                    }
+                }
+                true
+            }
+            Class::Limiting => true,
+        }
+    });
+    table.since_sweep = 0;
+    table.victims.clear();
+    table
+        .victims
+        .extend(least.into_sorted_vec().into_iter().rev().map(|(_, _, h)| h));
+    let mut dropped = 0;
+    table.records.retain(|r| {
+        dropped += r.drop_expired(now);
+        !r.ids.is_empty()
+    });
+    table.ids -= dropped;
+    let removed = before - table.held();
+    table.full_until_ms = if removed == 0 && table.victims.is_empty() {
+        next_open
+    } else {
+        0
+    };
+    removed
+}
+
+/// Forgets the oldest request id of a sample of keys; whether there was one.
+fn forget_an_id(table: &mut Table) -> bool {
+    let oldest = table
+        .records
+        .iter()
+        .take(ID_SAMPLE)
+        .min_by_key(|r| r.ids.front().map_or(0, |id| id.until_ms))
+        .map(|r| r.hash);
+    let Some(Ok(mut entry)) = oldest.map(|hash| table.records.find_entry(hash, |r| r.hash == hash))
+    else {
+        return false;
+    };
+    entry.get_mut().ids.pop_front();
+    if entry.get().ids.is_empty() {
+        entry.remove();
+    }
+    table.ids -= 1;
+    true
+}
