@@ -225,30 +225,7 @@ pub fn parse_policy(
         Algorithm::TokenBucket | Algorithm::Gcra => &["name", "algorithm", "capacity", "refill"],
         _ => &["name", "algorithm", "limit", "window"],
     };
-    for key in fields.keys() {
-        if !own.contains(&key.as_str()) && !extra_fields.contains(&key.as_str()) {
-            let hint = match key.as_str() {
-                "capacity" | "refill" | "limit" | "window" => {
-                    format!(" for algorithm {algorithm}")
-                }
-                _ => String::new(),
-            };
-            // The algorithm's own fields, then what else a policy may hold.
-            let also = if extra_fields.is_empty() {
-                String::new()
-            } else {
-                format!("; any policy: {}", extra_fields.join(", "))
-            };
-            return Err(ConfigError::field(
-                &name,
-                key,
-                format!(
-                    "unknown field{hint} (expected: {}{also})",
-                    own[2..].join(", ")
-                ),
-            ));
-        }
-    }
+    check_fields(&name, algorithm, own, extra_fields, fields)?;
     let limits = match algorithm {
         Algorithm::TokenBucket | Algorithm::Gcra => {
             let rate = parse_rate(&name, fields)?;
@@ -301,6 +278,40 @@ pub fn parse_policy(
         }
     };
     Ok(Policy::new(name, limits))
+}
+
+/// Refuses a field neither the algorithm nor the caller knows, listing the
+/// algorithm's own fields, then what else a policy may hold.
+fn check_fields(
+    name: &str,
+    algorithm: Algorithm,
+    own: &[&str],
+    extra_fields: &[&str],
+    fields: &Map<String, Value>,
+) -> Result<(), ConfigError> {
+    let Some(key) = fields
+        .keys()
+        .find(|k| !own.contains(&k.as_str()) && !extra_fields.contains(&k.as_str()))
+    else {
+        return Ok(());
+    };
+    let hint = match key.as_str() {
+        "capacity" | "refill" | "limit" | "window" => format!(" for algorithm {algorithm}"),
+        _ => String::new(),
+    };
+    let also = if extra_fields.is_empty() {
+        String::new()
+    } else {
+        format!("; any policy: {}", extra_fields.join(", "))
+    };
+    Err(ConfigError::field(
+        name,
+        key,
+        format!(
+            "unknown field{hint} (expected: {}{also})",
+            own[2..].join(", ")
+        ),
+    ))
 }
 
 fn parse_rate(name: &str, fields: &Map<String, Value>) -> Result<Rate, ConfigError> {

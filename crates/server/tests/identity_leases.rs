@@ -178,7 +178,8 @@ fn admitted(tally: &Tally, windows: std::ops::Range<u64>, tenant: &str, region: 
 }
 
 /// Asserts `tenant` got at least 90% of its limit in `region` over
-/// `windows`, on average (a loaded machine may starve one window's driver).
+/// `windows`, in the median window (a loaded machine may starve one
+/// window's driver, or delay one renewal past the global store's timeout).
 fn assert_steady(
     tally: &Tally,
     windows: std::ops::Range<u64>,
@@ -188,10 +189,12 @@ fn assert_steady(
 ) {
     let got = admitted(tally, windows, tenant, region);
     assert!(!got.is_empty(), "{what}: no whole window");
-    let average = got.iter().sum::<u64>() / got.len() as u64;
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
     assert!(
-        average >= STEADY,
-        "{what}: {tenant} in {} got {average} a window on average, below {STEADY} of {LIMIT}: {got:?}",
+        median >= STEADY,
+        "{what}: {tenant} in {} got {median} in the median window, below {STEADY} of {LIMIT}: {got:?}",
         REGIONS[region]
     );
 }
