@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use tollgate_core::Clock;
 
 use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
-use crate::limiter::{Backend, Limiter};
+use crate::limiter::{Backend, Limiter, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use tollgate_store::{RedisStore, StoreError};
@@ -62,13 +62,20 @@ impl App {
     ) -> Result<Self, StoreError> {
         let metrics = Arc::new(Metrics::new(Arc::clone(&clock)));
         let mut backends = Vec::with_capacity(config.stores.list.len());
-        for (_, settings) in &config.stores.list {
-            backends.push(open_store(settings, Arc::clone(&clock)).await?);
+        for (role, settings) in &config.stores.list {
+            let name = StoreName {
+                role: (*role).to_owned(),
+                region: (*role == "regional")
+                    .then(|| config.deployment.region.clone())
+                    .flatten(),
+                what: settings.describe(),
+            };
+            backends.push((name, open_store(settings, Arc::clone(&clock)).await?));
         }
         let live = LiveConfig::new(config, &metrics, None);
         Ok(Self {
             live: ArcSwap::from_pointee(live),
-            limiter: Limiter::new(backends, Arc::clone(&metrics.limiter), clock),
+            limiter: Limiter::named(backends, Arc::clone(&metrics.limiter), clock),
             metrics,
             config_path,
             overrides: Overrides::default(),

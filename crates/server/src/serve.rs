@@ -65,7 +65,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     };
     let grpc_addr = grpc_listen.or_else(|| config.server.grpc_listen.clone());
     let stores = describe_stores(&config);
-    let shared_stores = describe_shared_stores(&config);
+    let shared_stores = config
+        .stores
+        .list
+        .iter()
+        .any(|(_, settings)| !matches!(settings, StoreSettings::Memory { .. }));
     let region = config.deployment.region.clone();
     let clock: Arc<dyn tollgate_core::Clock> = Arc::new(SystemClock);
     let app = Arc::new(
@@ -112,13 +116,23 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         policies = app.live.load().policies.len(),
         "tollgate serving"
     );
-    if !shared_stores.is_empty() {
+    if shared_stores {
         // A standalone or Sentinel Redis connects lazily, so a store that
-        // is down at start does not stop the server: say so at once.
+        // is down at start does not stop the server: say so at once, one
+        // line for each store that is down, naming only it.
         let pinger = Arc::clone(&app);
         tokio::spawn(async move {
-            if let Err(error) = pinger.limiter.store_answers().await {
-                tracing::warn!(%error, "store {shared_stores} unreachable at start; policies answer per their failure mode");
+            for store in pinger.limiter.store_answers().await {
+                if let Err(error) = store.answer {
+                    tracing::warn!(
+                        store = %store.name.role,
+                        region = store.name.region.as_deref().unwrap_or("none"),
+                        kind = error.kind(),
+                        %error,
+                        "store {} unreachable at start; its policies answer per their failure mode",
+                        store.name
+                    );
+                }
             }
         });
     }
@@ -166,18 +180,6 @@ fn describe_stores(config: &ServeConfig) -> String {
         .map(|(role, settings)| format!("{role}: {}", settings.describe()))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// The stores that can be down (not memory), as [`describe_stores`].
-fn describe_shared_stores(config: &ServeConfig) -> String {
-    config
-        .stores
-        .list
-        .iter()
-        .filter(|(_, settings)| !matches!(settings, StoreSettings::Memory { .. }))
-        .map(|(role, settings)| format!("{role} ({})", settings.describe()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets
