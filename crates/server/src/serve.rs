@@ -117,24 +117,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         "tollgate serving"
     );
     if shared_stores {
-        // A standalone or Sentinel Redis connects lazily, so a store that
-        // is down at start does not stop the server: say so at once, one
-        // line for each store that is down, naming only it.
-        let pinger = Arc::clone(&app);
-        tokio::spawn(async move {
-            for store in pinger.limiter.store_answers().await {
-                if let Err(error) = store.answer {
-                    tracing::warn!(
-                        store = %store.name.role,
-                        region = store.name.region.as_deref().unwrap_or("none"),
-                        kind = error.kind(),
-                        %error,
-                        "store {} unreachable at start; its policies answer per their failure mode",
-                        store.name
-                    );
-                }
-            }
-        });
+        tokio::spawn(warn_unreachable_stores(Arc::clone(&app)));
     }
     let reloader = Arc::clone(&app);
     tokio::spawn(async move {
@@ -169,6 +152,24 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     }
     tracing::info!("tollgate stopped");
     Ok(())
+}
+
+/// A standalone or Sentinel Redis connects lazily, so a store that is down
+/// at start does not stop the server: say so at once, one line for each
+/// store that is down, naming only it.
+async fn warn_unreachable_stores(app: Arc<App>) {
+    for store in app.limiter.store_answers().await {
+        if let Err(error) = store.answer {
+            tracing::warn!(
+                store = %store.name.role,
+                region = store.name.region.as_deref().unwrap_or("none"),
+                kind = error.kind(),
+                %error,
+                "store {} unreachable at start; its policies answer per their failure mode",
+                store.name
+            );
+        }
+    }
 }
 
 /// Every store by role and kind, for the start line (never a password).
