@@ -69,6 +69,12 @@ impl Backend {
         Backend::RedisAtClock(AtClock::new(store, clock))
     }
 
+    /// Whether the store is shared (Redis): it can fail, and has a
+    /// circuit, errors and call latencies to report.
+    pub fn is_shared(&self) -> bool {
+        !matches!(self, Backend::Memory(_))
+    }
+
     /// Decides `checks` all-or-nothing, under `retry` when given.
     pub(crate) async fn decide(
         &self,

@@ -89,13 +89,16 @@ impl Limiter {
             Err(error) => {
                 // The request decides as usual, under its failure mode.
                 hot.abandon(check.identity);
-                self.observe_store(&Decided {
-                    decisions: Vec::new(),
-                    by: DecidedBy::Shared,
-                    error: Some(error),
-                    store_us,
-                    replay: Replay::Fresh,
-                });
+                self.observe_store(
+                    check.plan.store(),
+                    &Decided {
+                        decisions: Vec::new(),
+                        by: DecidedBy::Shared,
+                        error: Some(error),
+                        store_us,
+                        replay: Replay::Fresh,
+                    },
+                );
                 return None;
             }
         };

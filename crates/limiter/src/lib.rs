@@ -61,6 +61,7 @@ mod lease;
 mod limiter;
 mod metrics;
 mod plan;
+mod stores;
 mod upkeep;
 
 pub use backend::Backend;
@@ -71,7 +72,8 @@ pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, REFUSED_FL
 pub use lease::{DEFAULT_MAX_IDENTITIES, Lease, Leased, Wanting, instance_id, share_of};
 pub use limiter::{Decided, Limiter};
 pub use metrics::{
-    DecisionLabels, DegradedLabels, ErrorLabels, HotSeries, LeaseCounters, LeaseLabels,
-    LeaseOutcomeLabels, LimiterMetrics, PolicyCounters, PolicyLabels,
+    DecisionLabels, DegradedLabels, HotSeries, LeaseCounters, LeaseLabels, LeaseOutcomeLabels,
+    LimiterMetrics, PolicyCounters, PolicyLabels,
 };
 pub use plan::{Check, Plan, RetryRule};
+pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};

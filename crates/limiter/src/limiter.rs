@@ -18,8 +18,9 @@ use tollgate_store::{
 
 use crate::backend::Backend;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
-use crate::metrics::{DegradedLabels, ErrorLabels, LimiterMetrics};
+use crate::metrics::{DegradedLabels, LimiterMetrics};
 use crate::plan::Check;
+use crate::stores::{StoreName, StoreWatch};
 
 /// The decisions of one request (in the checks' order), what made them,
 /// and why a shared store did not, if one did not.
@@ -54,6 +55,8 @@ pub struct Limiter {
     /// In the config's store order: the cheapest first (local, regional,
     /// global), which is the order a request spanning several is decided.
     pub(crate) backends: Vec<Backend>,
+    /// Each store's name, series handles and failures, as `backends`.
+    pub(crate) stores: Vec<StoreWatch>,
     pub(crate) metrics: Arc<LimiterMetrics>,
     pub(crate) clock: Arc<dyn Clock>,
     degraded_log: LogLimiter,
@@ -65,13 +68,45 @@ impl Limiter {
     /// `backends` in the config's store order (a [`Plan`](crate::Plan)'s
     /// store indexes them); `clock` tells both times: decisions are dated
     /// by its wall clock, lease terms and latencies run on its monotonic one.
+    /// Each store is named by the role a single-store config gives it:
+    /// `local` for memory, `global` for Redis.
     pub fn new(
         backends: Vec<Backend>,
         metrics: Arc<LimiterMetrics>,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let named = backends
+            .into_iter()
+            .map(|backend| {
+                let (role, what) = match backend.is_shared() {
+                    true => ("global", "redis"),
+                    false => ("local", "memory"),
+                };
+                let name = StoreName {
+                    role: role.to_owned(),
+                    region: None,
+                    what: what.to_owned(),
+                };
+                (name, backend)
+            })
+            .collect();
+        Self::named(named, metrics, clock)
+    }
+
+    /// [`Limiter::new`] with each store named as the config names it
+    /// (role, region): its series, log lines and readiness field.
+    pub fn named(
+        backends: Vec<(StoreName, Backend)>,
+        metrics: Arc<LimiterMetrics>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let stores = backends
+            .iter()
+            .map(|(name, backend)| metrics.stores.watch(name.clone(), backend.is_shared()))
+            .collect();
         Self {
-            backends,
+            backends: backends.into_iter().map(|(_, backend)| backend).collect(),
+            stores,
             metrics,
             clock,
             degraded_log: LogLimiter::default(),
@@ -157,7 +192,7 @@ impl Limiter {
             && let Some(hot) = one.plan.hot_lease()
             && let Some(decided) = Box::pin(self.decide_by_block(backend, one, hot, now_ms)).await
         {
-            self.observe_store(&decided);
+            self.observe_store(store, &decided);
             self.count(checks, &decided, false, now_ms);
             return decided;
         }
@@ -170,7 +205,7 @@ impl Limiter {
         let mut decided = self.call(backend, checks, &picks, 0, retry).await;
         if decided.replay == Replay::Mismatch {
             // The client's fault, answered 422: no decision was made.
-            self.observe_store(&decided);
+            self.observe_store(store, &decided);
             return decided;
         }
         // A sharded request rejected by its shard tries the next one once
@@ -201,16 +236,19 @@ impl Limiter {
             && decided.by != DecidedBy::FailClosed
             && checks.iter().any(|c| c.plan.on_failure().is_none());
         if unanswered {
-            self.observe_store(&Decided {
-                decisions: Vec::new(),
-                by: DecidedBy::Shared,
-                error: decided.error.clone(),
-                store_us: decided.store_us,
-                replay: Replay::Fresh,
-            });
+            self.observe_store(
+                store,
+                &Decided {
+                    decisions: Vec::new(),
+                    by: DecidedBy::Shared,
+                    error: decided.error.clone(),
+                    store_us: decided.store_us,
+                    replay: Replay::Fresh,
+                },
+            );
             return decided;
         }
-        self.observe_store(&decided);
+        self.observe_store(store, &decided);
         self.count(checks, &decided, replayed, now_ms);
         decided
     }
@@ -384,17 +422,21 @@ impl Limiter {
     }
 
     /// A store's latency, its errors, and decisions made without it.
-    pub(crate) fn observe_store(&self, decided: &Decided) {
-        if let Some(us) = decided.store_us {
-            self.metrics.store_seconds.observe(us as f64 / 1_000_000.0);
-        }
-        if let Some(error) = &decided.error {
-            self.metrics
-                .store_errors
-                .get_or_create(&ErrorLabels {
-                    kind: error_kind(error),
-                })
-                .inc();
+    pub(crate) fn observe_store(&self, store: usize, decided: &Decided) {
+        if let Some(watch) = self.stores.get(store) {
+            if let Some(us) = decided.store_us {
+                watch.seconds.observe(us as f64 / 1_000_000.0);
+            }
+            match &decided.error {
+                Some(error) => {
+                    self.metrics.stores.error(watch, error);
+                    watch.failed(self.clock.monotonic_ms());
+                }
+                None if decided.by == DecidedBy::Shared && decided.store_us.is_some() => {
+                    watch.answered(&*self.clock);
+                }
+                None => {}
+            }
         }
         if decided.by.is_degraded() {
             let allowed = decided.decisions.iter().all(|d| d.allowed);
@@ -427,17 +469,6 @@ fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
         DecidedBy::FailClosed => 3,
     };
     if rank(b) > rank(a) { b } else { a }
-}
-
-/// A store error's kind, the label of `tollgate_store_errors_total`.
-fn error_kind(error: &StoreError) -> &'static str {
-    match error {
-        StoreError::Timeout { .. } => "timeout",
-        StoreError::Unavailable(_) => "unavailable",
-        StoreError::Protocol(_) => "protocol",
-        StoreError::Config(_) => "config",
-        StoreError::Full { .. } => "full",
-    }
 }
 
 /// The whole request's digest, as its request id's records hold it.

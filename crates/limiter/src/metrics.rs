@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, SecretHasher};
 
 use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, PolicyHot};
+use crate::stores::{StoreCollector, StoreSeries};
 
 /// A policy's decisions by outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,37 +66,16 @@ pub struct DegradedLabels {
     pub outcome: &'static str,
 }
 
-/// A failed store call's kind.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
-    /// `timeout`, `unavailable`, `protocol`, `config` or `full` (the memory store).
-    pub kind: &'static str,
-}
-
 /// The limiter's series.
 pub struct LimiterMetrics {
     decisions: Family<DecisionLabels, Counter>,
     replayed: Family<PolicyLabels, Counter>,
     /// Time to decide one request, store calls included.
     pub decision_seconds: Histogram,
-    /// Time of each shared-store call, measured in µs on the monotonic clock.
-    pub store_seconds: Histogram,
-    /// Failed shared-store calls, by kind.
-    pub store_errors: Family<ErrorLabels, Counter>,
     /// Requests decided without the shared store, by path and outcome.
     pub degraded: Family<DegradedLabels, Counter>,
-    /// The worst circuit of the shared stores.
-    pub circuit_state: Gauge,
-    /// 1 when every store answered its last readiness ping, else 0.
-    pub store_up: Gauge,
-    /// Keys held in this process.
-    pub store_keys: Gauge,
-    /// Live keys the memory store evicted because it was full.
-    pub store_evictions: Gauge,
-    /// Decisions answered from the rejected-until cache, without Redis.
-    pub rejected_cache_answers: Gauge,
-    /// Script calls made for single decisions (batched).
-    pub store_script_calls: Gauge,
+    /// Each store's series, labelled by its role.
+    pub stores: Arc<StoreSeries>,
     /// Decisions admitted from a hot identity's local block.
     pub hot_lease_local: Counter,
     /// Decisions rejected here while the store cannot grant a hot
@@ -189,13 +169,6 @@ fn counter(registry: &mut Registry, name: &str, help: &str) -> Counter {
     counter
 }
 
-/// A gauge registered under `name`.
-fn gauge(registry: &mut Registry, name: &str, help: &str) -> Gauge {
-    let gauge = Gauge::default();
-    registry.register(name, help, gauge.clone());
-    gauge
-}
-
 /// A family registered under `name`.
 fn family<L, M>(registry: &mut Registry, name: &str, help: &str) -> Family<L, M>
 where
@@ -214,6 +187,8 @@ impl LimiterMetrics {
     pub fn register(registry: &mut Registry, clock: Arc<dyn Clock>) -> Self {
         let hot = Arc::new(HotIdentities::default());
         let hot_series = Arc::new(RwLock::new(HotSeries::Off));
+        let stores = Arc::new(StoreSeries::new());
+        registry.register_collector(Box::new(StoreCollector(Arc::clone(&stores))));
         registry.register_collector(Box::new(HotCollector {
             hot: Arc::clone(&hot),
             series: Arc::clone(&hot_series),
@@ -266,48 +241,6 @@ impl LimiterMetrics {
                 "hot_lease_blocks",
                 "Blocks of a hot identity's budget taken from the store, one decision each (hot_lease)",
             ),
-            rejected_cache_answers: gauge(
-                registry,
-                "rejected_cache_answers",
-                "Decisions answered since start from the rejected-until cache without a store call (exact: the key is rejected until then); beside tollgate_store_script_calls, how much the cache shields the store from an abusive client",
-            ),
-            store_script_calls: gauge(
-                registry,
-                "store_script_calls",
-                "Script calls made since start for single decisions (each may carry a batch of them)",
-            ),
-            store_keys: gauge(registry, "store_keys", "Keys held by the memory store"),
-            store_evictions: gauge(
-                registry,
-                "store_evictions",
-                "Live keys the memory store evicted because it was full (since start)",
-            ),
-            // 50 µs to ~1.6 s, measured in µs.
-            store_seconds: histogram(
-                registry,
-                "store_call_duration_seconds",
-                "Time of each call to the shared store (Redis), measured in microseconds on the monotonic clock",
-                exponential_buckets(0.000_05, 2.0, 16),
-            ),
-            store_errors: family(
-                registry,
-                "store_errors",
-                "Shared-store calls that failed, by kind (timeout, unavailable, protocol, config)",
-            ),
-            circuit_state: gauge(
-                registry,
-                "store_circuit_state",
-                "The shared store's circuit: 0 closed, 1 open, 2 half-open",
-            ),
-            store_up: {
-                let up = gauge(
-                    registry,
-                    "store_up",
-                    "1 when the store answered its last readiness ping (GET /readyz), 0 when it did not",
-                );
-                up.set(1);
-                up
-            },
             split_turned_away: family(
                 registry,
                 "split_turned_away_units",
@@ -319,6 +252,7 @@ impl LimiterMetrics {
                 "Requests decided without the shared store, by path (fail_open, fail_closed, local) and outcome",
             ),
             lease: LeaseFamilies::register(registry),
+            stores,
             hot,
             hot_series,
             clock,

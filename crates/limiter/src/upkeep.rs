@@ -2,11 +2,12 @@
 //! renewals, the periodic sweep, the store gauges and readiness.
 
 use tollgate_core::Identity;
-use tollgate_store::{LeaseWant, MAX_IDENTITIES_A_CALL, StoreError, StoreStats};
+use tollgate_store::{LeaseWant, MAX_IDENTITIES_A_CALL, StoreError};
 
 use crate::lease::Lease;
 use crate::limiter::Limiter;
 use crate::plan::Plan;
+use crate::stores::StoreHealth;
 
 impl Limiter {
     /// Forgets `plan`'s state for `identity` — an operator's reset: the
@@ -68,36 +69,32 @@ impl Limiter {
         }
     }
 
-    /// Refreshes the store gauges (at scrape time): keys, evictions and
-    /// the cache's shield summed over the stores, the worst circuit.
+    /// Reads each store's gauges and since-start counts into its series
+    /// (at scrape time).
     pub fn maintain_gauges(&self) {
-        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let mut all = StoreStats::default();
-        for backend in &self.backends {
-            let s = backend.stats();
-            all.keys += s.keys;
-            all.evictions += s.evictions;
-            all.circuit = all.circuit.max(s.circuit);
-            all.answered_locally += s.answered_locally;
-            all.script_calls += s.script_calls;
+        for (index, backend) in self.backends.iter().enumerate() {
+            self.metrics.stores.read(index, backend.stats());
         }
-        self.metrics.store_keys.set(gauge(all.keys));
-        self.metrics.store_evictions.set(gauge(all.evictions));
-        self.metrics.circuit_state.set(all.circuit);
-        self.metrics
-            .rejected_cache_answers
-            .set(gauge(all.answered_locally));
-        self.metrics.store_script_calls.set(gauge(all.script_calls));
     }
 
-    /// Whether every store answers right now (a bounded ping each),
-    /// recorded in `tollgate_store_up`.
-    pub async fn store_answers(&self) -> Result<(), StoreError> {
-        let mut answered = Ok(());
-        for backend in &self.backends {
-            answered = answered.and(backend.ping().await);
+    /// Each store's answer to a bounded ping, in the config's order,
+    /// recorded in its `tollgate_store_up` series. A store answering again
+    /// after failures is logged once.
+    pub async fn store_answers(&self) -> Vec<StoreHealth> {
+        let mut health = Vec::with_capacity(self.backends.len());
+        for (index, (backend, watch)) in self.backends.iter().zip(&self.stores).enumerate() {
+            let answer = backend.ping().await;
+            self.metrics.stores.set_up(index, answer.is_ok());
+            match &answer {
+                Ok(()) => watch.answered(&*self.clock),
+                Err(_) => watch.failed(self.clock.monotonic_ms()),
+            }
+            health.push(StoreHealth {
+                name: watch.name.clone(),
+                shared: backend.is_shared(),
+                answer,
+            });
         }
-        self.metrics.store_up.set(i64::from(answered.is_ok()));
-        answered
+        health
     }
 }

@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use tollgate_core::{Clock, Policy};
 
 use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
-use crate::limiter::{Backend, Limiter};
+use crate::limiter::{Backend, Limiter, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use tollgate_store::{RedisStore, StoreError};
@@ -62,19 +62,29 @@ impl App {
     ) -> Result<Self, StoreError> {
         let metrics = Arc::new(Metrics::new(Arc::clone(&clock)));
         let mut backends = Vec::with_capacity(config.stores.list.len());
-        for (index, (_, settings)) in config.stores.list.iter().enumerate() {
+        for (index, (role, settings)) in config.stores.list.iter().enumerate() {
             let policies: Vec<&Policy> = config
                 .policies
                 .iter()
                 .filter(|p| p.store == index)
                 .map(|p| &p.policy)
                 .collect();
-            backends.push(open_store(settings, &policies, Arc::clone(&clock)).await?);
+            let name = StoreName {
+                role: (*role).to_owned(),
+                region: (*role == "regional")
+                    .then(|| config.deployment.region.clone())
+                    .flatten(),
+                what: settings.describe(),
+            };
+            backends.push((
+                name,
+                open_store(settings, &policies, Arc::clone(&clock)).await?,
+            ));
         }
         let live = LiveConfig::new(config, &metrics, None);
         Ok(Self {
             live: ArcSwap::from_pointee(live),
-            limiter: Limiter::new(backends, Arc::clone(&metrics.limiter), clock),
+            limiter: Limiter::named(backends, Arc::clone(&metrics.limiter), clock),
             metrics,
             config_path,
             overrides: Overrides::default(),

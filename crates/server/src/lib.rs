@@ -45,6 +45,7 @@ mod app;
 mod deadline;
 mod live;
 mod metrics;
+mod process_metrics;
 use tollgate_limiter as limiter;
 
 // 3. protocol adapters

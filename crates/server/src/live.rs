@@ -62,15 +62,19 @@ impl LiveConfig {
             .enumerate()
             .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
             .collect();
-        for serve in &config.policies {
-            metrics
-                .scope_limit
-                .get_or_create(&ScopeLabels {
-                    policy: serve.policy.name().to_owned(),
-                    scope: serve.scope.name(),
-                    region: region.clone(),
-                })
-                .set(i64::try_from(serve.policy.limits().limit()).unwrap_or(i64::MAX));
+        // Only where regions are told: without one, every scope leaves
+        // the whole limit, and a `region=""` series says nothing.
+        if config.deployment.region.is_some() {
+            for serve in &config.policies {
+                metrics
+                    .scope_limit
+                    .get_or_create(&ScopeLabels {
+                        policy: serve.policy.name().to_owned(),
+                        scope: serve.scope.name(),
+                        region: region.clone(),
+                    })
+                    .set(i64::try_from(serve.policy.limits().limit()).unwrap_or(i64::MAX));
+            }
         }
         let envoy = LiveRules::new(
             Arc::clone(&config.envoy),

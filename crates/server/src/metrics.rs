@@ -1,7 +1,8 @@
 //! The server's Prometheus metrics: the limiter's series (decisions,
 //! stores, leases, hot identities: [`LimiterMetrics`]) and beside them what
 //! only a server has — reloads, malformed requests, connections, bearer
-//! tokens, operator resets, each policy's scope, and Envoy's RLS.
+//! tokens, operator resets, each policy's scope, Envoy's RLS, HTTP
+//! requests by endpoint, the build, and the process (`process_*`).
 
 use std::sync::Arc;
 
@@ -10,9 +11,12 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, SystemClock};
 use tollgate_limiter::LimiterMetrics;
+
+use crate::process_metrics::ProcessCollector;
 
 pub use tollgate_limiter::{PolicyCounters, PolicyLabels};
 
@@ -41,6 +45,29 @@ pub struct EndpointLabels {
     pub endpoint: &'static str,
 }
 
+/// An HTTP request's route and answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The route template (`/v1/check`, `/readyz`, …), or `unmatched`:
+    /// never the raw path, so the values are bounded.
+    pub endpoint: &'static str,
+    /// The status answered.
+    pub status: u16,
+}
+
+/// An HTTP route, for its latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route template, as [`HttpLabels::endpoint`].
+    pub endpoint: &'static str,
+}
+
+/// The build, as `tollgate_build_info` labels it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
 /// Every series the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -65,6 +92,10 @@ pub struct Metrics {
     pub state_resets: Family<PolicyLabels, Counter>,
     /// What each policy's scope leaves this instance to enforce.
     pub scope_limit: Family<ScopeLabels, Gauge>,
+    /// HTTP requests answered, by route and status.
+    pub http_requests: Family<HttpLabels, Counter>,
+    /// Time to answer an HTTP request, by route.
+    pub http_seconds: Family<RouteLabels, Histogram>,
 }
 
 /// A metric registered under `name`.
@@ -81,8 +112,34 @@ impl Metrics {
     /// `clock` dates the hot identities' windows: the system clock in
     /// production, the tests' manual clock in tests.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        let mut registry = Registry::with_prefix("tollgate");
-        let r = &mut registry;
+        let mut registry = Registry::default();
+        // The process series keep their standard, unprefixed names.
+        registry.register_collector(Box::new(ProcessCollector));
+        let r = registry.sub_registry_with_prefix("tollgate");
+        let build: Family<BuildLabels, Gauge> = registered(
+            r,
+            "build_info",
+            "1, labelled with the version of tollgate that serves",
+        );
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        let http_requests = registered(
+            r,
+            "http_requests",
+            "HTTP requests answered, by endpoint (the route, never the raw path) and status",
+        );
+        let http_seconds = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            // 10 µs to ~5 s.
+            Histogram::new(exponential_buckets(0.000_01, 2.0, 20))
+        });
+        r.register(
+            "http_request_duration_seconds",
+            "Time to answer an HTTP request, by endpoint, measured on the monotonic clock",
+            http_seconds.clone(),
+        );
         let limiter = Arc::new(LimiterMetrics::register(r, clock));
         let reloads = registered(r, "config_reloads", "Configs loaded by reload");
         let reload_failures = registered(
@@ -133,6 +190,8 @@ impl Metrics {
             rls,
             state_resets,
             scope_limit,
+            http_requests,
+            http_seconds,
         }
     }
 

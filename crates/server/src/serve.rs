@@ -65,7 +65,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     };
     let grpc_addr = grpc_listen.or_else(|| config.server.grpc_listen.clone());
     let stores = describe_stores(&config);
-    let shared_stores = describe_shared_stores(&config);
+    let shared_stores = config
+        .stores
+        .list
+        .iter()
+        .any(|(_, settings)| !matches!(settings, StoreSettings::Memory { .. }));
     let region = config.deployment.region.clone();
     let clock: Arc<dyn tollgate_core::Clock> = Arc::new(SystemClock);
     let app = Arc::new(
@@ -112,15 +116,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         policies = app.live.load().policies.len(),
         "tollgate serving"
     );
-    if !shared_stores.is_empty() {
-        // A standalone or Sentinel Redis connects lazily, so a store that
-        // is down at start does not stop the server: say so at once.
-        let pinger = Arc::clone(&app);
-        tokio::spawn(async move {
-            if let Err(error) = pinger.limiter.store_answers().await {
-                tracing::warn!(%error, "store {shared_stores} unreachable at start; policies answer per their failure mode");
-            }
-        });
+    if shared_stores {
+        tokio::spawn(warn_unreachable_stores(Arc::clone(&app)));
     }
     let reloader = Arc::clone(&app);
     tokio::spawn(async move {
@@ -157,6 +154,24 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     Ok(())
 }
 
+/// A standalone or Sentinel Redis connects lazily, so a store that is down
+/// at start does not stop the server: say so at once, one line for each
+/// store that is down, naming only it.
+async fn warn_unreachable_stores(app: Arc<App>) {
+    for store in app.limiter.store_answers().await {
+        if let Err(error) = store.answer {
+            tracing::warn!(
+                store = %store.name.role,
+                region = store.name.region.as_deref().unwrap_or("none"),
+                kind = error.kind(),
+                %error,
+                "store {} unreachable at start; its policies answer per their failure mode",
+                store.name
+            );
+        }
+    }
+}
+
 /// Every store by role and kind, for the start line (never a password).
 fn describe_stores(config: &ServeConfig) -> String {
     config
@@ -166,18 +181,6 @@ fn describe_stores(config: &ServeConfig) -> String {
         .map(|(role, settings)| format!("{role}: {}", settings.describe()))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// The stores that can be down (not memory), as [`describe_stores`].
-fn describe_shared_stores(config: &ServeConfig) -> String {
-    config
-        .stores
-        .list
-        .iter()
-        .filter(|(_, settings)| !matches!(settings, StoreSettings::Memory { .. }))
-        .map(|(role, settings)| format!("{role} ({})", settings.describe()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets

@@ -112,7 +112,10 @@ async fn http_and_rls_decisions_land_in_the_same_metric_series() {
     let text = metrics().await;
     for (series, expected) in [
         // Six decisions, six store calls, whichever protocol made them.
-        ("tollgate_store_call_duration_seconds_count", 6.0),
+        (
+            r#"tollgate_store_call_duration_seconds_count{role="global"}"#,
+            6.0,
+        ),
         (
             r#"tollgate_decisions_total{policy="api",outcome="allowed"}"#,
             2.0,

@@ -112,7 +112,11 @@ async fn a_paused_store_is_answered_by_each_policys_failure_mode_and_recovers_ex
     );
     // Five consecutive timeouts opened the circuit: no more store calls.
     assert_eq!(
-        metric(&server, "tollgate_store_circuit_state").await,
+        metric(
+            &server,
+            r#"tollgate_store_circuit_state{role="global",state="open"}"#
+        )
+        .await,
         Some(1.0)
     );
     // Timeouts, or the connection giving up on the stalled server first.
@@ -171,8 +175,12 @@ async fn a_paused_store_is_answered_by_each_policys_failure_mode_and_recovers_ex
     let reset = resumed["reset_after_ms"].as_u64().expect("reset");
     assert!((7_000_000..=7_200_000).contains(&reset), "{reset}");
     assert_eq!(
-        metric(&server, "tollgate_store_circuit_state").await,
-        Some(0.0)
+        metric(
+            &server,
+            r#"tollgate_store_circuit_state{role="global",state="closed"}"#
+        )
+        .await,
+        Some(1.0)
     );
     server.stop().await;
 }
@@ -400,15 +408,27 @@ async fn readiness_holds_through_a_store_outage_and_reports_the_store() {
     };
     assert_eq!(
         ready().await,
-        (200, r#"{"ready":true,"store":"up"}"#.to_owned())
+        (
+            200,
+            r#"{"ready":true,"store":"up","stores":{"global":"up"}}"#.to_owned()
+        )
     );
-    assert_eq!(metric(&server, "tollgate_store_up").await, Some(1.0));
+    assert_eq!(
+        metric(&server, r#"tollgate_store_up{role="global"}"#).await,
+        Some(1.0)
+    );
     redis.kill().expect("kill redis");
     assert_eq!(
         ready().await,
-        (200, r#"{"ready":true,"store":"down"}"#.to_owned())
+        (
+            200,
+            r#"{"ready":true,"store":"down","stores":{"global":"down"}}"#.to_owned()
+        )
     );
-    assert_eq!(metric(&server, "tollgate_store_up").await, Some(0.0));
+    assert_eq!(
+        metric(&server, r#"tollgate_store_up{role="global"}"#).await,
+        Some(0.0)
+    );
     // And each policy answers per its failure mode meanwhile.
     let (status, open) = server.check(r#"{"policy":"open","key":"r"}"#).await;
     assert_eq!(
@@ -424,8 +444,17 @@ async fn readiness_holds_through_a_store_outage_and_reports_the_store() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         up = ready().await;
     }
-    assert_eq!(up, (200, r#"{"ready":true,"store":"up"}"#.to_owned()));
-    assert_eq!(metric(&server, "tollgate_store_up").await, Some(1.0));
+    assert_eq!(
+        up,
+        (
+            200,
+            r#"{"ready":true,"store":"up","stores":{"global":"up"}}"#.to_owned()
+        )
+    );
+    assert_eq!(
+        metric(&server, r#"tollgate_store_up{role="global"}"#).await,
+        Some(1.0)
+    );
     server.stop().await;
 }
 
@@ -444,7 +473,11 @@ async fn an_open_circuit_cools_down_on_the_monotonic_clock_whatever_the_wall_clo
         assert_eq!(d["path"], "fail_open");
     }
     assert_eq!(
-        metric(&server, "tollgate_store_circuit_state").await,
+        metric(
+            &server,
+            r#"tollgate_store_circuit_state{role="global",state="open"}"#
+        )
+        .await,
         Some(1.0),
         "five timeouts opened the circuit"
     );
@@ -467,8 +500,12 @@ async fn an_open_circuit_cools_down_on_the_monotonic_clock_whatever_the_wall_clo
     );
     assert_eq!(probed["remaining"], 3);
     assert_eq!(
-        metric(&server, "tollgate_store_circuit_state").await,
-        Some(0.0)
+        metric(
+            &server,
+            r#"tollgate_store_circuit_state{role="global",state="closed"}"#
+        )
+        .await,
+        Some(1.0)
     );
     server.stop().await;
 }

@@ -144,9 +144,11 @@ async fn a_hot_key_on_one_redis_admits_exactly_its_limit_and_is_named_hot() {
             .expect("text");
         let answered: u64 = metrics
             .lines()
-            .find_map(|l| l.strip_prefix("tollgate_rejected_cache_answers "))
+            .find_map(|l| {
+                l.strip_prefix(r#"tollgate_rejected_cache_answers_total{role="global"} "#)
+            })
             .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no tollgate_rejected_cache_answers:\n{metrics}"));
+            .unwrap_or_else(|| panic!("no tollgate_rejected_cache_answers_total:\n{metrics}"));
         assert!(answered > 0, "the cache shielded nothing");
     }
 }

@@ -442,10 +442,14 @@ fn a_redis_down_at_start_is_logged_and_the_server_serves() {
     assert_eq!(
         v["fields"]["message"],
         format!(
-            "store global (redis redis://127.0.0.1:{down}) unreachable at start; policies answer per their failure mode"
+            "store global (redis redis://127.0.0.1:{down}) unreachable at start; its policies answer per their failure mode"
         )
     );
-    assert_eq!(served.get("/readyz"), r#"{"ready":true,"store":"down"}"#);
+    assert_eq!(v["fields"]["kind"], "refused");
+    assert_eq!(
+        served.get("/readyz"),
+        r#"{"ready":true,"store":"down","stores":{"global":"down"}}"#
+    );
 }
 
 #[test]
@@ -472,7 +476,10 @@ fn store_memory_replaces_a_redis_store() {
         served.start_fields()["stores"],
         "local: memory (max_keys 1000000)"
     );
-    assert_eq!(served.get("/readyz"), r#"{"ready":true,"store":"up"}"#);
+    assert_eq!(
+        served.get("/readyz"),
+        r#"{"ready":true,"store":"up","stores":{"local":"up"}}"#
+    );
 }
 
 #[test]

@@ -105,7 +105,10 @@ async fn metrics_count_decisions_keys_and_reloads() {
         ),
         Some(1.0)
     );
-    assert_eq!(metric(&text, "tollgate_store_keys"), Some(2.0));
+    assert_eq!(
+        metric(&text, r#"tollgate_store_keys{role="local"}"#),
+        Some(2.0)
+    );
     assert_eq!(metric(&text, "tollgate_config_reloads_total"), Some(1.0));
     assert_eq!(
         metric(&text, "tollgate_config_reload_failures_total"),

@@ -17,7 +17,9 @@ fn buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
     text.lines()
         .filter_map(|l| l.strip_prefix(prefix.as_str()))
         .map(|rest| {
-            let (le, count) = rest.split_once("\"} ").expect("a bucket line");
+            let (le, count) = rest
+                .split_once("\",role=\"global\"} ")
+                .expect("a bucket line of the global store");
             let le = if le == "+Inf" {
                 f64::INFINITY
             } else {
@@ -60,7 +62,7 @@ async fn a_sub_millisecond_store_call_is_observed_in_microseconds_not_as_zero() 
     let text = metrics_text(&client, &process.base).await;
     let name = "tollgate_store_call_duration_seconds";
     assert_eq!(
-        metric(&text, &format!("{name}_count")),
+        metric(&text, &format!("{name}_count{{role=\"global\"}}")),
         Some(CALLS as f64),
         "one store call a decision:\n{text}"
     );
@@ -81,7 +83,9 @@ async fn a_sub_millisecond_store_call_is_observed_in_microseconds_not_as_zero() 
     // the machine (a µs sum of 50 calls lands on a whole ms 1 time in 1,000;
     // the bucket above, empty, rules out whole ms on its own whenever a
     // call took under one).
-    let sum_us = metric(&text, &format!("{name}_sum")).expect("the histogram's sum") * 1e6;
+    let sum_us = metric(&text, &format!("{name}_sum{{role=\"global\"}}"))
+        .expect("the histogram's sum")
+        * 1e6;
     assert!(
         (sum_us - sum_us.round()).abs() < 0.01,
         "the sum is not whole µs: {sum_us}"

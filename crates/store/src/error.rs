@@ -2,6 +2,8 @@ use thiserror::Error;
 
 /// Why a store could not decide. The decision core never fails; stores that
 /// do I/O (Redis) do, and the caller's failure policy decides what then.
+/// Unreachable stores say why (refused, name, credentials) so an operator
+/// knows whom to page.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum StoreError {
     /// The call outlived its budget, queueing included; the store may be slow
@@ -11,8 +13,19 @@ pub enum StoreError {
         /// The budget that ran out, as configured.
         timeout_ms: u64,
     },
-    /// The store is unreachable or says it cannot serve now (loading, failing
-    /// over, read-only).
+    /// Nothing listens where the store should be: the host is up, the
+    /// server is not (or a firewall rejects the port).
+    #[error("store refused the connection: {0}")]
+    Refused(String),
+    /// The store's host name does not resolve (DNS).
+    #[error("store host name does not resolve: {0}")]
+    Unresolved(String),
+    /// The store turned down the credentials (a wrong or missing password
+    /// or user).
+    #[error("store refused the credentials: {0}")]
+    Auth(String),
+    /// The store is unreachable or says it cannot serve now (a dropped
+    /// connection, loading, failing over, read-only).
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// The store answered, but with an error reply or a value the scripts
@@ -29,4 +42,21 @@ pub enum StoreError {
         /// The store's bound, as configured (rounded up to its shards).
         max_keys: u64,
     },
+}
+
+impl StoreError {
+    /// The error's kind, as metrics label it and logs name it: `timeout`,
+    /// `refused`, `dns`, `auth`, `unavailable`, `protocol` or `config`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout { .. } => "timeout",
+            StoreError::Refused(_) => "refused",
+            StoreError::Unresolved(_) => "dns",
+            StoreError::Auth(_) => "auth",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Protocol(_) => "protocol",
+            StoreError::Config(_) => "config",
+            StoreError::Full { .. } => "full",
+        }
+    }
 }

@@ -14,7 +14,7 @@ use tollgate_store::Replay;
 use tower::ServiceExt;
 
 use crate::app::App;
-use crate::metrics::{EndpointLabels, StatusLabels};
+use crate::metrics::{EndpointLabels, HttpLabels, RouteLabels, StatusLabels};
 use crate::tokens::{self, Guarded};
 use authorize::{AUTHORIZE_ALLOW, AUTHORIZE_METHODS, authorize_request, is_authorize_path};
 use check::{CHECK, CHECK_ALLOW, check_request};
@@ -35,10 +35,64 @@ pub(crate) mod request;
 pub(crate) mod request_id;
 pub(crate) mod response;
 
-/// The one routing of every request: the decision endpoints straight to
-/// their handlers on hyper (the hot paths), everything else through the
-/// operations router.
+/// Every route, as `tollgate_http_requests_total{endpoint}` names it.
+const ENDPOINTS: [&str; 8] = [
+    CHECK,
+    "/v1/authorize",
+    "/v1/policies",
+    "/v1/state",
+    "/v1/hot",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+];
+
+/// The route template `path` takes, or `unmatched`: a bounded label,
+/// never the raw path (`/v1/authorize/…` is `/v1/authorize`).
+fn endpoint_of(path: &str) -> &'static str {
+    if is_authorize_path(path) {
+        return "/v1/authorize";
+    }
+    ENDPOINTS
+        .into_iter()
+        .find(|e| *e == path)
+        .unwrap_or("unmatched")
+}
+
+/// The one routing of every request ([`dispatch`]), counted and timed by
+/// endpoint and status.
 pub(crate) async fn route(
+    app: &Arc<App>,
+    operations: Router,
+    peer: SocketAddr,
+    req: http::Request<hyper::body::Incoming>,
+) -> Response {
+    let endpoint = endpoint_of(req.uri().path());
+    let started_us = app.limiter.clock().monotonic_us();
+    let response = dispatch(app, operations, peer, req).await;
+    let took_us = app
+        .limiter
+        .clock()
+        .monotonic_us()
+        .saturating_sub(started_us);
+    let metrics = &app.metrics;
+    metrics
+        .http_requests
+        .get_or_create(&HttpLabels {
+            endpoint,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    metrics
+        .http_seconds
+        .get_or_create(&RouteLabels { endpoint })
+        .observe(took_us as f64 / 1_000_000.0);
+    response
+}
+
+/// The decision endpoints straight to their handlers on hyper (the hot
+/// paths), everything else through the operations router.
+async fn dispatch(
     app: &Arc<App>,
     operations: Router,
     peer: SocketAddr,

@@ -243,16 +243,28 @@ pub(super) async fn healthz() -> &'static str {
 /// fails closed or decides locally, as configured. So a store outage never
 /// fails readiness — an orchestrator pulling every instance at once would
 /// override those failure modes and take the service down. The store's
-/// state is a field here and the `tollgate_store_up` gauge.
+/// state is a field here and the `tollgate_store_up` gauge: `store` is
+/// `up` only when every store answered, `stores` says which by role.
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
-    let store = match app.limiter.store_answers().await {
-        Ok(()) => "up",
-        Err(e) => {
-            tracing::debug!(error = %e, "readiness: the store did not answer its ping");
-            "down"
-        }
-    };
-    json_response(format!("{{\"ready\":true,\"store\":\"{store}\"}}"))
+    let mut stores = serde_json::Map::new();
+    let mut all_up = true;
+    for store in app.limiter.store_answers().await {
+        let state = match &store.answer {
+            Ok(()) => "up",
+            Err(e) => {
+                tracing::debug!(store = %store.name, kind = e.kind(), error = %e, "readiness: a store did not answer its ping");
+                all_up = false;
+                "down"
+            }
+        };
+        stores.insert(store.name.role, state.into());
+    }
+    let body = serde_json::json!({
+        "ready": true,
+        "store": if all_up { "up" } else { "down" },
+        "stores": stores,
+    });
+    json_response(body.to_string())
 }
 
 /// The OpenMetrics exposition (metrics token).

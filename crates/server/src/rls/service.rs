@@ -302,7 +302,12 @@ fn store_fault(error: Option<&StoreError>) -> &'static str {
         Some(StoreError::Timeout { .. }) => {
             "the rate limit store is unavailable (it did not answer in time)"
         }
-        Some(StoreError::Unavailable(_)) => "the rate limit store is unavailable",
+        Some(
+            StoreError::Unavailable(_)
+            | StoreError::Refused(_)
+            | StoreError::Unresolved(_)
+            | StoreError::Auth(_),
+        ) => "the rate limit store is unavailable",
         Some(StoreError::Protocol(_) | StoreError::Config(_)) => {
             "the rate limit store is unavailable (its answer could not be used)"
         }
