@@ -58,13 +58,17 @@ async fn an_exhausted_login_log_survives_a_flood_of_fresh_api_keys_through_a_rea
     assert_eq!(d["remaining"], 0, "{d}");
     assert!(d.get("degraded").is_none(), "{d}");
     let metrics = metrics_text(&client, base).await;
-    let keys = metric(&metrics, "tollgate_store_keys").expect("keys gauge");
-    let evictions = metric(&metrics, "tollgate_store_evictions").expect("evictions gauge");
+    let keys = metric(&metrics, r#"tollgate_store_keys{role="local"}"#).expect("keys gauge");
+    let evictions = metric(&metrics, r#"tollgate_store_evictions_total{role="local"}"#)
+        .expect("evictions counter");
     // Nothing came to rest in the seconds this took: every key beyond the
     // bound evicted one export.
     assert_eq!(keys + evictions, 1_701.0, "{metrics}");
     assert_eq!(
-        metric(&metrics, r#"tollgate_store_errors_total{kind="full"}"#),
+        metric(
+            &metrics,
+            r#"tollgate_store_errors_total{role="local",kind="full"}"#
+        ),
         None
     );
 }
@@ -92,17 +96,23 @@ async fn new_identities_a_store_of_limiting_states_has_no_room_for_fail_closed_a
     let metrics = metrics_text(&client, base).await;
     // Every identity admitted is held; none was evicted for another.
     assert_eq!(
-        metric(&metrics, "tollgate_store_keys"),
+        metric(&metrics, r#"tollgate_store_keys{role="local"}"#),
         Some(f64::from(admitted)),
         "{metrics}"
     );
-    assert_eq!(metric(&metrics, "tollgate_store_evictions"), Some(0.0));
+    assert_eq!(
+        metric(&metrics, r#"tollgate_store_evictions_total{role="local"}"#),
+        Some(0.0)
+    );
     assert!(
         admitted <= 1_280 && refused >= 3_000 - 1_280,
         "{admitted} {refused}"
     );
     assert_eq!(
-        metric(&metrics, r#"tollgate_store_errors_total{kind="full"}"#),
+        metric(
+            &metrics,
+            r#"tollgate_store_errors_total{role="local",kind="full"}"#
+        ),
         Some(f64::from(refused))
     );
     assert_eq!(
