@@ -136,10 +136,11 @@ fn shadow_text(serve: &ServePolicy) -> &'static str {
 /// An envoyproxy/ratelimit rule's limit in words: what `current_limit`
 /// reports, and the algorithm or policy deciding it.
 fn envoy_limit_text(rule: &Rule) -> String {
-    let shadow = if rule.shadow_mode {
-        ", shadow mode"
-    } else {
-        ""
+    let shadow = match (rule.shadow_mode, rule.quota_mode) {
+        (true, true) => ", shadow mode, quota mode",
+        (true, false) => ", shadow mode",
+        (false, true) => ", quota mode",
+        (false, false) => "",
     };
     match &rule.kind {
         RuleKind::Unlimited => format!("unlimited{shadow}"),
@@ -184,6 +185,9 @@ pub fn envoy_rules_json(rules: &EnvoyRules) -> Value {
                 }
                 if rule.shadow_mode {
                     v["shadow_mode"] = json!(true);
+                }
+                if rule.quota_mode {
+                    v["quota_mode"] = json!(true);
                 }
                 v
             })

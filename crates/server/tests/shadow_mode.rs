@@ -293,6 +293,21 @@ fn explain_says_which_policies_are_in_shadow_and_why() {
         .expect("explain --json");
     assert!(out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    // The file's own switch says so once, and puts every policy in shadow.
+    let text = explain(
+        dir.path(),
+        &CONFIG.replace("server:\n", "server:\n  shadow_mode: true\n"),
+        &[],
+    );
+    assert!(text.contains(
+        "shadow mode: every policy and envoy rule is decided and counted but never rejects (server.shadow_mode)"
+    ));
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("  mode: shadow"))
+            .count(),
+        2
+    );
     let modes: Vec<&Value> = v["policies"]
         .as_array()
         .expect("policies")
