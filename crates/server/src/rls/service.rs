@@ -245,8 +245,11 @@ impl RateLimitGrpc<'_> {
             let Some(decision) = result.decisions.into_iter().next() else {
                 return Err(Status::internal("the store answered no decision"));
             };
-            quotas += 1;
-            over += usize::from(!decision.allowed);
+            // A quota limit in shadow mode (its policy's) never counts.
+            if p.enforced() {
+                quotas += 1;
+                over += usize::from(!decision.allowed);
+            }
             out[i] = Some(decision);
         }
         Ok(quotas > 0 && over == quotas)
