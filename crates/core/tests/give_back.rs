@@ -93,3 +93,123 @@ fn no_state_or_another_algorithms_state_takes_nothing() {
     assert_eq!(fixed.give_back(&mut state, T0, 5, taken), 0);
     assert_eq!(state, kept);
 }
+
+/// Each algorithm with a limit of 10, for refunds.
+fn tens() -> [Limits; 5] {
+    [
+        Limits::TokenBucket(Rate::new(10, 1, 1_000).expect("a rate")),
+        Limits::Gcra(Rate::new(10, 1, 1_000).expect("a rate")),
+        Limits::FixedWindow(Window::new(10, 60_000).expect("a window")),
+        Limits::SlidingWindow(Window::new(10, 60_000).expect("a window")),
+        Limits::SlidingLog(Window::new(10, 60_000).expect("a window")),
+    ]
+}
+
+#[test]
+fn a_refund_restores_exactly_the_units_refunded() {
+    // T0 is 20 s into its minute: every window stays current.
+    for limits in tens() {
+        let mut state = None;
+        assert!(limits.decide(&mut state, T0, 3).allowed);
+        assert!(limits.decide(&mut state, T0 + 10, 4).allowed);
+        assert_eq!(
+            limits.give_back(&mut state, T0 + 20, 2, Taken::REFUND),
+            2,
+            "{limits:?}"
+        );
+        let after = limits.decide(&mut state.clone(), T0 + 20, 0);
+        // 10 − 7 + 2, as no refill fits in 20 ms.
+        assert_eq!(after.remaining, 5, "{limits:?}");
+    }
+}
+
+#[test]
+fn a_refund_never_lifts_a_state_past_full_or_a_count_below_empty() {
+    for limits in tens() {
+        let mut state = None;
+        assert!(limits.decide(&mut state, T0, 3).allowed);
+        // Refunding 5 of a take of 3: 3 go back, the state is whole.
+        assert_eq!(
+            limits.give_back(&mut state, T0, 5, Taken::REFUND),
+            3,
+            "{limits:?}"
+        );
+        assert_eq!(
+            limits.decide(&mut state.clone(), T0, 0).remaining,
+            10,
+            "{limits:?}"
+        );
+        // Whole already: nothing more.
+        assert_eq!(
+            limits.give_back(&mut state, T0, 5, Taken::REFUND),
+            0,
+            "{limits:?}"
+        );
+        // A key never charged takes nothing back.
+        let mut fresh = None;
+        assert_eq!(
+            limits.give_back(&mut fresh, T0, 5, Taken::REFUND),
+            0,
+            "{limits:?}"
+        );
+        assert_eq!(fresh, None);
+    }
+}
+
+#[test]
+fn a_window_refund_takes_only_from_the_current_window_and_a_log_from_its_newest() {
+    let w = 60_000;
+    let start = T0 - T0 % w;
+    for limits in [
+        Limits::FixedWindow(Window::new(10, w).expect("a window")),
+        Limits::SlidingWindow(Window::new(10, w).expect("a window")),
+    ] {
+        let mut state = None;
+        assert!(limits.decide(&mut state, start + 1, 6).allowed);
+        // Next window: the earlier count is not the current one.
+        assert_eq!(
+            limits.give_back(&mut state, start + w + 1, 6, Taken::REFUND),
+            0,
+            "{limits:?}"
+        );
+    }
+    // A log gives back from its newest entries first, while they count.
+    let limits = Limits::SlidingLog(Window::new(10, w).expect("a window"));
+    let mut state = None;
+    assert!(limits.decide(&mut state, T0, 4).allowed);
+    assert!(limits.decide(&mut state, T0 + 30_000, 3).allowed);
+    assert_eq!(
+        limits.give_back(&mut state, T0 + 30_001, 5, Taken::REFUND),
+        5
+    );
+    // What is left: 2 units logged at T0, which age out at T0 + W.
+    let left = limits.decide(&mut state.clone(), T0 + 30_001, 0);
+    assert_eq!((left.remaining, left.reset_after_ms), (8, 29_999));
+    // Past T0 + W nothing counts: nothing to give back.
+    assert_eq!(limits.give_back(&mut state, T0 + w, 5, Taken::REFUND), 0);
+}
+
+#[test]
+fn a_bucket_refund_after_some_refill_fills_it_back_to_full() {
+    // 2 a burst, 2 an hour: a token is 1_800_000 units, 1 a ms.
+    for limits in [
+        Limits::TokenBucket(Rate::new(2, 2, 3_600_000).expect("a rate")),
+        Limits::Gcra(Rate::new(2, 2, 3_600_000).expect("a rate")),
+    ] {
+        let mut state = None;
+        assert_eq!(limits.decide(&mut state, T0, 1).remaining, 1);
+        // 3 ms of refill arrived: a whole token does not fit, the room
+        // does, and the bucket is full again.
+        assert_eq!(
+            limits.give_back(&mut state, T0 + 3, 1, Taken::REFUND),
+            1,
+            "{limits:?}"
+        );
+        let after = limits.decide(&mut state.clone(), T0 + 3, 0);
+        assert_eq!(
+            (after.remaining, after.reset_after_ms),
+            (2, 0),
+            "{limits:?}"
+        );
+    }
+}

@@ -61,6 +61,7 @@ mod lease;
 mod limiter;
 mod metrics;
 mod plan;
+mod refund;
 mod stores;
 mod upkeep;
 

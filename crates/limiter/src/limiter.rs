@@ -18,7 +18,7 @@ use tollgate_store::{
 
 use crate::backend::Backend;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
-use crate::metrics::{DegradedLabels, LimiterMetrics};
+use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::Check;
 use crate::stores::{StoreName, StoreWatch};
 
@@ -150,16 +150,84 @@ impl Limiter {
         // Over every check, whichever store decides it: each store's record
         // answers only the whole request.
         let id = id.map(|id| (id, digest(checks, shape)));
-        let first = checks.first().map_or(0, |c| c.plan.store());
-        let decided = if checks.iter().all(|c| c.plan.store() == first) {
-            self.decide_on(first, checks, id).await
+        let decided = if checks.iter().any(|c| c.plan.shadow()) {
+            Box::pin(self.decide_shadowed(checks, id)).await
         } else {
-            Box::pin(self.decide_across(checks, id)).await
+            self.decide_checks(checks, id).await
         };
         let took_us = self.clock.monotonic_us().saturating_sub(started_us);
         self.metrics
             .decision_seconds
             .observe(took_us as f64 / 1_000_000.0);
+        decided
+    }
+
+    /// Checks on one store in one call, or across stores in order.
+    async fn decide_checks(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<(&RequestId, RequestDigest)>,
+    ) -> Decided {
+        let first = checks.first().map_or(0, |c| c.plan.store());
+        if checks.iter().all(|c| c.plan.store() == first) {
+            self.decide_on(first, checks, id).await
+        } else {
+            Box::pin(self.decide_across(checks, id)).await
+        }
+    }
+
+    /// A request with shadow-mode checks: the enforced ones first, in one
+    /// all-or-nothing call under the request id; then the shadow ones in
+    /// another, so a shadow rejection never vetoes the enforced spending.
+    /// The shadow ones spend their cost only when the enforced ones
+    /// admitted a fresh request; otherwise they only peek (cost 0,
+    /// uncounted), as enforcing them would have spent nothing of a
+    /// rejected request, and a replayed one was charged the first time.
+    async fn decide_shadowed(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<(&RequestId, RequestDigest)>,
+    ) -> Decided {
+        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
+            (0..checks.len()).partition(|&i| checks[i].plan.shadow());
+        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
+        let mut spend = true;
+        let mut first = None;
+        if !enforced.is_empty() {
+            let group: Vec<Check<'_>> = enforced.iter().map(|&i| checks[i]).collect();
+            let decided = self.decide_checks(&group, id).await;
+            if decided.replay == Replay::Mismatch || decided.decisions.len() != enforced.len() {
+                return decided;
+            }
+            spend =
+                decided.replay != Replay::Replayed && decided.decisions.iter().all(|d| d.allowed);
+            first = Some(decided);
+        }
+        let group: Vec<Check<'_>> = shadow
+            .iter()
+            .map(|&i| if spend { checks[i] } else { checks[i].peek() })
+            .collect();
+        let id = if first.is_none() { id } else { None };
+        let mut decided = self.decide_checks(&group, id).await;
+        if decided.replay == Replay::Mismatch || decided.decisions.len() != shadow.len() {
+            return decided;
+        }
+        for (&i, decision) in shadow.iter().zip(decided.decisions.drain(..)) {
+            decisions[i] = Some(decision);
+        }
+        if let Some(enforced_decided) = first {
+            for (&i, decision) in enforced.iter().zip(enforced_decided.decisions) {
+                decisions[i] = Some(decision);
+            }
+            decided.by = worse(enforced_decided.by, decided.by);
+            decided.error = enforced_decided.error.or(decided.error);
+            decided.replay = enforced_decided.replay;
+            decided.store_us = match (enforced_decided.store_us, decided.store_us) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+        }
+        decided.decisions = decisions.into_iter().flatten().collect();
         decided
     }
 
@@ -400,6 +468,10 @@ impl Limiter {
             let Some(counters) = check.counters() else {
                 continue;
             };
+            if check.plan.shadow() {
+                count_shadow(counters, decision);
+                continue;
+            }
             counters
                 .hot
                 .record(check.identity, decision.allowed, now_ms);
@@ -493,5 +565,16 @@ fn note_rejections(checks: &[Check<'_>], decided: &Decided) {
     }
     for (check, decision) in checks.iter().zip(&decided.decisions) {
         check.note(decision);
+    }
+}
+
+/// A shadow-mode check's outcome: `allowed` when it would have admitted,
+/// `shadow` when it would have rejected. Not a rejection anybody saw, so
+/// neither the hot identities nor the rejection log hear of it.
+fn count_shadow(counters: &PolicyCounters, decision: &Decision) {
+    if decision.allowed {
+        counters.allowed.inc();
+    } else if let Some(shadow) = &counters.shadow {
+        shadow.inc();
     }
 }

@@ -160,6 +160,10 @@ pub struct PolicyCounters {
     /// Under `split`: units this region's share rejected
     /// (`tollgate_split_turned_away_units`).
     pub split_turned_away: Option<Counter>,
+    /// In shadow mode: the rejections it would have made, none enforced
+    /// (`outcome="shadow"`); `None` for an enforced policy, which so
+    /// exports no such series.
+    pub shadow: Option<Counter>,
 }
 
 /// A counter registered under `name`.
@@ -198,7 +202,7 @@ impl LimiterMetrics {
             decisions: family(
                 registry,
                 "decisions",
-                "Decisions by policy and outcome (allowed, rejected)",
+                "Decisions by policy and outcome (allowed, rejected; shadow: a shadow-mode policy's rejection, not enforced)",
             ),
             replayed: family(
                 registry,
@@ -308,6 +312,7 @@ impl LimiterMetrics {
                 })
                 .clone(),
             split_turned_away: None,
+            shadow: None,
         }
     }
 
@@ -470,5 +475,18 @@ impl Collector for HotCollector {
             }
         }
         Ok(())
+    }
+}
+
+impl LimiterMetrics {
+    /// A shadow-mode policy's count of the rejections it would have made
+    /// (`tollgate_decisions_total{outcome="shadow"}`).
+    pub fn shadow_counter(&self, policy: &str) -> Counter {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                policy: policy.to_owned(),
+                outcome: "shadow",
+            })
+            .clone()
     }
 }

@@ -48,6 +48,7 @@ pub struct Plan {
     hot_lease: Option<Arc<HotLeases>>,
     retry: Option<RetryRule>,
     counters: Option<PolicyCounters>,
+    shadow: bool,
 }
 
 impl Plan {
@@ -66,6 +67,7 @@ impl Plan {
             hot_lease: None,
             retry: None,
             counters: None,
+            shadow: false,
         }
     }
 
@@ -104,6 +106,14 @@ impl Plan {
     /// Keeps request ids under `retry`.
     pub fn with_retry(mut self, retry: Option<RetryRule>) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// In shadow mode (`true`): decided, spent and counted like any
+    /// other limit, but its rejection never fails a request, so a new
+    /// limit can be tried on real traffic before it is enforced.
+    pub fn with_shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
         self
     }
 
@@ -151,6 +161,12 @@ impl Plan {
     /// How it keeps request ids.
     pub fn retry(&self) -> Option<RetryRule> {
         self.retry
+    }
+
+    /// Whether it is in shadow mode: its rejections are reported, never
+    /// enforced.
+    pub fn shadow(&self) -> bool {
+        self.shadow
     }
 
     /// Where its verdicts are counted.

@@ -77,9 +77,18 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
     for (role, settings) in &config.stores.list {
         let _ = writeln!(out, "store {role}: {}", store_text(settings));
     }
+    if config.server.shadow_mode {
+        let _ = writeln!(
+            out,
+            "shadow mode: every policy and envoy rule is decided and counted but never rejects (server.shadow_mode)"
+        );
+    }
     for serve in &config.policies {
         let e = explain_policy(config, serve);
         let _ = writeln!(out, "\n{}", describe_policy(&serve.declared));
+        if serve.shadow || config.server.shadow_mode {
+            let _ = writeln!(out, "  mode: {}", shadow_text(serve));
+        }
         let _ = writeln!(out, "  scope: {}", e.scope_text);
         let _ = writeln!(out, "  bound: {}", e.bound_text);
         if let Some(split) = &e.split_text {
@@ -121,13 +130,23 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
     out
 }
 
+/// What shadow mode means for a policy, and where it comes from.
+fn shadow_text(serve: &ServePolicy) -> &'static str {
+    if serve.shadow {
+        "shadow (mode: shadow): decided, spent and counted, never rejects; its would-be rejections count under outcome=\"shadow\""
+    } else {
+        "shadow (server.shadow_mode): decided, spent and counted, never rejects; its would-be rejections count under outcome=\"shadow\""
+    }
+}
+
 /// An envoyproxy/ratelimit rule's limit in words: what `current_limit`
 /// reports, and the algorithm or policy deciding it.
 fn envoy_limit_text(rule: &Rule) -> String {
-    let shadow = if rule.shadow_mode {
-        ", shadow mode"
-    } else {
-        ""
+    let shadow = match (rule.shadow_mode, rule.quota_mode) {
+        (true, true) => ", shadow mode, quota mode",
+        (true, false) => ", shadow mode",
+        (false, true) => ", quota mode",
+        (false, false) => "",
     };
     match &rule.kind {
         RuleKind::Unlimited => format!("unlimited{shadow}"),
@@ -173,6 +192,9 @@ pub fn envoy_rules_json(rules: &EnvoyRules) -> Value {
                 if rule.shadow_mode {
                     v["shadow_mode"] = json!(true);
                 }
+                if rule.quota_mode {
+                    v["quota_mode"] = json!(true);
+                }
                 v
             })
             .collect(),
@@ -188,6 +210,9 @@ pub fn explain_json(config: &ServeConfig, path: &str) -> Value {
             let e = explain_policy(config, serve);
             let mut v = policy_json(serve, &config.stores);
             v["scope"] = e.json;
+            if config.server.shadow_mode {
+                v["mode"] = json!("shadow");
+            }
             v
         })
         .collect();
@@ -538,6 +563,10 @@ pub fn policy_json(serve: &ServePolicy, stores: &Stores) -> Value {
             .collect::<Vec<_>>()
     );
     v["on_store_failure"] = failure_json(serve, &stores.list[serve.store].1);
+    // Only when set, as a config would write it.
+    if serve.shadow {
+        v["mode"] = json!("shadow");
+    }
     match serve.retry {
         Some(rule) => {
             v["retry_window"] = json!(format_duration_ms(rule.window_ms));

@@ -48,11 +48,12 @@ impl LiveConfig {
     pub fn new(config: ServeConfig, metrics: &Metrics, previous: Option<&LiveConfig>) -> Self {
         metrics.limiter.set_hot_series(config.hot_series.clone());
         let region = config.deployment.region.clone().unwrap_or_default();
+        let shadow_mode = config.server.shadow_mode;
         let policies: Vec<LivePolicy> = config
             .policies
             .iter()
             .map(|serve| LivePolicy {
-                plan: plan_of(serve, &region, metrics, previous),
+                plan: plan_of(serve, shadow_mode, &region, metrics, previous),
                 policy_item: policy_item(&serve.policy),
                 serve: serve.clone(),
             })
@@ -79,7 +80,7 @@ impl LiveConfig {
         let envoy = LiveRules::new(
             Arc::clone(&config.envoy),
             metrics,
-            config.stores.default_index(),
+            (config.stores.default_index(), shadow_mode),
             |name| {
                 by_name
                     .get(name)
@@ -114,9 +115,11 @@ impl LiveConfig {
 
 /// A configured policy's plan: its scope's store, failure mode, lease
 /// (kept from `previous` where it still serves), shards, hot lease (kept
-/// likewise), request ids and counters.
+/// likewise), request ids, counters, and shadow mode (its own `mode`, or
+/// `server.shadow_mode`).
 fn plan_of(
     serve: &ServePolicy,
+    shadow_mode: bool,
     region: &str,
     metrics: &Metrics,
     previous: Option<&LiveConfig>,
@@ -128,13 +131,14 @@ fn plan_of(
                 .limiter
                 .split_turned_away(serve.policy.name(), region)
         }),
-        ..metrics.policy_counters(serve.policy.name())
+        ..shadow_counters(metrics, serve.policy.name(), serve.shadow || shadow_mode)
     };
     let mut plan = Plan::new(serve.policy.clone(), serve.store)
         .with_failure_mode(serve.on_store_failure)
         .with_shards(serve.shards)
         .with_retry(serve.retry)
-        .with_counters(counters);
+        .with_counters(counters)
+        .with_shadow(serve.shadow || shadow_mode);
     if let Scope::Leased(terms) = &serve.scope {
         let kept = before
             .and_then(|p| p.plan.lease())
@@ -217,13 +221,14 @@ pub struct OverridePolicy {
 }
 
 impl LiveRules {
-    /// `store`: where unbound rules decide (the most shared store);
+    /// `store`: where unbound rules decide (the most shared store), and
+    /// `server.shadow_mode`, which puts them in shadow mode;
     /// `policy`: a configured policy's index and `RateLimit-Policy` item
     /// by name, for bound rules.
     pub fn new<'p>(
         rules: Arc<EnvoyRules>,
         metrics: &Metrics,
-        store: usize,
+        (store, shadow_mode): (usize, bool),
         policy_by_name: impl Fn(&str) -> Option<(usize, &'p str)>,
     ) -> Self {
         let counters = rules
@@ -244,7 +249,8 @@ impl LiveRules {
                         });
                     }
                     let plan = Plan::new(policy.clone(), store)
-                        .with_counters(metrics.policy_counters(policy.name()));
+                        .with_counters(shadow_counters(metrics, policy.name(), shadow_mode))
+                        .with_shadow(shadow_mode);
                     let plan = RulePlan::Own(Box::new(match r.on_store_failure {
                         Some(mode) => plan.with_failure_mode(mode),
                         None => plan,
@@ -264,7 +270,7 @@ impl LiveRules {
         let override_policies = Unit::ALL.map(|unit| {
             let name: Arc<str> = format!("limit-override-{}", unit.name()).into();
             OverridePolicy {
-                counters: (!rules.is_empty()).then(|| metrics.policy_counters(&name)),
+                counters: (!rules.is_empty()).then(|| shadow_counters(metrics, &name, shadow_mode)),
                 name,
             }
         });
@@ -280,5 +286,13 @@ impl LiveRules {
     /// The policy a `limit` override in `unit` decides as.
     pub fn override_policy(&self, unit: Unit) -> &OverridePolicy {
         &self.override_policies[unit.index()]
+    }
+}
+
+/// `policy`'s counters, with its shadow-mode count when `shadow`.
+fn shadow_counters(metrics: &Metrics, policy: &str, shadow: bool) -> PolicyCounters {
+    PolicyCounters {
+        shadow: shadow.then(|| metrics.limiter.shadow_counter(policy)),
+        ..metrics.policy_counters(policy)
     }
 }

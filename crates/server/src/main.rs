@@ -130,6 +130,17 @@ struct Load {
     /// its regional store and split shares.
     #[arg(long, env = "TOLLGATE_REGION")]
     region: Option<String>,
+    /// Every policy and envoyproxy/ratelimit rule in shadow mode: decided
+    /// and counted, never enforced (`--shadow-mode`, or `=false` to turn
+    /// the config's `server.shadow_mode` off) [default: server.shadow_mode].
+    #[arg(
+        long,
+        env = "TOLLGATE_SHADOW_MODE",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    shadow_mode: Option<bool>,
 }
 
 impl Load {
@@ -137,6 +148,7 @@ impl Load {
         Overrides {
             region: self.region.clone(),
             store: self.store.clone(),
+            shadow_mode: self.shadow_mode,
         }
     }
 

@@ -149,8 +149,11 @@ async fn a_fat_sliding_log_costs_redis_a_bounded_parse_and_the_breaker_stays_clo
 
     let text = metrics_text(&client, &base).await;
     assert_eq!(
-        metric(&text, "tollgate_store_circuit_state"),
-        Some(0.0),
+        metric(
+            &text,
+            r#"tollgate_store_circuit_state{role="global",state="closed"}"#
+        ),
+        Some(1.0),
         "{text}"
     );
     let errors: Vec<&str> = text

@@ -168,7 +168,7 @@ async fn bad_input_is_refused_with_a_named_fault_and_changes_nothing() {
         (r#"{"policy":"slow","key":"v","cost":-1}"#.into(), 422, "cost must be a whole number ≥ 0, got -1".into()),
         (r#"{"policy":"slow","key":"v","cost":1.5}"#.into(), 422, "cost must be a whole number ≥ 0, got 1.5".into()),
         (r#"{"policy":"slow","key":"v","cost":"2"}"#.into(), 422, r#"cost must be a whole number ≥ 0, got "2""#.into()),
-        (r#"{"policy":"slow","key":"v","costs":1}"#.into(), 422, r#"unknown field "costs" (expected: policy, key, cost, checks, request_id)"#.into()),
+        (r#"{"policy":"slow","key":"v","costs":1}"#.into(), 422, r#"unknown field "costs" (expected: policy, key, cost, checks, request_id, refund)"#.into()),
         (r#"{"policy":"slow"}"#.into(), 422, "missing field `key`".into()),
         (r#"{"key":"v"}"#.into(), 422, "missing field `policy`".into()),
         (r#"{"policy":"slow","key":""}"#.into(), 422, "key must not be empty".into()),
@@ -232,7 +232,7 @@ async fn a_fault_beside_a_request_id_is_named_and_changes_nothing() {
         ),
         (
             r#"{"request_id":"r1","policy":"slow","key":"k","costs":null}"#,
-            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id)"#,
+            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id, refund)"#,
         ),
     ] {
         let (status, problem) = server.check(body).await;
@@ -471,5 +471,98 @@ async fn waiting_retry_after_admits_and_one_ms_less_does_not() {
     server.clock.set(5_001_000);
     let (_, body) = server.check(r#"{"policy":"window","key":"r"}"#).await;
     assert_eq!(body["allowed"], true);
+    server.stop().await;
+}
+
+/// `"refund": true` on `store` (YAML, or "" for memory): the refunded
+/// units come back exactly, never past full.
+async fn refunds_on(store: &str) {
+    let server = TestServer::start(&format!("{store}{POLICIES}")).await;
+    let spend = r#"{"policy":"slow","key":"acme","cost":3}"#;
+    let (_, body) = server.check(spend).await;
+    assert_eq!(body["remaining"], 2, "{body}");
+    let (status, body) = server
+        .check(r#"{"policy":"slow","key":"acme","cost":2,"refund":true}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (
+            body["refunded"].clone(),
+            body["remaining"].clone(),
+            body["limit"].clone()
+        ),
+        (json!(2), json!(4), json!(5)),
+        "{body}"
+    );
+    // 5 asked back, 1 fits: full, never more.
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":"acme","cost":5,"refund":true}"#)
+        .await;
+    assert_eq!(
+        (body["refunded"].clone(), body["remaining"].clone()),
+        (json!(1), json!(5)),
+        "{body}"
+    );
+    // A key never charged gets nothing: it is full already.
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":"never","cost":5,"refund":true}"#)
+        .await;
+    assert_eq!(
+        (body["refunded"].clone(), body["remaining"].clone()),
+        (json!(0), json!(5)),
+        "{body}"
+    );
+    // The whole limit again, and not one more.
+    let (_, body) = server
+        .check(r#"{"policy":"slow","key":"acme","cost":5}"#)
+        .await;
+    assert_eq!(
+        (body["allowed"].clone(), body["remaining"].clone()),
+        (json!(true), json!(0))
+    );
+    let (_, body) = server.check(r#"{"policy":"slow","key":"acme"}"#).await;
+    assert_eq!(body["allowed"], false);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_gives_back_exactly_and_never_past_full_on_the_memory_store() {
+    refunds_on("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_gives_back_exactly_and_never_past_full_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    refunds_on(&format!("store:\n  redis:\n    url: {}\n", redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_is_refused_in_a_batch_with_a_request_id_or_not_a_flag() {
+    let server = TestServer::start(POLICIES).await;
+    for (body, detail) in [
+        (
+            r#"{"checks":[{"policy":"slow","key":"a"}],"refund":true}"#,
+            "refund: give policy, key and cost (the units to give back) of one check, not checks",
+        ),
+        (
+            r#"{"policy":"slow","key":"a","refund":true,"request_id":"r1"}"#,
+            "refund: a refund takes no request_id (it is not recorded; repeated, it gives back again, never past full)",
+        ),
+    ] {
+        let (status, problem) = server.check(body).await;
+        assert_eq!(
+            (status, problem["detail"].as_str()),
+            (422, Some(detail)),
+            "{problem}"
+        );
+    }
+    let (status, problem) = server
+        .check(r#"{"policy":"slow","key":"a","refund":"yes"}"#)
+        .await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(
+        problem["detail"],
+        "refund must be true or false, got \"yes\""
+    );
     server.stop().await;
 }

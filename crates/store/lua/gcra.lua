@@ -128,3 +128,20 @@ GIVE.gcra = function(key, state, now, units, _, full_at, c_text, n_text, p_text,
   local after = debt - given * p
   return gcra_written(now, after, tag, c_text, n_text, n, p_text), given, cdiv(after, n)
 end
+
+-- A refund: the token bucket's refund on the debt (Rust twin: gcra::refund).
+GIVE.gcra_refund = function(key, state, now, units, _, _, c_text, n_text, p_text, scale_text)
+  local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
+  local tag, older = scales(scale_text)
+  local debt, sc, sn, sp = gcra_read(key, state, now, tag, older, capacity, n, p)
+  if sn ~= n or sp ~= p or sc ~= capacity or debt >= EXACT then
+    return nil, 0, 0
+  end
+  local back = debt
+  if units < cdiv(debt, p) then
+    back = units * p
+  end
+  local after = debt - back
+  return gcra_written(now, after, tag, c_text, n_text, n, p_text), cdiv(back, p), cdiv(after, n)
+end
+

@@ -232,3 +232,21 @@ GIVE.sliding_log = function(key, state, now, units, taken, _, l_text, w_text)
   local written, reset = sliding_log_written(now, times, costs, w)
   return written, given, reset
 end
+
+-- A refund: gives back up to `units` from the newest entries that still
+-- count, newest first (Rust twin: sliding_log::refund).
+GIVE.sliding_log_refund = function(key, state, now, units, _, _, l_text, w_text)
+  local w = tonumber(w_text)
+  local times, costs
+  now, times, costs = sliding_log_read(key, state, now, w)
+  local given = 0
+  local i = #times
+  while given < units and i >= 1 do
+    local take = math.min(units - given, costs[i])
+    costs[i] = costs[i] - take
+    given = given + take
+    i = i - 1
+  end
+  local written, reset = sliding_log_written(now, times, costs, w)
+  return written, given, reset
+end

@@ -67,3 +67,33 @@ GIVE.token_bucket = function(key, state, now, units, _, full_at, c_text, n_text,
   local left = avail + given * p
   return int(left) .. ':' .. int(now) .. ':' .. p_text, given, cdiv(full - left, n)
 end
+
+-- A refund: up to `units` tokens back, never past full, a fraction of a
+-- token included (Rust twin: token_bucket::refund).
+GIVE.token_bucket_refund = function(key, state, now, units, _, _, c_text, n_text, p_text)
+  local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
+  local u, l, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
+  if not u then
+    bad_state(key)
+  end
+  local held, last = tonumber(u), tonumber(l)
+  if tonumber(sp) ~= p then
+    return nil, 0, 0
+  end
+  if now < last then
+    now = last
+  end
+  local full = capacity * p
+  local avail = full
+  if held < full and now - last < cdiv(full - held, n) then
+    avail = held + (now - last) * n
+  end
+  local back = full - avail
+  -- units * p leaves the exact range only when it is above the room.
+  if units < cdiv(back, p) then
+    back = units * p
+  end
+  local left = avail + back
+  return int(left) .. ':' .. int(now) .. ':' .. p_text, cdiv(back, p), cdiv(full - left, n)
+end
+

@@ -86,6 +86,7 @@ async fn random_traces_match_on_a_redis_cluster() {
 /// (`Limits::give_back`), whatever the policy, its changes and the clock do.
 async fn random_takes_and_give_backs_match(topology: &Topology, seeds: std::ops::Range<u64>) {
     let mut given_somewhere = 0;
+    let mut refunded_somewhere = 0;
     for seed in seeds {
         let mut config = topology.config();
         config.prefix = format!("give{seed}");
@@ -116,6 +117,10 @@ async fn random_takes_and_give_backs_match(topology: &Topology, seeds: std::ops:
                     // Give back part of an earlier take of this policy name
                     // and identity, if any (else of another key: nothing).
                     let (from, taken) = takes.swap_remove(i % takes.len());
+                    // Now and then a refund: units back whose take is
+                    // unknown (Envoy's is_negative_hits).
+                    let refund = i % 4 == 1;
+                    let taken = if refund { Taken::REFUND } else { taken };
                     let owner = &trace[from];
                     // Mostly under the take's own policy; now and then
                     // under another name (another key: nothing back).
@@ -135,7 +140,11 @@ async fn random_takes_and_give_backs_match(topology: &Topology, seeds: std::ops:
                         .await
                         .expect("gives back");
                     assert_eq!(got, want, "{at}: give back {} of step {from}", back.cost);
-                    given_somewhere += got;
+                    if refund {
+                        refunded_somewhere += got;
+                    } else {
+                        given_somewhere += got;
+                    }
                     eprintln!(
                         "GIVE {at} owner {:?} back {} got {got} taken {taken:?}",
                         owner.identity, back.cost
@@ -150,6 +159,7 @@ async fn random_takes_and_give_backs_match(topology: &Topology, seeds: std::ops:
         }
     }
     assert!(given_somewhere > 0, "the traces gave something back");
+    assert!(refunded_somewhere > 0, "the traces refunded something");
 }
 
 #[tokio::test]

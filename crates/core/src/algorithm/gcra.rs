@@ -120,3 +120,20 @@ pub(super) fn give_back(
     s.tat -= given * p;
     saturate(given)
 }
+
+/// A refund ([`Taken::REFUND`]): the token bucket's refund (see there) on
+/// the debt, never below none.
+pub(super) fn refund(rate: &Rate, s: &mut GcraState, now_ms: u64, units: u64) -> u64 {
+    if s.units_per_ms != rate.units_per_ms()
+        || s.units_per_token != rate.units_per_token()
+        || s.capacity != rate.capacity()
+    {
+        return 0;
+    }
+    let n = u128::from(rate.units_per_ms());
+    let p = u128::from(rate.units_per_token());
+    let debt = s.tat.saturating_sub(n * u128::from(now_ms));
+    let back = debt.min(u128::from(units) * p);
+    s.tat -= back;
+    saturate(back.div_ceil(p))
+}

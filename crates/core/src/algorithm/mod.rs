@@ -171,7 +171,30 @@ impl Limits {
         if !own {
             return 0;
         }
-        on_own_state!(self, state, give_back(now_ms, units, taken))
+        if !taken.is_refund() {
+            return on_own_state!(self, state, give_back(now_ms, units, taken));
+        }
+        // A refund's take has no known time: a bucket fills back up to
+        // full (refill that arrived since counts toward it), a log gives
+        // back from its newest entries, a window from its current count.
+        match (self, state.as_mut()) {
+            (Limits::TokenBucket(rate), Some(State::TokenBucket(s))) => {
+                return token_bucket::refund(rate, s, now_ms, units);
+            }
+            (Limits::Gcra(rate), Some(State::Gcra(s))) => {
+                return gcra::refund(rate, s, now_ms, units);
+            }
+            (Limits::SlidingLog(window), Some(State::SlidingLog(log))) => {
+                return sliding_log::refund(window, log, now_ms, units);
+            }
+            (_, None) => return 0,
+            _ => {}
+        }
+        let now = Taken {
+            at_ms: now_ms,
+            full_at_ms: u64::MAX,
+        };
+        on_own_state!(self, state, give_back(now_ms, units, now))
     }
 }
 
@@ -198,6 +221,19 @@ pub struct Taken {
 }
 
 impl Taken {
+    /// Units given back whose take is not known (Envoy's `is_negative_hits`,
+    /// `/v1/check`'s `refund`): bounded by the state alone, never past
+    /// full or below empty. No real take is at `u64::MAX`.
+    pub const REFUND: Taken = Taken {
+        at_ms: u64::MAX,
+        full_at_ms: u64::MAX,
+    };
+
+    /// Whether this is [`Taken::REFUND`].
+    pub fn is_refund(self) -> bool {
+        self == Self::REFUND
+    }
+
     /// The store's decision at `at_ms` that consumed the units.
     pub fn new(at_ms: u64, decision: &Decision) -> Self {
         Self {

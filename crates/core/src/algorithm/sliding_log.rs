@@ -196,3 +196,31 @@ pub(super) fn wait_for_one_ms(window: &Window, log: &LogState, now_ms: u64) -> u
     }
     0
 }
+
+/// A refund ([`Taken::REFUND`]): gives back up to `units` from the newest
+/// entries that still count, newest first; returns how many went back.
+/// Never below empty: at most what the log still counts.
+pub(super) fn refund(window: &Window, log: &mut LogState, now_ms: u64, units: u64) -> u64 {
+    let now_ms = now_ms.max(log.last_ms);
+    let w = u128::from(window.window_ms());
+    let mut given = 0;
+    while given < units {
+        let Some((t, c)) = log.entries.back_mut() else {
+            break;
+        };
+        if u128::from(*t) + w <= u128::from(now_ms) {
+            break;
+        }
+        let take = (units - given).min(*c);
+        *c -= take;
+        given += take;
+        if *c == 0 {
+            log.entries.pop_back();
+        }
+    }
+    if given > 0 {
+        log.counted -= given;
+        log.last_ms = now_ms;
+    }
+    given
+}

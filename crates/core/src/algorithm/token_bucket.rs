@@ -104,3 +104,26 @@ pub(super) fn give_back(
     }
     saturate(given)
 }
+
+/// A refund ([`Taken::REFUND`]): up to `units` tokens back, never past
+/// full. Unlike a give-back it may leave a fraction of a token: refill that
+/// arrived since the take fills part of the room, and the bucket ends full
+/// rather than a token short. Returns the tokens given back, a part of
+/// one counted as one.
+pub(super) fn refund(rate: &Rate, s: &mut BucketState, now_ms: u64, units: u64) -> u64 {
+    if s.units_per_token != rate.units_per_token() {
+        return 0;
+    }
+    let full = rate.capacity_units();
+    let n = u128::from(rate.units_per_ms());
+    let p = u128::from(rate.units_per_token());
+    let now_ms = now_ms.max(s.last_ms);
+    let refill = u128::from(now_ms - s.last_ms) * n;
+    let avail = full.min(u128::from(s.units).saturating_add(refill));
+    let back = (full - avail).min(u128::from(units) * p);
+    if back > 0 {
+        s.units = saturate(avail + back);
+        s.last_ms = now_ms;
+    }
+    saturate(back.div_ceil(p))
+}

@@ -185,6 +185,8 @@ pub struct Overrides {
     pub region: Option<String>,
     /// `--store` / `TOLLGATE_STORE`: `memory` or a Redis URL.
     pub store: Option<String>,
+    /// `--shadow-mode` / `TOLLGATE_SHADOW_MODE`: over `server.shadow_mode`.
+    pub shadow_mode: Option<bool>,
 }
 
 /// `--store`: replaces the config's one `store:` (a Redis URL keeps the

@@ -132,14 +132,18 @@ impl ServeConfig {
     /// `--store` (or their environment variables) over the file's own.
     pub fn load_overridden(path: &Path, overrides: &Overrides) -> Result<Self, ConfigLoadError> {
         let region = overrides.region.as_deref();
-        Self::load_inner(
+        let mut config = Self::load_inner(
             path,
             |name| match region.filter(|_| name == REGION_ENV) {
                 Some(region) => Some(region.to_owned()),
                 None => std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
             },
             overrides.store.as_deref(),
-        )
+        )?;
+        if let Some(shadow_mode) = overrides.shadow_mode {
+            config.server.shadow_mode = shadow_mode;
+        }
+        Ok(config)
     }
 
     /// [`Self::load`] with `env` resolving environment variables.

@@ -27,6 +27,7 @@ const SERVE_FIELDS: &[&str] = &[
     "local_share_percent",
     "retry_window",
     "retry_ids",
+    "mode",
 ];
 
 /// A policy as the server applies it.
@@ -55,6 +56,9 @@ pub struct ServePolicy {
     pub hot_lease: Option<HotLeaseRule>,
     /// How it remembers request ids; `None`: `retry_window: off`.
     pub retry: Option<RetryRule>,
+    /// `mode: shadow`: decided, spent and counted, never enforced
+    /// (`server.shadow_mode` puts every policy in shadow besides).
+    pub shadow: bool,
 }
 
 /// A policy's `hot_lease` settings: the limiter's own type.
@@ -103,8 +107,10 @@ fn parse_serve_fields(
     let shards = parse_shards(&policy, fields.get("shards"), &scope, &cost)?;
     let hot_lease = parse_hot_lease(&policy, fields.get("hot_lease"), &scope, shards)?;
     let retry = retry::parse_retry(&policy, fields)?;
+    let shadow = parse_mode(&policy, fields.get("mode"))?;
     Ok(ServePolicy {
         retry,
+        shadow,
         policy: enforced(&policy, &scope, deployment),
         declared: policy,
         scope,
@@ -116,6 +122,21 @@ fn parse_serve_fields(
         shards,
         hot_lease,
     })
+}
+
+/// `mode: enforce` (the default) or `shadow`: whether the policy is in
+/// shadow mode.
+fn parse_mode(policy: &Policy, value: Option<&Value>) -> Result<bool, ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::String(mode)) if mode == "enforce" => Ok(false),
+        Some(Value::String(mode)) if mode == "shadow" => Ok(true),
+        Some(other) => Err(field_error(
+            policy,
+            "mode",
+            format!("must be enforce or shadow, got {}", describe(other)),
+        )),
+    }
 }
 
 /// `hot_lease: {above, term}`: blocks for identities deciding above `above`

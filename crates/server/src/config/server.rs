@@ -99,6 +99,10 @@ pub struct ServerSettings {
     pub require_tokens: Vec<Guarded>,
     /// How the `tollgate_hot_identity_*` series name identities.
     pub hot_identity_metrics: HotIdentityMetrics,
+    /// Every policy and envoyproxy/ratelimit rule in shadow mode, as
+    /// envoyproxy/ratelimit's `SHADOW_MODE`: decided and counted, never
+    /// enforced (`--shadow-mode` / `TOLLGATE_SHADOW_MODE` win).
+    pub shadow_mode: bool,
 }
 
 /// `server.hot_identity_metrics`: identities are client addresses, tenant
@@ -140,6 +144,7 @@ impl Default for ServerSettings {
             request_id_header: None,
             require_tokens: Vec::new(),
             hot_identity_metrics: HotIdentityMetrics::default(),
+            shadow_mode: false,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The YAML of one file into the descriptor tree: `domain` and its
 //! `descriptors`, level by level, each checked as envoyproxy/ratelimit
 //! checks it (empty keys, duplicates, `share_threshold` only on wildcards),
-//! with tollgate's own refusals (`quota_mode`, nesting past `MAX_DEPTH`).
+//! with tollgate's own refusals (nesting past `MAX_DEPTH`).
 
 use std::collections::HashSet;
 
@@ -179,12 +179,7 @@ impl Loader<'_> {
             };
             let shadow_mode = flag("shadow_mode")?;
             let share_threshold = flag("share_threshold")?;
-            if flag("quota_mode")? {
-                return Err(self.reading.err(
-                    &format!("{here}.quota_mode"),
-                    "quota_mode is not supported by tollgate",
-                ));
-            }
+            let quota_mode = flag("quota_mode")?;
             // Accepted as in envoyproxy/ratelimit; tollgate's metric labels
             // come from the config only, never from request values.
             flag("detailed_metric")?;
@@ -202,7 +197,8 @@ impl Loader<'_> {
                 self.rules.nodes[child].shared_pattern = Some(value.clone());
             }
             let rule = read_rule(&self.reading, fields, &here, &full_key, shadow_mode)?;
-            if let Some(rule) = rule {
+            if let Some(mut rule) = rule {
+                rule.quota_mode = quota_mode;
                 self.rules.rules.push(rule);
                 self.rules.nodes[child].rule = Some(self.rules.rules.len() - 1);
             }

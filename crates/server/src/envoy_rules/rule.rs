@@ -50,6 +50,10 @@ pub struct Rule {
     pub replaces: Vec<String>,
     /// `shadow_mode: true`: an over-limit request is counted but allowed.
     pub shadow_mode: bool,
+    /// `quota_mode: true`, as envoyproxy/ratelimit defines it: one of a
+    /// request's quota limits being over does not make it over; all of
+    /// them being over does.
+    pub quota_mode: bool,
     /// What `current_limit` reports: `requests_per_unit` per `unit`.
     pub requests_per_unit: u32,
     /// The unit `requests_per_unit` counts per.
@@ -97,6 +101,7 @@ pub(super) fn read_rule(
         name: rl.name,
         replaces: rl.replaces,
         shadow_mode,
+        quota_mode: false,
         requests_per_unit: rl.requests_per_unit,
         unit: unit.unwrap_or(Unit::Second),
         on_store_failure: None,

@@ -141,19 +141,21 @@ fn answer(
             HeaderValue::from_static(decided.by.name()),
         );
     }
-    ratelimit_headers(
-        &mut headers,
+    // A shadow-mode policy never answers: no RateLimit fields, no veto.
+    let enforced = || {
         matched
             .iter()
             .zip(decisions)
-            .map(|((live, _, _), d)| (live.policy_item.as_str(), &live.serve.policy, d)),
+            .filter(|((live, _, _), _)| !live.plan.shadow())
+    };
+    ratelimit_headers(
+        &mut headers,
+        enforced().map(|((live, _, _), d)| (live.policy_item.as_str(), &live.serve.policy, d)),
     );
-    if decisions.iter().all(|d| d.allowed) {
+    if enforced().all(|(_, d)| d.allowed) {
         return (StatusCode::OK, headers).into_response();
     }
-    let violated = matched
-        .iter()
-        .zip(decisions)
+    let violated = enforced()
         .filter(|(_, d)| !d.allowed)
         .map(|((live, _, _), d)| (&live.serve.policy, d));
     // The store's own error goes to the log and the metrics (`decide`),

@@ -81,6 +81,11 @@ where
         Err(problem) => return refuse(app, problem),
     };
     let id = id.as_ref();
+    if parsed.refund == Some(true) {
+        return refund_request(app, &live_config, &parsed, id.is_some(), max_key)
+            .await
+            .unwrap_or_else(|p| refuse(app, p));
+    }
     let response = match parsed {
         CheckBody {
             checks: Some(items),
@@ -135,8 +140,75 @@ async fn check_one(
     })?;
     let mut body = String::with_capacity(160);
     write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+    if live.plan.shadow() {
+        mark_shadow(&mut body, 0, decision.allowed);
+    }
     if replayed {
         mark_replayed(&mut body);
+    }
+    Ok(json_response(body))
+}
+
+/// A shadow-mode policy's decision, written by [`write_decision`] from
+/// `start` on, made an
+/// admission: `"allowed":true`, `"shadow":true`, and what it would have
+/// decided in `"would_allow"` (its `limit`, `remaining`, `retry_after_ms`
+/// and `reset_after_ms` stay the would-be decision's), so a client reading
+/// `shadow` never takes a shadow rejection for an enforced admission.
+fn mark_shadow(body: &mut String, start: usize, would_allow: bool) {
+    const REJECTED: &str = "{\"allowed\":false,";
+    if body.get(start..).is_some_and(|d| d.starts_with(REJECTED)) {
+        body.replace_range(start..start + REJECTED.len(), "{\"allowed\":true,");
+    }
+    if body.ends_with('}') {
+        body.pop();
+        body.push_str(if would_allow {
+            ",\"shadow\":true,\"would_allow\":true}"
+        } else {
+            ",\"shadow\":true,\"would_allow\":false}"
+        });
+    }
+}
+
+/// `"refund": true`: `cost` units of one policy and key given back
+/// (`Limiter::refund`), answered with a look at the state left and
+/// `"refunded"`, the units that went back (fewer than `cost` when the
+/// state was fuller: a refund never lifts it past full).
+async fn refund_request(
+    app: &App,
+    live_config: &LiveConfig,
+    parsed: &CheckBody<'_>,
+    with_id: bool,
+    max_key: usize,
+) -> Result<Response, Problem> {
+    let (Some(name), Some(key), None) = (&parsed.policy, &parsed.key, &parsed.checks) else {
+        return Err(Problem::unprocessable(
+            "refund: give policy, key and cost (the units to give back) of one check, not checks",
+        ));
+    };
+    if with_id {
+        return Err(Problem::unprocessable(
+            "refund: a refund takes no request_id (it is not recorded; repeated, it gives back again, never past full)",
+        ));
+    }
+    let live = live_config
+        .policy(name)
+        .ok_or_else(|| unknown_policy(name))?;
+    let identity = key.identity(max_key)?;
+    let check = Check::new(&live.plan, &identity, parsed.cost.unwrap_or(1));
+    let refunded =
+        app.limiter.refund(&check).await.map_err(|_| {
+            Problem::unavailable("the refund was not made: the store is unavailable")
+        })?;
+    let decided = app.limiter.decide(&[check.peek()]).await;
+    let decision = decided.decisions.first().ok_or_else(|| {
+        Problem::unavailable("the limiter could not decide: the store answered nothing")
+    })?;
+    let mut body = String::with_capacity(180);
+    write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+    if body.ends_with('}') {
+        body.pop();
+        let _ = write!(body, ",\"refunded\":{refunded}}}");
     }
     Ok(json_response(body))
 }
@@ -186,7 +258,10 @@ async fn check_batch(
         .collect();
     let decided = app.limiter.decide_request(&checks, id, None).await;
     let replayed = replayed(&decided.replay)?;
-    let allowed = decided.decisions.iter().all(|d| d.allowed);
+    let allowed = lives
+        .iter()
+        .zip(&decided.decisions)
+        .all(|(live, d)| d.allowed || live.plan.shadow());
     let mut body = String::with_capacity(48 + 160 * decided.decisions.len());
     let _ = write!(body, "{{\"allowed\":{allowed},");
     if replayed {
@@ -204,7 +279,21 @@ async fn check_batch(
         if i > 0 {
             body.push(',');
         }
+        let start = body.len();
         write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+        if live.plan.shadow() {
+            // A request the enforced policies rejected, or a replayed one,
+            // only peeked at the shadow policies (the limiter): its cost
+            // would have fit exactly when it is within `remaining`.
+            let peeked = (!allowed || replayed) && lives.iter().any(|l| !l.plan.shadow());
+            let cost = items.get(i).map_or(0, |item| item.cost);
+            let would_allow = if peeked {
+                i64::try_from(cost).is_ok_and(|c| c <= decision.remaining)
+            } else {
+                decision.allowed
+            };
+            mark_shadow(&mut body, start, would_allow);
+        }
         if replayed {
             mark_replayed(&mut body);
         }

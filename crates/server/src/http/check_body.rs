@@ -13,12 +13,13 @@ use super::key::{parts_identity, value_identity};
 use super::response::Problem;
 
 /// The body's fields as [`CheckBody`] declares them, in its order.
-pub(super) const BODY_FIELDS: [Field; 5] = [
+pub(super) const BODY_FIELDS: [Field; 6] = [
     Field::new("policy", Holds::Text, Presence::Optional),
     Field::new("key", Holds::Key, Presence::Optional),
     Field::new("cost", Holds::Cost, Presence::Optional),
     Field::new("checks", Holds::Checks, Presence::Optional),
     Field::new("request_id", Holds::Text, Presence::Optional),
+    Field::new("refund", Holds::Flag, Presence::Optional),
 ];
 
 /// A batch check's fields as [`CheckItem`] declares them, in its order.
@@ -57,6 +58,8 @@ pub(super) enum Holds {
     Cost,
     /// A list of checks, each an object of [`ITEM_FIELDS`].
     Checks,
+    /// `true` or `false`.
+    Flag,
 }
 
 /// Whether a field may be left out, as its serde type says.
@@ -93,6 +96,10 @@ pub(super) struct CheckBody<'a> {
     /// policy's `retry_window` is answered again, not charged again.
     #[serde(borrow, default)]
     pub(super) request_id: Option<Text<'a>>,
+    /// `true`: give `cost` units back (an operation that was charged
+    /// did not happen) instead of spending them.
+    #[serde(default)]
+    pub(super) refund: Option<bool>,
 }
 
 /// One of a batch's `checks`.

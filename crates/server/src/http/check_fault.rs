@@ -93,9 +93,12 @@ fn value_fault(holds: Holds, value: &Json, path: &str) -> Result<(), String> {
         Holds::Cost if !matches!(value, Json::Number(n) if n.as_u64().is_some()) => {
             Err(format!("{path} must be a whole number ≥ 0, got {value}"))
         }
+        Holds::Flag if !matches!(value, Json::Bool(_)) => {
+            Err(format!("{path} must be true or false, got {value}"))
+        }
         Holds::Key => key_fault(value, path),
         Holds::Checks => checks_fault(value, path),
-        Holds::Text | Holds::Cost => Ok(()),
+        Holds::Text | Holds::Cost | Holds::Flag => Ok(()),
     }
 }
 

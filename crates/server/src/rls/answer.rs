@@ -103,6 +103,7 @@ pub(super) fn answer<'a>(
             }
         });
     }
+    verdict.settle_quotas();
     let (fields, retry_after) = if with_headers {
         (
             enforced_fields(resolved, decided),
@@ -125,6 +126,9 @@ struct Verdict {
     /// The longest wait among the limits over; `None` when waiting cannot
     /// help one of them.
     retry_ms: Option<u64>,
+    /// `quota_mode` limits: how many, how many over, and the shortest
+    /// wait for one of them (`None`: none can be waited for).
+    quotas: (usize, usize, Option<u64>),
 }
 
 impl Default for Verdict {
@@ -132,11 +136,34 @@ impl Default for Verdict {
         Self {
             over: false,
             retry_ms: Some(0),
+            quotas: (0, 0, None),
         }
     }
 }
 
 impl Verdict {
+    /// A quota limit's outcome: over only when every one is.
+    fn quota(&mut self, over: bool, retry_ms: Option<u64>) {
+        let (all, failed, wait) = &mut self.quotas;
+        *all += 1;
+        if over {
+            *failed += 1;
+            *wait = match (*wait, retry_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
+
+    /// Every quota limit over makes the request over; one of them coming
+    /// back is enough to be let in.
+    fn settle_quotas(&mut self) {
+        let (all, failed, wait) = self.quotas;
+        if all > 0 && failed == all {
+            self.over(wait);
+        }
+    }
+
     fn over(&mut self, retry_ms: Option<u64>) {
         self.over = true;
         self.retry_ms = match (self.retry_ms, retry_ms) {
@@ -182,9 +209,14 @@ fn decided_status<'a>(
     verdict: &mut Verdict,
 ) -> DescriptorStatus<'a> {
     let rejected = !decision.allowed;
-    count(pending.report.rls, rejected, pending.shadow, pending.cost);
-    let over = rejected && !pending.shadow;
-    if over {
+    let shadow = !pending.enforced();
+    if !pending.refund {
+        count(pending.report.rls, rejected, shadow, pending.cost);
+    }
+    let over = rejected && !shadow;
+    if pending.quota && !shadow && !pending.refund {
+        verdict.quota(over, decision.retry_after_ms);
+    } else if over {
         verdict.over(decision.retry_after_ms);
     }
     DescriptorStatus {
@@ -224,7 +256,7 @@ fn enforced_fields(
         .iter()
         .zip(decided)
         .filter_map(|(r, d)| match (r, d) {
-            (Resolved::Decide(p), Some(d)) if !p.shadow => {
+            (Resolved::Decide(p), Some(d)) if p.enforced() && !p.refund => {
                 Some((p.policy_item(), p.plan.policy(), d))
             }
             _ => None,

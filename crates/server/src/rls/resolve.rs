@@ -73,11 +73,25 @@ pub(super) struct Pending<'a> {
     pub policy_item: Option<&'a str>,
     pub identity: Identity,
     pub cost: u64,
+    /// The rule's `shadow_mode`: decided in a batch of its own, nobody's
+    /// verdict.
     pub shadow: bool,
+    /// The rule's `quota_mode`: decided on its own; over only with every
+    /// quota limit of the request.
+    pub quota: bool,
+    /// `is_negative_hits`: `cost` units given back, then looked at.
+    pub refund: bool,
     pub report: Report<'a>,
 }
 
 impl Pending<'_> {
+    /// Whether its rejection makes the request over: neither the rule
+    /// nor its plan (a policy's `mode: shadow`, `server.shadow_mode`) is
+    /// in shadow mode.
+    pub fn enforced(&self) -> bool {
+        !self.shadow && !self.plan.shadow()
+    }
+
     /// The `RateLimit-Policy` item, written only for a request's override.
     pub fn policy_item(&self) -> Cow<'_, str> {
         match self.policy_item {
@@ -174,15 +188,17 @@ impl<'a> Resolver<'a> {
             rls: envoy.counters.get(index),
         };
         Ok(match &rule.kind {
+            // A refund of an unlimited or blocked limit has nothing to
+            // give back: a look, answered OK.
             RuleKind::Unlimited => Resolved::Unlimited {
                 rls: &envoy.counters[index],
-                hits,
+                hits: if descriptor.negative_hits { 0 } else { hits },
             },
             RuleKind::Blocked { unit } => Resolved::Blocked {
                 unit: *unit,
                 report,
-                shadow: rule.shadow_mode,
-                hits,
+                shadow: rule.shadow_mode || self.live.config.server.shadow_mode,
+                hits: if descriptor.negative_hits { 0 } else { hits },
             },
             RuleKind::Limited { .. } => {
                 let Some(limit) = envoy.limits[index].as_ref() else {
@@ -200,6 +216,8 @@ impl<'a> Resolver<'a> {
                     identity,
                     cost: hits,
                     shadow: rule.shadow_mode,
+                    quota: rule.quota_mode,
+                    refund: descriptor.negative_hits,
                     report,
                 }))
             }
@@ -231,7 +249,7 @@ impl<'a> Resolver<'a> {
             return Ok(Resolved::Blocked {
                 unit,
                 report,
-                shadow: false,
+                shadow: self.live.config.server.shadow_mode,
                 hits,
             });
         };
@@ -239,7 +257,8 @@ impl<'a> Resolver<'a> {
         let plan = Plan::new(
             Policy::new(policy.name.clone(), Limits::FixedWindow(window)),
             self.live.config.stores.default_index(),
-        );
+        )
+        .with_shadow(self.live.config.server.shadow_mode);
         let plan = match &policy.counters {
             Some(counters) => plan.with_counters(counters.clone()),
             None => plan,
@@ -250,6 +269,8 @@ impl<'a> Resolver<'a> {
             identity: self.identity(i, descriptor, None)?,
             cost: hits,
             shadow: false,
+            quota: false,
+            refund: descriptor.negative_hits,
             report,
         })))
     }

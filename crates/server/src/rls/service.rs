@@ -154,13 +154,15 @@ impl RateLimitGrpc<'_> {
         &self,
         resolved: &[Resolved<'_>],
     ) -> Result<Vec<Option<Decision>>, Status> {
+        self.refund(resolved).await?;
+        let mut decided = vec![None; resolved.len()];
+        let quota_over = self.decide_quotas(resolved, &mut decided).await?;
         // A blocked limit rejects any positive cost, so the request is over
-        // and the store only peeks.
+        // and the store only peeks; so it is when every quota limit is over.
         let blocked_over = resolved
             .iter()
             .any(|r| matches!(r, Resolved::Blocked { shadow: false, hits, .. } if *hits > 0));
-        let mut decided = vec![None; resolved.len()];
-        let enforced = if blocked_over {
+        let enforced = if blocked_over || quota_over {
             Batch::Peek
         } else {
             Batch::Enforced
@@ -183,9 +185,7 @@ impl RateLimitGrpc<'_> {
             .iter()
             .enumerate()
             .filter_map(|(i, r)| match r {
-                Resolved::Decide(p) if p.shadow == (batch == Batch::Shadowed) => {
-                    Some((i, p.as_ref()))
-                }
+                Resolved::Decide(p) if batch.holds(p) => Some((i, p.as_ref())),
                 _ => None,
             })
             .unzip();
@@ -206,6 +206,53 @@ impl RateLimitGrpc<'_> {
             out[i] = Some(decision);
         }
         Ok(())
+    }
+
+    /// Gives back the units of the request's `is_negative_hits`
+    /// descriptors, before anything is decided (their status is a look
+    /// at the state after).
+    async fn refund(&self, resolved: &[Resolved<'_>]) -> Result<(), Status> {
+        for r in resolved {
+            if let Resolved::Decide(p) = r
+                && p.refund
+            {
+                let check = Check::new(&p.plan, &p.identity, p.cost);
+                if let Err(e) = self.app.limiter.refund(&check).await {
+                    return Err(Status::unavailable(store_fault(Some(&e))));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides each `quota_mode` limit in a call of its own, as
+    /// envoyproxy/ratelimit decides every limit: one quota limit over never
+    /// stops another from spending. Whether the request has quota limits
+    /// and every one of them is over.
+    async fn decide_quotas(
+        &self,
+        resolved: &[Resolved<'_>],
+        out: &mut [Option<Decision>],
+    ) -> Result<bool, Status> {
+        let (mut quotas, mut over) = (0, 0);
+        for (i, r) in resolved.iter().enumerate() {
+            let Resolved::Decide(p) = r else { continue };
+            if !Batch::Quota.holds(p) {
+                continue;
+            }
+            let result = self.app.limiter.decide(&[Batch::Quota.check(p)]).await;
+            self.answerable(&result, &[p.as_ref()])?;
+            let Some(decision) = result.decisions.into_iter().next() else {
+                return Err(Status::internal("the store answered no decision"));
+            };
+            // A quota limit in shadow mode (its policy's) never counts.
+            if p.enforced() {
+                quotas += 1;
+                over += usize::from(!decision.allowed);
+            }
+            out[i] = Some(decision);
+        }
+        Ok(quotas > 0 && over == quotas)
     }
 
     /// Whether decisions made without the store may answer: limits without
@@ -246,14 +293,30 @@ enum Batch {
     /// `shadow_mode` limits: reported, never enforced, never counted as
     /// their policy's.
     Shadowed,
+    /// A `quota_mode` limit, decided alone.
+    Quota,
 }
 
 impl Batch {
+    /// Whether `p` is decided in this batch: a shadow limit with the
+    /// shadowed, a quota limit alone, a refund's look with the enforced.
+    fn holds(self, p: &Pending<'_>) -> bool {
+        match self {
+            Batch::Shadowed => p.shadow,
+            Batch::Quota => !p.shadow && p.quota && !p.refund,
+            Batch::Enforced | Batch::Peek => !p.shadow && (!p.quota || p.refund),
+        }
+    }
+
     fn check<'a>(self, p: &'a Pending<'_>) -> Check<'a> {
         // Envoy's RLS carries no request id.
         let check = Check::new(&p.plan, &p.identity, p.cost);
+        if p.refund {
+            // Given back already: a look at the state it left.
+            return check.peek();
+        }
         match self {
-            Batch::Enforced => check,
+            Batch::Enforced | Batch::Quota => check,
             Batch::Peek => check.peek(),
             Batch::Shadowed => check.uncounted(),
         }

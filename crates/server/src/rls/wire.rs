@@ -45,6 +45,8 @@ pub struct Descriptor {
     pub limit: Option<Override>,
     /// `hits_addend` (`google.protobuf.UInt64Value`), when set.
     pub hits_addend: Option<u64>,
+    /// `is_negative_hits`: the hits are units given back (a refund).
+    pub negative_hits: bool,
 }
 
 /// A `RateLimitRequest`, borrowed from its bytes. Descriptors and entries
@@ -350,8 +352,9 @@ fn read_descriptor<'a>(
                 read_u64_value(hits, At::Hits(d), inner, depth - 1)?;
             }
             4 => {
-                // is_negative_hits: read (it must be a varint), not applied.
-                r.scalar(wire).map_err(|f| at.fail("is_negative_hits", f))?;
+                // is_negative_hits: a bool, its last value wins.
+                descriptor.negative_hits =
+                    r.scalar(wire).map_err(|f| at.fail("is_negative_hits", f))? != 0;
             }
             _ => r.skip(tag, wire, depth).map_err(|f| at.fail("", f))?,
         }

@@ -44,7 +44,7 @@ fn each_fault_of_a_body_is_named_in_tollgates_words() {
         (
             r#"{"policy":"slow","key":"v","costs":1}"#,
             422,
-            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id)"#,
+            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id, refund)"#,
         ),
         (
             r#"{"policy":"slow","key":"v","cost":-1}"#,
@@ -111,13 +111,13 @@ fn each_fault_of_a_body_is_named_in_tollgates_words() {
         (
             r#"{"request_id":null,"policy":"slow","key":"v","costs":1}"#,
             422,
-            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id)"#,
+            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id, refund)"#,
         ),
         // A null does not make an unknown field known.
         (
             r#"{"policy":"slow","key":"v","costs":null}"#,
             422,
-            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id)"#,
+            r#"unknown field "costs" (expected: policy, key, cost, checks, request_id, refund)"#,
         ),
     ]);
 }
@@ -203,7 +203,7 @@ fn long_client_text_is_cut_when_quoted_back() {
     assert_eq!(
         got,
         format!(
-            r#"unknown field "{}…" (expected: policy, key, cost, checks, request_id)"#,
+            r#"unknown field "{}…" (expected: policy, key, cost, checks, request_id, refund)"#,
             "x".repeat(40)
         )
     );

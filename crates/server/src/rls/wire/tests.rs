@@ -18,12 +18,19 @@ use prost::Message;
 use super::*;
 
 /// A read request, owned: (domain, hits_addend, descriptor count, each
-/// kept descriptor's (entries, entry count, limit, hits_addend)).
+/// kept descriptor's (entries, entry count, limit, hits_addend,
+/// is_negative_hits)).
 type Read = (
     String,
     u32,
     usize,
-    Vec<(Vec<(String, String)>, usize, Option<Override>, Option<u64>)>,
+    Vec<(
+        Vec<(String, String)>,
+        usize,
+        Option<Override>,
+        Option<u64>,
+        bool,
+    )>,
 );
 
 /// What prost read, in the shape this module keeps: descriptors and
@@ -47,6 +54,7 @@ fn as_prost_reads(bytes: &[u8]) -> Option<Read> {
                     unit: l.unit,
                 }),
                 d.hits_addend.map(|h| h.value),
+                d.is_negative_hits,
             )
         })
         .collect();
@@ -72,6 +80,7 @@ fn as_read_here(bytes: &[u8]) -> Option<Read> {
                 d.entry_count,
                 d.limit,
                 d.hits_addend,
+                d.negative_hits,
             )
         })
         .collect();

@@ -1,0 +1,54 @@
+//! Refunds: units a client gives back after the operation it was charged
+//! for did not happen (Envoy's `is_negative_hits`, `/v1/check`'s
+//! `refund`). Unlike a hot-lease return, the take is not known, so the
+//! state alone bounds what goes back (`Taken::REFUND` in the core): a
+//! bucket up to full, a window's current count down to empty, a log's
+//! newest entries. A refund never lets an identity spend more at once than
+//! its policy's limit.
+
+use tollgate_core::Taken;
+use tollgate_store::{Check as StoreCheck, StoreError};
+
+use crate::limiter::Limiter;
+use crate::plan::Check;
+
+impl Limiter {
+    /// Gives back up to `check.cost` units of `check.identity` under its
+    /// plan's policy, on its store; a sharded plan's shards in turn until
+    /// all went back. Returns the units given back (fewer when the state
+    /// was fuller than that: a refund of what was never taken gives
+    /// nothing). Not counted as a decision.
+    pub async fn refund(&self, check: &Check<'_>) -> Result<u64, StoreError> {
+        let store = check.plan.store();
+        let backend = self
+            .backends
+            .get(store)
+            .ok_or_else(|| StoreError::Config(format!("no store {store}")))?;
+        if check.cost == 0 {
+            return Ok(0);
+        }
+        let shards = check.plan.shards();
+        if shards.is_empty() {
+            let whole = StoreCheck {
+                policy: check.plan.policy(),
+                identity: check.identity,
+                cost: check.cost,
+            };
+            return backend.give_back(whole, Taken::REFUND).await;
+        }
+        let mut given = 0;
+        for (i, policy) in shards.iter().enumerate() {
+            let (Ok(index), true) = (u16::try_from(i), given < check.cost) else {
+                break;
+            };
+            let identity = check.identity.shard(index);
+            let shard = StoreCheck {
+                policy,
+                identity: &identity,
+                cost: check.cost - given,
+            };
+            given += backend.give_back(shard, Taken::REFUND).await?;
+        }
+        Ok(given)
+    }
+}
