@@ -150,7 +150,19 @@ impl Link {
         let mut connection = client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
-        self.prelude.send(&mut connection).await?;
+        if let Err(e) = self.prelude.send(&mut connection).await {
+            // A server that wants a password closes an unauthenticated
+            // connection on the prelude's long scripts (a broken pipe):
+            // a fresh connection's PING says why (NOAUTH).
+            if let Ok(mut probe) = client
+                .get_multiplexed_async_connection_with_config(&self.config)
+                .await
+                && let Err(why) = redis::cmd("PING").query_async::<Value>(&mut probe).await
+            {
+                return Err(why);
+            }
+            return Err(e);
+        }
         Ok(connection)
     }
 
