@@ -62,6 +62,7 @@ mod limiter;
 mod metrics;
 mod plan;
 mod refund;
+mod sampled_log;
 mod stores;
 mod upkeep;
 
@@ -77,4 +78,5 @@ pub use metrics::{
     LimiterMetrics, PolicyCounters, PolicyLabels,
 };
 pub use plan::{Check, Plan, RetryRule};
+pub use sampled_log::{DECISION_TARGET, DecisionSampling};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};

@@ -20,6 +20,7 @@ use crate::backend::Backend;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::Check;
+use crate::sampled_log::{DecisionSampling, Made, SampledLog};
 use crate::stores::{StoreName, StoreWatch};
 
 /// The decisions of one request (in the checks' order), what made them,
@@ -62,6 +63,8 @@ pub struct Limiter {
     degraded_log: LogLimiter,
     /// Rejections and degraded decisions at debug, per policy, rate-limited.
     decision_log: DecisionLog,
+    /// Every sampled decision at debug (`server.decision_log`).
+    sampled_log: SampledLog,
 }
 
 impl Limiter {
@@ -111,7 +114,14 @@ impl Limiter {
             clock,
             degraded_log: LogLimiter::default(),
             decision_log: DecisionLog::default(),
+            sampled_log: SampledLog::default(),
         }
+    }
+
+    /// How decisions are sampled into the per-decision debug log from the
+    /// next one on (a config load sets it; off until then).
+    pub fn set_decision_sampling(&self, sampling: DecisionSampling) {
+        self.sampled_log.set(sampling);
     }
 
     /// The clock decisions are dated by.
@@ -159,7 +169,34 @@ impl Limiter {
         self.metrics
             .decision_seconds
             .observe(took_us as f64 / 1_000_000.0);
+        self.log_sampled(checks, &decided, took_us);
         decided
+    }
+
+    /// The sampled checks' decisions into the per-decision debug log.
+    fn log_sampled(&self, checks: &[Check<'_>], decided: &Decided, took_us: u64) {
+        let degraded = match decided.by {
+            DecidedBy::Shared => "none",
+            by => by.name(),
+        };
+        for (check, decision) in checks.iter().zip(&decided.decisions) {
+            if !check.counted || !self.sampled_log.take() {
+                continue;
+            }
+            let store = self
+                .stores
+                .get(check.plan.store())
+                .map_or("", |watch| watch.name.role.as_str());
+            let made = Made {
+                store,
+                degraded,
+                latency_us: took_us,
+            };
+            let policy = check.plan.policy().name();
+            let shadow = check.plan.shadow();
+            self.sampled_log
+                .log(policy, shadow, check.identity, check.cost, decision, &made);
+        }
     }
 
     /// Checks on one store in one call, or across stores in order.

@@ -82,9 +82,11 @@ impl App {
             ));
         }
         let live = LiveConfig::new(config, &metrics, None);
+        let limiter = Limiter::named(backends, Arc::clone(&metrics.limiter), clock);
+        limiter.set_decision_sampling(live.config.decision_sampling.clone());
         Ok(Self {
             live: ArcSwap::from_pointee(live),
-            limiter: Limiter::named(backends, Arc::clone(&metrics.limiter), clock),
+            limiter,
             metrics,
             config_path,
             overrides: Overrides::default(),
@@ -196,6 +198,8 @@ impl App {
         config.server.keep_start_only(running);
         config.tls = current.config.tls.clone();
         let next = LiveConfig::new(config, &self.metrics, Some(&current));
+        self.limiter
+            .set_decision_sampling(next.config.decision_sampling.clone());
         self.live.store(Arc::new(next));
         Ok(Applied::Reloaded { needs_restart })
     }

@@ -38,7 +38,7 @@ use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
 use document::{parse_doc, replace_store};
-use tollgate_limiter::HotSeries;
+use tollgate_limiter::{DecisionSampling, HotSeries};
 
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +115,8 @@ pub struct ServeConfig {
     /// How the hot identity series name identities: `server.hot_identity_metrics`
     /// with the identity key, when hashed.
     pub hot_series: HotSeries,
+    /// How `server.decision_log` samples decisions (off when absent).
+    pub decision_sampling: DecisionSampling,
 }
 
 impl ServeConfig {

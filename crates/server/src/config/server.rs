@@ -103,6 +103,18 @@ pub struct ServerSettings {
     /// envoyproxy/ratelimit's `SHADOW_MODE`: decided and counted, never
     /// enforced (`--shadow-mode` / `TOLLGATE_SHADOW_MODE` win).
     pub shadow_mode: bool,
+    /// The per-decision debug log (`tollgate::decision` target): off
+    /// unless present.
+    pub decision_log: Option<DecisionLogSettings>,
+}
+
+/// `server.decision_log`: which share of decisions is logged, one debug
+/// event each, when the `tollgate::decision` target is enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionLogSettings {
+    /// Percent of decisions logged, 0 to 100 (fractions allowed).
+    pub sample_percent: f64,
 }
 
 /// `server.hot_identity_metrics`: identities are client addresses, tenant
@@ -145,6 +157,7 @@ impl Default for ServerSettings {
             require_tokens: Vec::new(),
             hot_identity_metrics: HotIdentityMetrics::default(),
             shadow_mode: false,
+            decision_log: None,
         }
     }
 }
@@ -179,6 +192,14 @@ impl ServerSettings {
                     "server: {name} must be positive"
                 )));
             }
+        }
+        if let Some(log) = self.decision_log
+            && !(0.0..=100.0).contains(&log.sample_percent)
+        {
+            return Err(ConfigError::Document(format!(
+                "server: decision_log.sample_percent {} is outside 0..=100",
+                log.sample_percent
+            )));
         }
         if !MAX_HEADERS_RANGE.contains(&self.max_headers) {
             return Err(ConfigError::Document(format!(
