@@ -64,6 +64,7 @@ mod plan;
 mod refund;
 mod sampled_log;
 mod stores;
+mod trace;
 mod upkeep;
 
 pub use backend::Backend;
@@ -80,3 +81,4 @@ pub use metrics::{
 pub use plan::{Check, Plan, RetryRule};
 pub use sampled_log::{DECISION_TARGET, DecisionSampling};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
+pub use trace::TraceSink;

@@ -8,7 +8,7 @@
 //! identities — so every decision lands in the same metrics whatever door
 //! it came in by.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tollgate_core::{Clock, Decision, Identity, Policy};
 use tollgate_store::{
@@ -22,6 +22,7 @@ use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::Check;
 use crate::sampled_log::{DecisionSampling, Made, SampledLog};
 use crate::stores::{StoreName, StoreWatch};
+use crate::trace::TraceSink;
 
 /// The decisions of one request (in the checks' order), what made them,
 /// and why a shared store did not, if one did not.
@@ -65,6 +66,8 @@ pub struct Limiter {
     decision_log: DecisionLog,
     /// Every sampled decision at debug (`server.decision_log`).
     sampled_log: SampledLog,
+    /// Sampled decisions as replay lines (`server.trace`), set once at start.
+    trace: OnceLock<TraceSink>,
 }
 
 impl Limiter {
@@ -115,6 +118,7 @@ impl Limiter {
             degraded_log: LogLimiter::default(),
             decision_log: DecisionLog::default(),
             sampled_log: SampledLog::default(),
+            trace: OnceLock::new(),
         }
     }
 
@@ -122,6 +126,12 @@ impl Limiter {
     /// next one on (a config load sets it; off until then).
     pub fn set_decision_sampling(&self, sampling: DecisionSampling) {
         self.sampled_log.set(sampling);
+    }
+
+    /// Captures sampled decisions into `sink` from now on (once: a capture
+    /// is opened at start and kept).
+    pub fn set_trace(&self, sink: TraceSink) {
+        let _ = self.trace.set(sink);
     }
 
     /// The clock decisions are dated by.
@@ -157,6 +167,8 @@ impl Limiter {
         shape: Option<&str>,
     ) -> Decided {
         let started_us = self.clock.monotonic_us();
+        // A capture dates a request when its decision began, as replay will.
+        let started_ms = self.trace.get().map(|_| self.clock.now_ms());
         // Over every check, whichever store decides it: each store's record
         // answers only the whole request.
         let id = id.map(|id| (id, digest(checks, shape)));
@@ -170,6 +182,16 @@ impl Limiter {
             .decision_seconds
             .observe(took_us as f64 / 1_000_000.0);
         self.log_sampled(checks, &decided, took_us);
+        // A retry answered from its record, or a refused id, spent nothing:
+        // replaying it would.
+        if let (Some(trace), Some(now_ms)) = (self.trace.get(), started_ms)
+            && decided.replay == Replay::Fresh
+        {
+            for check in checks.iter().filter(|c| c.counted) {
+                let policy = check.plan.policy().name();
+                trace.record(now_ms, policy, check.identity, check.cost);
+            }
+        }
         decided
     }
 

@@ -30,9 +30,8 @@ pub struct DecisionSampling {
 impl DecisionSampling {
     /// `percent` of decisions (clamped to 0..=100), identities named by `identity`.
     pub fn percent(percent: f64, identity: HotSeries) -> Self {
-        let per_million = (percent.clamp(0.0, 100.0) * 10_000.0).round() as u64;
         Self {
-            per_million,
+            per_million: per_million(percent),
             identity,
         }
     }
@@ -45,12 +44,45 @@ pub(crate) struct Made<'a> {
     pub(crate) latency_us: u64,
 }
 
-/// The sampler: an even spread (every decision at 100 %, one in a hundred
-/// at 1 %), counted rather than drawn so a rate is exact over any run.
+/// An even spread of decisions (every one at 100 %, one in a hundred at
+/// 1 %), counted rather than drawn so a rate is exact over any run.
 #[derive(Default)]
-pub(crate) struct SampledLog {
+pub(crate) struct Sampler {
     per_million: AtomicU64,
     seen: AtomicU64,
+}
+
+impl Sampler {
+    /// From the next decision on, take `percent` (clamped to 0..=100).
+    pub(crate) fn set_percent(&self, percent: f64) {
+        self.set_per_million(per_million(percent));
+    }
+
+    fn set_per_million(&self, per_million: u64) {
+        self.per_million
+            .store(per_million.min(PPM), Ordering::Relaxed);
+    }
+
+    /// Whether the next decision is one to take: cheap when off.
+    pub(crate) fn take(&self) -> bool {
+        let per_million = self.per_million.load(Ordering::Relaxed);
+        if per_million == 0 {
+            return false;
+        }
+        let n = self.seen.fetch_add(1, Ordering::Relaxed) % PPM;
+        // The count of taken decisions steps up at this one.
+        (n + 1) * per_million / PPM > n * per_million / PPM
+    }
+}
+
+fn per_million(percent: f64) -> u64 {
+    (percent.clamp(0.0, 100.0) * 10_000.0).round() as u64
+}
+
+/// The sampled per-decision log and how it names identities.
+#[derive(Default)]
+pub(crate) struct SampledLog {
+    sampler: Sampler,
     identity: RwLock<HotSeries>,
 }
 
@@ -60,19 +92,12 @@ impl SampledLog {
         if let Ok(mut identity) = self.identity.write() {
             *identity = sampling.identity;
         }
-        self.per_million
-            .store(sampling.per_million.min(PPM), Ordering::Relaxed);
+        self.sampler.set_per_million(sampling.per_million);
     }
 
     /// Whether the next decision is one to log: cheap when off.
     pub(crate) fn take(&self) -> bool {
-        let per_million = self.per_million.load(Ordering::Relaxed);
-        if per_million == 0 || !tracing::enabled!(target: DECISION_TARGET, tracing::Level::DEBUG) {
-            return false;
-        }
-        let n = self.seen.fetch_add(1, Ordering::Relaxed) % PPM;
-        // The count of sampled decisions steps up at this one.
-        (n + 1) * per_million / PPM > n * per_million / PPM
+        tracing::enabled!(target: DECISION_TARGET, tracing::Level::DEBUG) && self.sampler.take()
     }
 
     /// Logs one sampled decision of `policy` (shadowed or not).

@@ -49,6 +49,7 @@ pub(super) fn parse_doc(
     let hasher = identity_hasher(&policies, &server, identity_key.as_deref())?;
     let hot_series = hot_series(&server, identity_key.as_deref())?;
     let decision_sampling = decision_sampling(&server, identity_key.as_deref())?;
+    let trace_identity = trace_identity(&server, identity_key.as_deref())?;
     Ok(ServeConfig {
         server,
         stores,
@@ -64,6 +65,7 @@ pub(super) fn parse_doc(
         tls: None,
         hot_series,
         decision_sampling,
+        trace_identity,
     })
 }
 
@@ -191,6 +193,21 @@ fn decision_sampling(
         _ => series_of(HotIdentityMetrics::Hashed, server, key)?,
     };
     Ok(DecisionSampling::percent(log.sample_percent, identity))
+}
+
+/// How `server.trace` names identities: always the keyed hash, so a
+/// capture never holds who was asking; without a key it is refused.
+fn trace_identity(server: &ServerSettings, key: Option<&str>) -> Result<HotSeries, ConfigError> {
+    if server.trace.is_none() {
+        return Ok(HotSeries::Off);
+    }
+    match series_of(HotIdentityMetrics::Hashed, server, key)? {
+        HotSeries::Off => Err(ConfigError::Document(format!(
+            "server.trace hashes the identities it captures with the identity key, so the environment variable {} must hold it",
+            server.identity_key_env
+        ))),
+        hashed => Ok(hashed),
+    }
 }
 
 /// Refuses an identity key too short to hold 32 bytes of entropy.

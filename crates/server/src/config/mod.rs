@@ -22,7 +22,7 @@ pub use request_shaping::{CostRule, IdentityPart};
 // Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
 #[cfg(test)]
 pub(crate) use request_shaping::ClientNetworks;
-pub use server::{HotIdentityMetrics, ServerSettings};
+pub use server::{HotIdentityMetrics, ServerSettings, TraceSettings};
 pub use stores::{StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};
@@ -117,6 +117,8 @@ pub struct ServeConfig {
     pub hot_series: HotSeries,
     /// How `server.decision_log` samples decisions (off when absent).
     pub decision_sampling: DecisionSampling,
+    /// How `server.trace` names identities: hashed (off without a trace).
+    pub trace_identity: HotSeries,
 }
 
 impl ServeConfig {
