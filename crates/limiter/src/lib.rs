@@ -62,7 +62,9 @@ mod limiter;
 mod metrics;
 mod plan;
 mod refund;
+mod sampled_log;
 mod stores;
+mod trace;
 mod upkeep;
 
 pub use backend::Backend;
@@ -77,4 +79,6 @@ pub use metrics::{
     LimiterMetrics, PolicyCounters, PolicyLabels,
 };
 pub use plan::{Check, Plan, RetryRule};
+pub use sampled_log::{DECISION_TARGET, DecisionSampling};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
+pub use trace::TraceSink;

@@ -8,7 +8,7 @@
 //! identities — so every decision lands in the same metrics whatever door
 //! it came in by.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tollgate_core::{Clock, Decision, Identity, Policy};
 use tollgate_store::{
@@ -20,7 +20,9 @@ use crate::backend::Backend;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::Check;
+use crate::sampled_log::{DecisionSampling, Made, SampledLog};
 use crate::stores::{StoreName, StoreWatch};
+use crate::trace::TraceSink;
 
 /// The decisions of one request (in the checks' order), what made them,
 /// and why a shared store did not, if one did not.
@@ -62,6 +64,10 @@ pub struct Limiter {
     degraded_log: LogLimiter,
     /// Rejections and degraded decisions at debug, per policy, rate-limited.
     decision_log: DecisionLog,
+    /// Every sampled decision at debug (`server.decision_log`).
+    sampled_log: SampledLog,
+    /// Sampled decisions as replay lines (`server.trace`), set once at start.
+    trace: OnceLock<TraceSink>,
 }
 
 impl Limiter {
@@ -111,7 +117,21 @@ impl Limiter {
             clock,
             degraded_log: LogLimiter::default(),
             decision_log: DecisionLog::default(),
+            sampled_log: SampledLog::default(),
+            trace: OnceLock::new(),
         }
+    }
+
+    /// How decisions are sampled into the per-decision debug log from the
+    /// next one on (a config load sets it; off until then).
+    pub fn set_decision_sampling(&self, sampling: DecisionSampling) {
+        self.sampled_log.set(sampling);
+    }
+
+    /// Captures sampled decisions into `sink` from now on (once: a capture
+    /// is opened at start and kept).
+    pub fn set_trace(&self, sink: TraceSink) {
+        let _ = self.trace.set(sink);
     }
 
     /// The clock decisions are dated by.
@@ -147,6 +167,8 @@ impl Limiter {
         shape: Option<&str>,
     ) -> Decided {
         let started_us = self.clock.monotonic_us();
+        // A capture dates a request when its decision began, as replay will.
+        let started_ms = self.trace.get().map(|_| self.clock.now_ms());
         // Over every check, whichever store decides it: each store's record
         // answers only the whole request.
         let id = id.map(|id| (id, digest(checks, shape)));
@@ -159,7 +181,44 @@ impl Limiter {
         self.metrics
             .decision_seconds
             .observe(took_us as f64 / 1_000_000.0);
+        self.log_sampled(checks, &decided, took_us);
+        // A retry answered from its record, or a refused id, spent nothing:
+        // replaying it would.
+        if let (Some(trace), Some(now_ms)) = (self.trace.get(), started_ms)
+            && decided.replay == Replay::Fresh
+        {
+            for check in checks.iter().filter(|c| c.counted) {
+                let policy = check.plan.policy().name();
+                trace.record(now_ms, policy, check.identity, check.cost);
+            }
+        }
         decided
+    }
+
+    /// The sampled checks' decisions into the per-decision debug log.
+    fn log_sampled(&self, checks: &[Check<'_>], decided: &Decided, took_us: u64) {
+        let degraded = match decided.by {
+            DecidedBy::Shared => "none",
+            by => by.name(),
+        };
+        for (check, decision) in checks.iter().zip(&decided.decisions) {
+            if !check.counted || !self.sampled_log.take() {
+                continue;
+            }
+            let store = self
+                .stores
+                .get(check.plan.store())
+                .map_or("", |watch| watch.name.role.as_str());
+            let made = Made {
+                store,
+                degraded,
+                latency_us: took_us,
+            };
+            let policy = check.plan.policy().name();
+            let shadow = check.plan.shadow();
+            self.sampled_log
+                .log(policy, shadow, check.identity, check.cost, decision, &made);
+        }
     }
 
     /// Checks on one store in one call, or across stores in order.

@@ -2,7 +2,7 @@
 //! config (swapped atomically on reload), the limiter every decision goes
 //! through, and the metrics.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -12,6 +12,7 @@ use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
 use crate::limiter::{Backend, Limiter, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
+use crate::trace::open_trace;
 use tollgate_store::{RedisStore, StoreError};
 
 /// The state every protocol adapter shares while the server runs.
@@ -82,9 +83,27 @@ impl App {
             ));
         }
         let live = LiveConfig::new(config, &metrics, None);
+        let limiter = Limiter::named(backends, Arc::clone(&metrics.limiter), clock);
+        limiter.set_decision_sampling(live.config.decision_sampling.clone());
+        if let Some(trace) = &live.config.server.trace {
+            let dir = config_path.parent().unwrap_or(Path::new("."));
+            let sink = open_trace(
+                trace,
+                dir,
+                live.config.trace_identity.clone(),
+                metrics.trace_dropped.clone(),
+            )
+            .map_err(|e| {
+                StoreError::Config(format!(
+                    "server.trace: cannot open {} for appending: {e}",
+                    trace.path.display()
+                ))
+            })?;
+            limiter.set_trace(sink);
+        }
         Ok(Self {
             live: ArcSwap::from_pointee(live),
-            limiter: Limiter::named(backends, Arc::clone(&metrics.limiter), clock),
+            limiter,
             metrics,
             config_path,
             overrides: Overrides::default(),
@@ -196,6 +215,8 @@ impl App {
         config.server.keep_start_only(running);
         config.tls = current.config.tls.clone();
         let next = LiveConfig::new(config, &self.metrics, Some(&current));
+        self.limiter
+            .set_decision_sampling(next.config.decision_sampling.clone());
         self.live.store(Arc::new(next));
         Ok(Applied::Reloaded { needs_restart })
     }

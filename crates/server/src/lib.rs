@@ -46,6 +46,7 @@ mod deadline;
 mod live;
 mod metrics;
 mod process_metrics;
+mod trace;
 use tollgate_limiter as limiter;
 
 // 3. protocol adapters

@@ -86,6 +86,9 @@ pub struct Metrics {
     /// HTTP connections dropped because their TLS handshake failed or
     /// timed out.
     pub tls_handshake_failures: Counter,
+    /// Capture lines dropped because the trace writer's queue was full or
+    /// the file reached its cap (`server.trace`).
+    pub trace_dropped: Counter,
     /// Envoy's rate limit service (gRPC).
     pub rls: RlsMetrics,
     /// Identities an operator reset (`DELETE /v1/state`), by policy.
@@ -177,6 +180,11 @@ impl Metrics {
             "tls_handshake_failures",
             "HTTP connections dropped because their TLS handshake failed or took longer than server.request_timeout_ms",
         );
+        let trace_dropped = registered(
+            r,
+            "trace_dropped",
+            "Decisions server.trace sampled but did not write: its queue was full or its file reached max_bytes",
+        );
         let rls = RlsMetrics::register(r);
         Self {
             registry,
@@ -187,6 +195,7 @@ impl Metrics {
             refused_connections,
             unauthorized,
             tls_handshake_failures,
+            trace_dropped,
             rls,
             state_resets,
             scope_limit,

@@ -16,7 +16,7 @@ use super::server::{HotIdentityMetrics, ServerSettings};
 use super::stores::{STORE_ROLES, Stores};
 use crate::envoy_rules::EnvoyRules;
 use crate::tokens::EndpointTokens;
-use tollgate_limiter::HotSeries;
+use tollgate_limiter::{DecisionSampling, HotSeries};
 
 /// The shortest secret-hashing key accepted: 32 bytes, as many as BLAKE3's
 /// key (a key of fewer bytes cannot hold 32 bytes of entropy).
@@ -48,6 +48,8 @@ pub(super) fn parse_doc(
     let identity_key = env(&server.identity_key_env).filter(|k| !k.is_empty());
     let hasher = identity_hasher(&policies, &server, identity_key.as_deref())?;
     let hot_series = hot_series(&server, identity_key.as_deref())?;
+    let decision_sampling = decision_sampling(&server, identity_key.as_deref())?;
+    let trace_identity = trace_identity(&server, identity_key.as_deref())?;
     Ok(ServeConfig {
         server,
         stores,
@@ -62,6 +64,8 @@ pub(super) fn parse_doc(
         tokens,
         tls: None,
         hot_series,
+        decision_sampling,
+        trace_identity,
     })
 }
 
@@ -154,7 +158,16 @@ fn identity_hasher(
 /// Hashed ones use the identity key, domain-separated from the identity
 /// parts' hashes; without a key, hashed series are off.
 fn hot_series(server: &ServerSettings, key: Option<&str>) -> Result<HotSeries, ConfigError> {
-    Ok(match (server.hot_identity_metrics, key) {
+    series_of(server.hot_identity_metrics, server, key)
+}
+
+/// Identities named as `mode` says (see [`hot_series`]).
+fn series_of(
+    mode: HotIdentityMetrics,
+    server: &ServerSettings,
+    key: Option<&str>,
+) -> Result<HotSeries, ConfigError> {
+    Ok(match (mode, key) {
         (HotIdentityMetrics::Off, _) | (HotIdentityMetrics::Hashed, None) => HotSeries::Off,
         (HotIdentityMetrics::Raw, _) => HotSeries::Raw,
         (HotIdentityMetrics::Hashed, Some(key)) => {
@@ -163,6 +176,38 @@ fn hot_series(server: &ServerSettings, key: Option<&str>) -> Result<HotSeries, C
             HotSeries::Hashed(SecretHasher::new(&material))
         }
     })
+}
+
+/// How `server.decision_log` samples decisions and names identities: as
+/// the hot identity series would (the same keyed hash, or raw when those
+/// are raw), even when those series are off; `-` without an identity key.
+fn decision_sampling(
+    server: &ServerSettings,
+    key: Option<&str>,
+) -> Result<DecisionSampling, ConfigError> {
+    let Some(log) = server.decision_log else {
+        return Ok(DecisionSampling::default());
+    };
+    let identity = match server.hot_identity_metrics {
+        HotIdentityMetrics::Raw => HotSeries::Raw,
+        _ => series_of(HotIdentityMetrics::Hashed, server, key)?,
+    };
+    Ok(DecisionSampling::percent(log.sample_percent, identity))
+}
+
+/// How `server.trace` names identities: always the keyed hash, so a
+/// capture never holds who was asking; without a key it is refused.
+fn trace_identity(server: &ServerSettings, key: Option<&str>) -> Result<HotSeries, ConfigError> {
+    if server.trace.is_none() {
+        return Ok(HotSeries::Off);
+    }
+    match series_of(HotIdentityMetrics::Hashed, server, key)? {
+        HotSeries::Off => Err(ConfigError::Document(format!(
+            "server.trace hashes the identities it captures with the identity key, so the environment variable {} must hold it",
+            server.identity_key_env
+        ))),
+        hashed => Ok(hashed),
+    }
 }
 
 /// Refuses an identity key too short to hold 32 bytes of entropy.

@@ -22,7 +22,7 @@ pub use request_shaping::{CostRule, IdentityPart};
 // Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
 #[cfg(test)]
 pub(crate) use request_shaping::ClientNetworks;
-pub use server::{HotIdentityMetrics, ServerSettings};
+pub use server::{HotIdentityMetrics, ServerSettings, TraceSettings};
 pub use stores::{StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
 use document::{parse_doc, replace_store};
-use tollgate_limiter::HotSeries;
+use tollgate_limiter::{DecisionSampling, HotSeries};
 
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +115,10 @@ pub struct ServeConfig {
     /// How the hot identity series name identities: `server.hot_identity_metrics`
     /// with the identity key, when hashed.
     pub hot_series: HotSeries,
+    /// How `server.decision_log` samples decisions (off when absent).
+    pub decision_sampling: DecisionSampling,
+    /// How `server.trace` names identities: hashed (off without a trace).
+    pub trace_identity: HotSeries,
 }
 
 impl ServeConfig {

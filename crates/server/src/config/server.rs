@@ -3,6 +3,7 @@
 //! so a reload reports and keeps them from one table.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use hyper::http::HeaderName;
 use ipnet::IpNet;
@@ -103,6 +104,43 @@ pub struct ServerSettings {
     /// envoyproxy/ratelimit's `SHADOW_MODE`: decided and counted, never
     /// enforced (`--shadow-mode` / `TOLLGATE_SHADOW_MODE` win).
     pub shadow_mode: bool,
+    /// The per-decision debug log (`tollgate::decision` target): off
+    /// unless present.
+    pub decision_log: Option<DecisionLogSettings>,
+    /// Trace capture: sampled decisions as `tollgate replay` input lines.
+    /// Read at start.
+    pub trace: Option<TraceSettings>,
+}
+
+/// `server.trace`: where and how much of the decisions to capture.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSettings {
+    /// The capture file, relative to the config file; opened for appending.
+    pub path: PathBuf,
+    /// Percent of decisions captured, 0 to 100.
+    #[serde(default = "all_decisions")]
+    pub sample_percent: f64,
+    /// The file's cap: past it, lines are dropped and counted.
+    #[serde(default = "default_trace_bytes")]
+    pub max_bytes: u64,
+}
+
+fn all_decisions() -> f64 {
+    100.0
+}
+
+fn default_trace_bytes() -> u64 {
+    1 << 30
+}
+
+/// `server.decision_log`: which share of decisions is logged, one debug
+/// event each, when the `tollgate::decision` target is enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionLogSettings {
+    /// Percent of decisions logged, 0 to 100 (fractions allowed).
+    pub sample_percent: f64,
 }
 
 /// `server.hot_identity_metrics`: identities are client addresses, tenant
@@ -145,6 +183,8 @@ impl Default for ServerSettings {
             require_tokens: Vec::new(),
             hot_identity_metrics: HotIdentityMetrics::default(),
             shadow_mode: false,
+            decision_log: None,
+            trace: None,
         }
     }
 }
@@ -178,6 +218,27 @@ impl ServerSettings {
                 return Err(ConfigError::Document(format!(
                     "server: {name} must be positive"
                 )));
+            }
+        }
+        if let Some(log) = self.decision_log
+            && !(0.0..=100.0).contains(&log.sample_percent)
+        {
+            return Err(ConfigError::Document(format!(
+                "server: decision_log.sample_percent {} is outside 0..=100",
+                log.sample_percent
+            )));
+        }
+        if let Some(trace) = &self.trace {
+            if !(0.0..=100.0).contains(&trace.sample_percent) {
+                return Err(ConfigError::Document(format!(
+                    "server: trace.sample_percent {} is outside 0..=100",
+                    trace.sample_percent
+                )));
+            }
+            if trace.max_bytes == 0 || trace.path.as_os_str().is_empty() {
+                return Err(ConfigError::Document(
+                    "server: trace needs a path and a positive max_bytes".to_owned(),
+                ));
             }
         }
         if !MAX_HEADERS_RANGE.contains(&self.max_headers) {
@@ -259,7 +320,7 @@ macro_rules! start_only {
 /// The settings read once at start — listeners, workers, limits of a
 /// request's head, TLS — in the order a reload reports them. Both the
 /// report and the copy-back read this one list.
-const START_ONLY: [StartOnly; 8] = start_only![
+const START_ONLY: [StartOnly; 9] = start_only![
     listen,
     grpc_listen,
     http_workers,
@@ -268,6 +329,7 @@ const START_ONLY: [StartOnly; 8] = start_only![
     max_headers,
     max_header_bytes,
     tls,
+    trace,
 ];
 
 /// Which headers describe the original request to `/v1/authorize`. Only

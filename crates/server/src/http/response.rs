@@ -108,6 +108,17 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
+        // Every refused request, with why, for an operator at debug: the
+        // client was told the same, so nothing here is news to it.
+        if self.status.is_client_error() {
+            tracing::debug!(
+                target: "tollgate::request",
+                status = self.status.as_u16(),
+                title = self.title,
+                reason = %self.detail,
+                "request refused"
+            );
+        }
         let body = self.body();
         (
             self.status,

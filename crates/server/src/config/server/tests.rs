@@ -21,6 +21,13 @@ fn one_change_each() -> Vec<(&'static str, Edit)> {
                 key: "key.pem".into(),
             });
         }),
+        ("server.trace", |s| {
+            s.trace = Some(TraceSettings {
+                path: "capture.jsonl".into(),
+                sample_percent: 100.0,
+                max_bytes: 1024,
+            });
+        }),
     ]
 }
 
@@ -71,6 +78,9 @@ fn a_setting_read_on_every_reload_is_neither_reported_nor_kept() {
         deny_status: 403,
         max_checks: 3,
         watch_interval_ms: 0,
+        decision_log: Some(DecisionLogSettings {
+            sample_percent: 5.0,
+        }),
         ..ServerSettings::default()
     };
     assert!(running.start_only_changes(&new).is_empty());
@@ -78,4 +88,5 @@ fn a_setting_read_on_every_reload_is_neither_reported_nor_kept() {
     assert_eq!(new.deny_status, 403);
     assert_eq!(new.max_checks, 3);
     assert_eq!(new.watch_interval_ms, 0);
+    assert_eq!(new.decision_log.map(|d| d.sample_percent), Some(5.0));
 }
