@@ -18,6 +18,7 @@ use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};
 use crate::scope::Stores;
 
 mod leased_identities;
+mod matching;
 mod scope;
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.
@@ -86,6 +87,12 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
     for serve in &config.policies {
         let e = explain_policy(config, serve);
         let _ = writeln!(out, "\n{}", describe_policy(&serve.declared));
+        let _ = writeln!(out, "  match: {}", matching::match_text(&serve.matcher));
+        let _ = writeln!(
+            out,
+            "  identity: {}",
+            matching::identity_text(&serve.identity)
+        );
         if serve.shadow || config.server.shadow_mode {
             let _ = writeln!(out, "  mode: {}", shadow_text(serve));
         }
@@ -530,17 +537,8 @@ pub fn policy_json(serve: &ServePolicy, stores: &Stores) -> Value {
     let mut v = json!({
         "name": policy.name(),
         "algorithm": policy.algorithm().as_str(),
-        "limit": policy.limits().limit(),
     });
-    match policy.limits() {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => {
-            v["capacity"] = json!(r.capacity());
-            v["refill"] = json!({"tokens": r.tokens(), "per": format_duration_ms(r.per_ms())});
-        }
-        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
-            v["window"] = json!(format_duration_ms(w.window_ms()));
-        }
-    }
+    matching::add_limits_json(&mut v, serve);
     let m = &serve.matcher;
     v["match"] = json!({
         "methods": m.methods,

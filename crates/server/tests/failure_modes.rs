@@ -79,10 +79,11 @@ async fn a_paused_store_is_answered_by_each_policys_failure_mode_and_recovers_ex
     assert!(healthy.get("degraded").is_none());
 
     redis.pause().expect("SIGSTOP");
+    // Admitted with no store counting: no budget is claimed.
     let (_, open) = server.check(r#"{"policy":"open","key":"outage"}"#).await;
     assert_eq!(
         open,
-        json!({"allowed": true, "policy": "open", "limit": 5, "remaining": 5, "retry_after_ms": 0, "reset_after_ms": 0, "degraded": true, "path": "fail_open"})
+        json!({"allowed": true, "policy": "open", "limit": 5, "remaining": 0, "retry_after_ms": 0, "reset_after_ms": 0, "degraded": true, "path": "fail_open"})
     );
     let (_, closed) = server.check(r#"{"policy":"closed","key":"outage"}"#).await;
     assert_eq!(
@@ -507,5 +508,53 @@ async fn an_open_circuit_cools_down_on_the_monotonic_clock_whatever_the_wall_clo
         .await,
         Some(1.0)
     );
+    server.stop().await;
+}
+
+/// A fail-open admission claims no budget, and forward auth's RateLimit
+/// field says the same as the body: nothing is known to be left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_open_admission_claims_no_remaining_budget() {
+    let redis = RedisServer::start().expect("redis-server");
+    let server = TestServer::start(&format!(
+        r#"
+server: {{ watch_interval_ms: 0, trusted_proxies: [127.0.0.1] }}
+store:
+  redis: {{ url: "{}", timeout: 300ms, rejected_cache: 0 }}
+policies:
+  - name: open
+    algorithm: token_bucket
+    capacity: 5
+    refill: {{ tokens: 1, per: 1h }}
+    identity: [{{ literal: everyone }}]
+"#,
+        redis.url()
+    ))
+    .await;
+    redis.pause().expect("SIGSTOP");
+    let r = server
+        .client
+        .get(server.url("/v1/authorize"))
+        .header("x-original-method", "GET")
+        .header("x-original-uri", "/anything")
+        .send()
+        .await
+        .expect("authorize");
+    let header = |name: &str| r.headers().get(name).and_then(|v| v.to_str().ok());
+    assert_eq!(
+        (
+            r.status().as_u16(),
+            header("ratelimit"),
+            header("ratelimit-policy"),
+            header("tollgate-degraded")
+        ),
+        (
+            200,
+            Some("\"open\";r=0;t=0"),
+            Some("\"open\";q=5;w=18000"),
+            Some("fail_open")
+        )
+    );
+    redis.resume().expect("SIGCONT");
     server.stop().await;
 }

@@ -241,6 +241,8 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
         "store local: memory, inside each tollgate process (at most 1000000 keys)\n\
          \n\
          api: gcra capacity 10 refill 1 per 1s\n  \
+         match: every request\n  \
+         identity: one budget per client_ip\n  \
          scope: instance: each tollgate process decides alone, on its memory store.\n  \
          bound: at most N × the limit (a burst of 10 then 1 per 1s) for N tollgate processes (list `regions:` with their instances to state N).\n  \
          on store failure: nothing can fail; the store is in the process.\n  \
@@ -267,6 +269,7 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
     );
     let global =
         "  scope: global: every decision on the global store (global, redis standalone).\n";
+    let every = "  match: every request\n  identity: one budget per client_ip\n";
     let exact = |what: &str| {
         format!(
             "  bound: the limit, {what}, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).\n"
@@ -283,14 +286,14 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
         format!(
             "store global: redis standalone, shared by every tollgate process that names it, prefix \"rl\" (timeout 250ms)\n\
              \n\
-             login: sliding_log limit 5 per 10m\n{global}{}  \
+             login: sliding_log limit 5 per 10m\n{every}{global}{}  \
              log: at most 129 entries per identity: exact while an identity's log holds fewer than 64; beyond, a request is logged at the end of its 9375ms bucket (the window / 64, rounded up), so a unit counts up to 9374ms longer than exact: never more than the limit in any 10m, a rejection's Retry-After up to 9374ms late.\n  \
              on store failure: fail_closed (its global store down, or slower than 250ms): every request is rejected (429) while the shared store is down.\n{}\
              \n\
-             api: gcra capacity 100 refill 100 per 1s\n{global}{}  \
+             api: gcra capacity 100 refill 100 per 1s\n{every}{global}{}  \
              on store failure: local (its global store down, or slower than 250ms): each instance enforces 25 per 1s alone: at most instances × 25 while the shared store is down.\n{}\
              \n\
-             search: fixed_window limit 10 per 1s\n{global}{}  \
+             search: fixed_window limit 10 per 1s\n{every}{global}{}  \
              on store failure: fail_open (its global store down, or slower than 250ms): every request is admitted: no limit while the shared store is down.\n{}",
             exact("5 per 10m"),
             key(

@@ -494,3 +494,60 @@ async fn a_global_store_restarted_empty_admits_at_most_one_more_limit() {
     }
     assert_eq!(regional, 10);
 }
+
+/// `explain` keeps a policy's declared limit apart from its region's share,
+/// and says what it limits and per what.
+#[test]
+fn explain_states_the_declared_limit_the_regions_share_the_match_and_the_identity() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("split.yaml");
+    std::fs::write(
+        &path,
+        r#"regions: {eu: {instances: 1}, us: {instances: 1}}
+stores:
+  regional:
+    eu: {redis: {url: "redis://127.0.0.1:1"}}
+    us: {redis: {url: "redis://127.0.0.1:2"}}
+policies:
+  - name: exports
+    algorithm: fixed_window
+    limit: 10
+    window: 1h
+    scope: {split: {eu: 4, us: 1}}
+    match: {methods: [POST], path_prefix: /exports}
+    identity: [{header: X-Tenant}, client_ip]
+"#,
+    )
+    .expect("write");
+    let json = explain_json(&path, &["--region", "us"]);
+    let p = &json["policies"][0];
+    assert_eq!(
+        (&p["limit"], &p["window"], &p["region_share"]),
+        (
+            &serde_json::json!(10),
+            &serde_json::json!("1h"),
+            &serde_json::json!({"limit": 2, "window": "1h"})
+        )
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["explain", "--region", "us", "--config"])
+        .arg(&path)
+        .env_remove("TOLLGATE_REGION")
+        .output()
+        .expect("tollgate explain runs");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    let policy: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("exports:"))
+        .take(3)
+        .collect();
+    assert_eq!(
+        policy,
+        [
+            "exports: fixed_window limit 10 per 1h",
+            "  match: methods POST; path_prefix /exports",
+            "  identity: one budget per header:x-tenant + client_ip",
+        ],
+        "{text}"
+    );
+}

@@ -62,15 +62,16 @@ async fn peeks_and_resets(server: &TestServer) {
     );
     let (_, v) = call(server, reqwest::Method::GET, "policy=p&key=k").await;
     assert_eq!(v["remaining"], 5, "the identity starts afresh");
-    // (That peek wrote the bucket's clock, as every token_bucket decision
-    // does; an identity never seen has no state to reset.)
+    // A read writes nothing: that peek created no state to reset.
+    let (_, v) = call(server, reqwest::Method::DELETE, "policy=p&key=k").await;
+    assert_eq!(v["had_state"], false, "a peek created state");
     let (_, v) = call(server, reqwest::Method::DELETE, "policy=p&key=never-seen").await;
     assert_eq!(v["had_state"], false);
     let metrics = server.text("/metrics").await;
     assert!(
         metrics
             .lines()
-            .any(|l| l == r#"tollgate_state_resets_total{policy="p"} 2"#),
+            .any(|l| l == r#"tollgate_state_resets_total{policy="p"} 3"#),
         "{metrics}"
     );
 }
@@ -136,6 +137,11 @@ async fn a_reset_on_redis_deletes_the_key_and_this_instances_cached_rejections()
         redis.url()
     ))
     .await;
+    let keys = || redis.cli(&["DBSIZE"]).expect("redis-cli DBSIZE");
+    let before = keys();
+    let (_, v) = call(&server, reqwest::Method::GET, "policy=p&key=only-read").await;
+    assert_eq!(v["remaining"], 5);
+    assert_eq!(keys(), before, "a peek created a key");
     peeks_and_resets(&server).await;
     // Exhausted, then rejected: the rejection is cached until its retry time.
     spend(&server, 5).await;

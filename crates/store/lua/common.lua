@@ -216,10 +216,14 @@ local function decide_each(now)
     end
     local key = KEYS[i]
     local state = states[key]
+    local cost = tonumber(ARGV[at + 1])
     local written, allowed, remaining, retry, reset = decide(
-      key, state, now, tonumber(ARGV[at + 1]), true,
+      key, state, now, cost, true,
       ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5])
-    if written and written ~= state then
+    -- A peek (cost 0) at an identity never seen creates no key: a read
+    -- must not write, and a fresh state decides as an absent one does.
+    -- Rust twin: MemoryStore::decide_at.
+    if written and written ~= state and (state or cost > 0) then
       redis.call('SET', key, written, 'PX', int(reset + margin))
       states[key] = written
     end

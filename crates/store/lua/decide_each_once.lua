@@ -35,7 +35,8 @@ for i = 1, NKEYS do
     local written, allowed, remaining, retry, reset = decide(
       key, state, now, cost, true,
       ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5])
-    if written and written ~= state then
+    -- A peek at an identity never seen creates no key (see decide_each).
+    if written and written ~= state and (state or cost > 0) then
       redis.call('SET', key, written, 'PX', int(reset + margin))
       states[key] = written
     end

@@ -325,13 +325,14 @@ pub(crate) fn by_failure_mode(
     }
 }
 
-/// Admitted without a store: nothing is known to be used.
+/// Admitted without a store. Nothing is known of what is left, so none is
+/// claimed: a full `remaining` would invite a client to spend a budget no
+/// store is counting (the answer is marked degraded, which says why).
 fn fail_open(policy: &Policy) -> Decision {
-    let limit = policy.limits().limit();
     Decision {
         allowed: true,
-        limit,
-        remaining: i64::try_from(limit).unwrap_or(i64::MAX),
+        limit: policy.limits().limit(),
+        remaining: 0,
         retry_after_ms: Some(0),
         reset_after_ms: 0,
     }

@@ -291,7 +291,10 @@ impl MemoryStore {
             Err(_) => {
                 let mut state = None;
                 let decision = limits.decide(&mut state, now, check.cost);
-                if let Some(state) = state {
+                // A peek (cost 0) at an identity never seen stores nothing:
+                // a read must not write, and a fresh state decides as an
+                // absent one does (twin: decide_each in common.lua).
+                if let Some(state) = state.filter(|_| check.cost > 0) {
                     let marks = Marks::of(limits, &state, now, &decision, Some(check.cost));
                     self.insert(table, hash, &check, state, marks, now, &[])?;
                 }

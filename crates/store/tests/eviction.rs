@@ -280,7 +280,8 @@ async fn a_new_identity_among_limiting_states_gets_its_failure_mode_and_is_count
             [Decision {
                 allowed: true,
                 limit: 4,
-                remaining: 4,
+                // Admitted uncounted: no budget is claimed.
+                remaining: 0,
                 retry_after_ms: Some(0),
                 reset_after_ms: 0,
             }]
