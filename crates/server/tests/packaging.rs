@@ -288,6 +288,53 @@ fn the_shipped_redis_is_the_config_maps_store_never_evicts_and_admits_only_tollg
     assert_eq!(arg_after(redis, "--appendonly"), "no");
 }
 
+/// The config the image copies to /etc/tollgate (the Dockerfile's COPY).
+fn image_config() -> String {
+    let dockerfile = read("Dockerfile");
+    let source = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .find_map(|a| a.strip_suffix(" /etc/tollgate/tollgate.yaml"))
+        .expect("the image copies a config to /etc/tollgate/tollgate.yaml");
+    read(source.trim())
+}
+
+/// A `docker run -p` publishes the port through the default bridge, whose
+/// gateway is where the host's curl arrives from: the image's config must
+/// believe a request description from there, or the quickstart's
+/// `/v1/authorize` is a 400.
+#[test]
+fn the_images_config_believes_the_quickstarts_curl_through_dockers_bridge() {
+    let config = ServeConfig::parse(&image_config(), |_| None).expect("the image's config loads");
+    let gateway: std::net::IpAddr = "172.17.0.1".parse().expect("an address");
+    let loopback: std::net::IpAddr = "127.0.0.1".parse().expect("an address");
+    for peer in [gateway, loopback] {
+        assert!(
+            config
+                .server
+                .trusted_proxies
+                .iter()
+                .any(|net| net.contains(&peer)),
+            "{peer} is not among {:?}",
+            config.server.trusted_proxies
+        );
+    }
+    // And no wider: another container on the bridge is not a proxy.
+    let neighbour: std::net::IpAddr = "172.17.0.2".parse().expect("an address");
+    assert!(
+        !config
+            .server
+            .trusted_proxies
+            .iter()
+            .any(|n| n.contains(&neighbour))
+    );
+    let deploy = read("docs/deploy.md");
+    assert!(
+        deploy.contains("curl -si localhost:8080/v1/authorize -H 'X-Original-URI: /api/orders'"),
+        "docs/deploy.md shows the quickstart's /v1/authorize curl"
+    );
+}
+
 #[test]
 fn the_license_file_is_the_one_cargo_toml_names() {
     let manifest = read("Cargo.toml");
