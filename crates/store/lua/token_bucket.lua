@@ -41,8 +41,10 @@ ALGORITHMS.token_bucket = function(key, state, now, cost, consume, c_text, n_tex
   return int(left) .. ':' .. int(now) .. ':' .. p_text, allowed, idiv(left, p), retry, reset
 end
 
--- Gives back up to `units` tokens (Rust twin: token_bucket::give_back).
-GIVE.token_bucket = function(key, state, now, units, _, full_at, c_text, n_text, p_text)
+-- A give-back's or a refund's view of the bucket at `now`: the units held
+-- (refilled, never past full), the clamped time and the full bucket; nil
+-- when the state was written at another scale (nothing goes back).
+local function token_bucket_held(key, state, now, c_text, n_text, p_text)
   local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
   local u, l, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
   if not u then
@@ -50,7 +52,7 @@ GIVE.token_bucket = function(key, state, now, units, _, full_at, c_text, n_text,
   end
   local held, last = tonumber(u), tonumber(l)
   if tonumber(sp) ~= p then
-    return nil, 0, 0
+    return nil
   end
   if now < last then
     now = last
@@ -59,6 +61,16 @@ GIVE.token_bucket = function(key, state, now, units, _, full_at, c_text, n_text,
   local avail = full
   if held < full and now - last < cdiv(full - held, n) then
     avail = held + (now - last) * n
+  end
+  return avail, now, full, n, p
+end
+
+-- Gives back up to `units` tokens (Rust twin: token_bucket::give_back).
+GIVE.token_bucket = function(key, state, now, units, _, full_at, c_text, n_text, p_text)
+  local avail, full, n, p
+  avail, now, full, n, p = token_bucket_held(key, state, now, c_text, n_text, p_text)
+  if not avail then
+    return nil, 0, 0
   end
   local given = idiv(give_room(full - avail, now, full_at, n), p)
   if given > units then
@@ -71,22 +83,10 @@ end
 -- A refund: up to `units` tokens back, never past full, a fraction of a
 -- token included (Rust twin: token_bucket::refund).
 GIVE.token_bucket_refund = function(key, state, now, units, _, _, c_text, n_text, p_text)
-  local capacity, n, p = tonumber(c_text), tonumber(n_text), tonumber(p_text)
-  local u, l, sp = string.match(state, '^(%d+):(%d+):(%d+)$')
-  if not u then
-    bad_state(key)
-  end
-  local held, last = tonumber(u), tonumber(l)
-  if tonumber(sp) ~= p then
+  local avail, full, n, p
+  avail, now, full, n, p = token_bucket_held(key, state, now, c_text, n_text, p_text)
+  if not avail then
     return nil, 0, 0
-  end
-  if now < last then
-    now = last
-  end
-  local full = capacity * p
-  local avail = full
-  if held < full and now - last < cdiv(full - held, n) then
-    avail = held + (now - last) * n
   end
   local back = full - avail
   -- units * p leaves the exact range only when it is above the room.
