@@ -65,11 +65,20 @@ impl Leased {
             .map_or(0, |(_, f)| *f)
     }
 
-    /// Whether `demand` units a renewal period fit in `floor`: the floor
-    /// gives `floor` units per rest (the policy's time to forget a use).
-    fn fits(&self, demand: u64, floor: u64) -> bool {
-        u128::from(demand) * u128::from(self.rest_ms)
-            <= u128::from(floor) * u128::from(self.renew_ms)
+    /// Whether `seen` units over `elapsed_ms` fit in `floor` (which gives
+    /// `floor` units per rest, the policy's time to forget a use), compared
+    /// without dividing: a rate rounded down to the floor would drop an
+    /// identity just over it from its renewals every other period.
+    fn seen_fits(&self, seen: u64, elapsed_ms: u64, floor: u64) -> bool {
+        u128::from(seen) * u128::from(self.rest_ms) <= u128::from(floor) * u128::from(elapsed_ms)
+    }
+
+    /// `seen` units over `elapsed_ms` as units a renewal period, rounded
+    /// up so that a demand over the floor is reported as over it.
+    fn per_renewal(&self, seen: u64, elapsed_ms: u64) -> u64 {
+        let elapsed = u128::from(elapsed_ms.max(1));
+        let scaled = u128::from(seen) * u128::from(self.renew_ms);
+        u64::try_from(scaled.div_ceil(elapsed)).unwrap_or(u64::MAX / 2)
     }
 }
 
@@ -258,16 +267,13 @@ impl Lease {
         entries.retain(|identity, entry| {
             let seen = entry.demand.swap(0, Ordering::Relaxed);
             let last = entry.last_sent_ms.load(Ordering::Relaxed);
-            let demand = if last == 0 {
-                seen
+            let elapsed = if last == 0 {
+                self.terms.renew_ms
             } else {
-                let elapsed = sent_ms.saturating_sub(last).max(1);
-                u64::try_from(
-                    u128::from(seen) * u128::from(self.terms.renew_ms) / u128::from(elapsed),
-                )
-                .unwrap_or(u64::MAX / 2)
+                sent_ms.saturating_sub(last).max(1)
             };
-            if !self.terms.fits(demand, self.floor) {
+            let demand = self.terms.per_renewal(seen, elapsed);
+            if !self.terms.seen_fits(seen, elapsed, self.floor) {
                 entry.last_sent_ms.store(sent_ms, Ordering::Relaxed);
                 reported = reported.saturating_add(demand);
                 wanting.push(Wanting {

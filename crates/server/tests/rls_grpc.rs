@@ -1264,6 +1264,31 @@ fn malformed_envoy_files_are_refused_with_file_and_path() {
         let err = load_error(top, &[("r.yaml", file)]);
         assert!(err.contains(expected), "expected {expected:?} in {err:?}");
     }
+    // A bound rule's identity holds one value a key: a key repeated along
+    // its path could never be decided, so it is refused at load.
+    let bound = "policies:\n  - {name: tenants, algorithm: fixed_window, limit: 5, window: 1m}\nenvoy_ratelimit_configs: [r.yaml]\n";
+    let err = load_error(
+        bound,
+        &[(
+            "r.yaml",
+            "domain: d\ndescriptors:\n  - key: tenant\n    descriptors:\n      - key: tenant\n        value: vip\n        tollgate: {policy: tenants}\n",
+        )],
+    );
+    assert!(
+        err.contains("r.yaml: descriptors[0].descriptors[0].tollgate.policy: a rule bound to policy \"tenants\" cannot repeat the key \"tenant\" of a descriptor above it"),
+        "{err}"
+    );
+    // An unbound rule may repeat a key, as envoyproxy/ratelimit allows, and
+    // a bound rule below other keys loads.
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join("r.yaml"),
+        "domain: d\ndescriptors:\n  - key: tenant\n    descriptors:\n      - key: tenant\n        value: vip\n        rate_limit: {unit: second, requests_per_unit: 1}\n      - key: plan\n        tollgate: {policy: tenants}\n",
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("tollgate.yaml"), bound).expect("write");
+    ServeConfig::load(&dir.path().join("tollgate.yaml"))
+        .expect("repeated keys without a bound policy load");
     let err = load_error(
         "envoy_ratelimit_configs: [a.yaml, b.yaml]\n",
         &[("a.yaml", EXAMPLE_1), ("b.yaml", EXAMPLE_1)],

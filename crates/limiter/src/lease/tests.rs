@@ -249,6 +249,26 @@ fn an_identity_back_within_its_floor_is_not_renewed_and_leaves_once_its_grant_en
 }
 
 #[test]
+fn a_demand_just_over_the_floor_asks_even_when_its_renewal_comes_late() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &terms(), "eu", &metrics);
+    let a = tenant("a");
+    lease.rejected(&a, 40);
+    renew(&lease, 0, 10, |_| Ok(vec![granted(40, 40)]));
+    // 13 units in 510 ms is 25.5 a rest (1 s), over the floor of 25,
+    // though 12.7 a period rounded down (12) would fit it.
+    lease.share(&a, 13, 100);
+    assert_eq!(
+        renew(&lease, 510, 520, |_| Ok(vec![granted(40, 40)])),
+        [(a.clone(), 13)],
+        "over its floor: renewed, its demand rounded up"
+    );
+    // 12 units in 500 ms is 24 a rest: within the floor, not renewed.
+    lease.share(&a, 12, 600);
+    assert!(lease.begin(1_010).is_empty());
+}
+
+#[test]
 fn a_reload_keeps_a_lease_only_for_the_same_policy_terms_and_region() {
     let metrics = metrics();
     let lease = Lease::new(&bucket(), &terms(), "eu", &metrics);

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tollgate_core::{ConfigError, PolicySet, describe, parse_yaml_named};
 
 use super::reading::{Reading, string_field};
-use super::rule::read_rule;
+use super::rule::{RuleKind, read_rule};
 use super::{EnvoyRules, MAX_DEPTH, RulesError};
 
 impl EnvoyRules {
@@ -77,6 +77,7 @@ impl EnvoyRules {
                 policies,
             },
             rules: self,
+            keys: Vec::new(),
         };
         loader.level(root, top.get("descriptors"), "descriptors", "", 0)?;
         Ok(())
@@ -87,6 +88,8 @@ impl EnvoyRules {
 struct Loader<'a> {
     reading: Reading<'a>,
     rules: &'a mut EnvoyRules,
+    /// The keys of the descriptors above the level being read.
+    keys: Vec<String>,
 }
 
 const DESCRIPTOR_KEYS: &[&str] = &[
@@ -197,18 +200,36 @@ impl Loader<'_> {
                 self.rules.nodes[child].shared_pattern = Some(value.clone());
             }
             let rule = read_rule(&self.reading, fields, &here, &full_key, shadow_mode)?;
+            if let Some(RuleKind::Limited {
+                bound: Some(policy),
+                ..
+            }) = rule.as_ref().map(|r| &r.kind)
+                && self.keys.contains(&key)
+            {
+                // A bound rule's identity is the composite of its entries,
+                // one value a key: a repeated key could never be decided.
+                return Err(self.reading.err(
+                    &format!("{here}.tollgate.policy"),
+                    format!(
+                        "a rule bound to policy {policy:?} cannot repeat the key {key:?} of a descriptor above it: its identity holds one value a key"
+                    ),
+                ));
+            }
             if let Some(mut rule) = rule {
                 rule.quota_mode = quota_mode;
                 self.rules.rules.push(rule);
                 self.rules.nodes[child].rule = Some(self.rules.rules.len() - 1);
             }
-            self.level(
+            self.keys.push(key.clone());
+            let below = self.level(
                 child,
                 fields.get("descriptors"),
                 &format!("{here}.descriptors"),
                 &full_key,
                 depth + 1,
-            )?;
+            );
+            self.keys.pop();
+            below?;
             let slot = self.rules.nodes[node].children.entry(key).or_default();
             if value.is_empty() {
                 slot.any = Some(child);
