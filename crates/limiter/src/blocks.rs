@@ -25,12 +25,14 @@ impl Limiter {
     /// here, or rejected here while a block the store refused cannot be
     /// had. `None`: decide on the store as usual (no block, not hot, the
     /// store's circuit not closed, or a refusal that could not be kept).
+    ///
+    /// Blocks live on the monotonic clock: a wall clock stepped back must
+    /// not keep a block's units spendable past its term.
     pub(crate) async fn decide_by_block(
         &self,
         backend: &Backend,
         check: &Check<'_>,
         hot: &HotLeases,
-        now_ms: u64,
     ) -> Option<Decided> {
         if check.cost == 0 {
             return None;
@@ -42,6 +44,7 @@ impl Limiter {
             store_us: None,
             replay: Replay::Fresh,
         };
+        let now_ms = self.clock.monotonic_ms();
         // Every request counts toward the rate, so a block is sized by what
         // the identity really decides here.
         let rate = hot.observe(check.identity, now_ms);
@@ -132,7 +135,7 @@ impl Limiter {
     }
 
     async fn give_back_all(&self, plans: &[&Plan], stopping: bool) {
-        let now_ms = self.clock.now_ms();
+        let now_ms = self.clock.monotonic_ms();
         for plan in plans {
             let Some(hot) = plan.hot_lease() else {
                 continue;

@@ -93,6 +93,8 @@ struct Rate {
 struct Block {
     taking: bool,
     left: u64,
+    /// When it was taken and when its term ends, on this instance's
+    /// monotonic clock: a wall clock stepped back cannot stretch a term.
     taken_at_ms: u64,
     until_ms: u64,
     /// The store's decision when the block was taken: its reset carries

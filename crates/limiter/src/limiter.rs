@@ -317,7 +317,7 @@ impl Limiter {
                 });
         if let ([one], None) = (checks, retry)
             && let Some(hot) = one.plan.hot_lease()
-            && let Some(decided) = Box::pin(self.decide_by_block(backend, one, hot, now_ms)).await
+            && let Some(decided) = Box::pin(self.decide_by_block(backend, one, hot)).await
         {
             self.observe_store(store, &decided);
             self.count(checks, &decided, false, now_ms);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
-use tollgate_core::{Identity, Limits, ManualClock, Policy, Rate};
+use tollgate_core::{Clock, Identity, Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::{
     Backend, Check, HotLeaseRule, HotLeases, Limiter, LimiterMetrics, Plan, REFUSED_FLOOR_MS,
 };
@@ -128,4 +128,36 @@ async fn a_refused_hot_identity_is_told_the_exact_wait_and_admitted_when_it_has_
     clock.advance(1);
     assert!(limiter.decide(&[check()]).await.decisions[0].allowed);
     assert_eq!(metrics.store_requests.get(), asked + 1);
+}
+
+#[tokio::test]
+async fn a_wall_clock_stepped_back_does_not_stretch_a_blocks_term() {
+    let (clock, metrics, limiter, plan) = setup();
+    let hot = plan.hot_lease().expect("hot lease");
+    // Hot (150 decisions in its first ms): it holds a block of 200 ms.
+    hammer(&limiter, &plan, &clock, 150, 1).await;
+    assert_eq!(hot.held(), 1, "a block is held");
+    let asked = metrics.store_requests.get();
+    let who = Identity::value("attacker");
+    assert!(
+        limiter
+            .decide(&[Check::new(&plan, &who, 1)])
+            .await
+            .decisions[0]
+            .allowed,
+        "spent from the block"
+    );
+    assert_eq!(metrics.store_requests.get(), asked, "the block answered");
+    // The wall clock steps back 30 s while the term passes on the
+    // monotonic clock: the block has ended all the same.
+    clock.set(clock.now_ms() - 30_000);
+    clock.advance_monotonic_us(200_000);
+    limiter.give_back_unspent(&[&plan], false).await;
+    assert_eq!(hot.held(), 0, "the block ended with its term");
+    limiter.decide(&[Check::new(&plan, &who, 1)]).await;
+    assert_eq!(
+        metrics.store_requests.get(),
+        asked + 2,
+        "the give-back and the next decision went to the store"
+    );
 }
