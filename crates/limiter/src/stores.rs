@@ -248,7 +248,7 @@ const READINGS: [Reading; 5] = [
     ),
     (
         "store_script_calls",
-        "Script calls made since start for single decisions (each may carry a batch of them)",
+        "Script calls made since start, for every purpose: decisions (each may carry a batch of them), hot-lease blocks and give-backs, lease renewals, gcra scale lookups, and a resend after NOSCRIPT",
         MetricType::Counter,
         false,
         |r| r.stats.script_calls,

@@ -78,7 +78,7 @@ pub struct StoreStats {
     pub circuit: i64,
     /// Decisions answered from the rejected-until cache, without a call.
     pub answered_locally: u64,
-    /// Script calls made for single decisions.
+    /// Script calls sent, for every purpose.
     pub script_calls: u64,
 }
 
@@ -311,7 +311,7 @@ impl Admin for Guarded<RedisStore> {
             evictions: 0,
             circuit: self.circuit().as_gauge(),
             answered_locally: self.shared().answered_locally(),
-            script_calls: self.shared().batched_calls(),
+            script_calls: self.shared().script_calls(),
         }
     }
 

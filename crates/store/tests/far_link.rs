@@ -5,6 +5,7 @@
 //! a connection opens), also after a restart that emptied the server.
 //! Redis's own command and error counts are the evidence, never timings:
 //! with two round trips inside 250 ms, an answered decision is the proof.
+//! The same counts hold the store's own count of its script calls.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -268,4 +269,31 @@ async fn scripts_flushed_under_a_live_connection_are_sent_again_and_charge_once(
     let (decision, calls) = script_calls(&server, decide(&store, &policy, "alice")).await;
     assert_eq!((decision.allowed, decision.remaining), (true, 2));
     assert_eq!(calls, [1, 0, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_script_call_is_counted_as_the_server_counts_it() {
+    let server = RedisServer::start().expect("redis");
+    let store = RedisStore::connect(&RedisConfig::standalone(server.url()))
+        .await
+        .expect("connects");
+    let policy = hourly("api", Limits::TokenBucket);
+    let who = Identity::value("alice");
+    let check = |cost| Check {
+        policy: &policy,
+        identity: &who,
+        cost,
+    };
+    store.decide(check(1)).await.expect("a decision");
+    let (_, taken) = store.take(check(3)).await.expect("a block");
+    assert_eq!(store.give_back(check(2), taken).await.expect("given"), 2);
+    // A resend after NOSCRIPT is a second call, as Redis counts it.
+    server.cli(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+    store.decide(check(1)).await.expect("a decision");
+    let counted = counts(&server);
+    let calls = ["cmdstat_evalsha", "cmdstat_eval"]
+        .map(|name| counted.get(name).copied().unwrap_or(0))
+        .iter()
+        .sum::<u64>();
+    assert_eq!((store.script_calls(), calls), (5, 5));
 }

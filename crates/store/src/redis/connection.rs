@@ -5,6 +5,7 @@
 //! loaded, every known gcra scale registered) before a decision goes there.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
@@ -26,6 +27,8 @@ use crate::StoreError;
 pub struct Connection {
     to: To,
     prelude: Arc<Prelude>,
+    /// Script calls sent, shared by every connection of a store.
+    script_calls: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -40,7 +43,11 @@ impl Connection {
     /// starts opening at once but is not waited for, so a server can start
     /// while Redis is down (see [`Connection::ready`]); a Cluster needs one
     /// seed node up to learn its slots.
-    pub async fn open(config: &RedisConfig, scales: Arc<Scales>) -> Result<Self, StoreError> {
+    pub async fn open(
+        config: &RedisConfig,
+        scales: Arc<Scales>,
+        script_calls: Arc<AtomicU64>,
+    ) -> Result<Self, StoreError> {
         config.validate()?;
         let prelude = Arc::new(Prelude::new(
             scales,
@@ -86,7 +93,11 @@ impl Connection {
                 "store.redis: set exactly one of url, cluster, sentinel".into(),
             ));
         };
-        let connection = Self { to, prelude };
+        let connection = Self {
+            to,
+            prelude,
+            script_calls,
+        };
         if let To::Cluster(cluster) = &connection.to {
             connection.prelude.send_each(cluster).await;
         }
@@ -144,9 +155,11 @@ impl Connection {
         &self,
         command: impl Fn(By) -> Result<Cmd, StoreError>,
     ) -> Result<Result<Value, RedisError>, StoreError> {
+        self.script_calls.fetch_add(1, Ordering::Relaxed);
         Ok(match self.query(&command(By::Sha)?).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.reload();
+                self.script_calls.fetch_add(1, Ordering::Relaxed);
                 self.query(&command(By::Body)?).await
             }
             other => other,

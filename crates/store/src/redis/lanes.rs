@@ -79,9 +79,13 @@ impl RedisStore {
 
     /// A new connection, once open, with its batching task.
     async fn open_lane(&self) -> Option<mpsc::Sender<batch::Job>> {
-        let connection = Connection::open(&self.config, Arc::clone(&self.shared.scales))
-            .await
-            .ok()?;
+        let connection = Connection::open(
+            &self.config,
+            Arc::clone(&self.shared.scales),
+            Arc::clone(&self.shared.script_calls),
+        )
+        .await
+        .ok()?;
         connection.ready().await.ok()?;
         let (queue, jobs) = mpsc::channel(self.config.batch.queue);
         tokio::spawn(batch::gather(

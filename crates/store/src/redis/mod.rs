@@ -79,6 +79,9 @@ struct Shared {
     answered_locally: AtomicU64,
     /// Script calls made by the batching task: decisions / this = batch size.
     batched_calls: AtomicU64,
+    /// Every script call of every connection (decisions, takes,
+    /// give-backs, lease renewals, scale lookups, resends after NOSCRIPT).
+    script_calls: Arc<AtomicU64>,
     scales: Arc<scales::Scales>,
 }
 
@@ -188,7 +191,9 @@ impl RedisStore {
     /// inside a Tokio runtime.
     pub async fn connect(config: &RedisConfig) -> Result<Self, StoreError> {
         let scales = Arc::new(scales::Scales::default());
-        let connection = Connection::open(config, Arc::clone(&scales)).await?;
+        let script_calls = Arc::new(AtomicU64::new(0));
+        let connection =
+            Connection::open(config, Arc::clone(&scales), Arc::clone(&script_calls)).await?;
         // The first decision then costs one round trip. Redis being down
         // does not stop a store from connecting: its calls fail until it
         // is up (and the failure modes answer them).
@@ -209,6 +214,7 @@ impl RedisStore {
             rejected: rejected::RejectedCache::new(config.rejected_cache),
             answered_locally: AtomicU64::new(0),
             batched_calls: AtomicU64::new(0),
+            script_calls,
             scales,
         });
         let (queue, jobs) = mpsc::channel(config.batch.queue);
@@ -477,6 +483,12 @@ impl RedisStore {
     /// decisions it carried divided by this is the mean batch size.
     pub fn batched_calls(&self) -> u64 {
         self.shared.batched_calls.load(Ordering::Relaxed)
+    }
+
+    /// Every script call this store has sent (EVALSHA, and EVAL after
+    /// NOSCRIPT), whatever it was for.
+    pub fn script_calls(&self) -> u64 {
+        self.shared.script_calls.load(Ordering::Relaxed)
     }
 
     /// Decisions answered from the rejected-until cache, without Redis.
