@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
-use support::{TollgateProcess, explain_json, wall_ms};
+use support::{TollgateProcess, admitted_window, explain_json};
 use tollgate_testkit::{Delay, DelayProxy, RedisServer};
 
 const REGIONS: [&str; 3] = ["a", "b", "c"];
@@ -107,22 +106,10 @@ async fn every_scope_admits_within_its_printed_bound_across_three_regions() {
                     if !busy.lock().expect("busy").contains(&region) {
                         continue;
                     }
-                    let Ok(response) = client
-                        .post(format!("{base}/v1/check"))
-                        .body(format!(r#"{{"policy":"{policy}","key":"tenant-1"}}"#))
-                        .send()
-                        .await
-                    else {
+                    let body = format!(r#"{{"policy":"{policy}","key":"tenant-1"}}"#);
+                    let Some(window) = admitted_window(&client, &base, &body).await else {
                         continue;
                     };
-                    let Ok(answer) = response.json::<Value>().await else {
-                        continue;
-                    };
-                    if answer["allowed"] != true {
-                        continue;
-                    }
-                    let reset = answer["reset_after_ms"].as_u64().expect("reset_after_ms");
-                    let window = (wall_ms() + reset + 500) / 1000;
                     *tally
                         .lock()
                         .expect("tally")

@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
-use support::{TollgateProcess, explain_json, libfaketime, metric, metrics_text, wall_ms};
+use support::{
+    TollgateProcess, admitted_window, explain_json, libfaketime, metric, metrics_text, wall_ms,
+};
 use tollgate_testkit::{Delay, DelayProxy, Link, RedisServer};
 
 const REGIONS: [&str; 3] = ["eu", "us", "ap"];
@@ -69,23 +70,10 @@ async fn check_once(
     region: usize,
     tally: &Tally,
 ) {
-    let Ok(response) = client
-        .post(format!("{base}/v1/check"))
-        .body(format!(r#"{{"policy":"api","key":"{tenant}"}}"#))
-        .send()
-        .await
-    else {
+    let body = format!(r#"{{"policy":"api","key":"{tenant}"}}"#);
+    let Some(window) = admitted_window(client, base, &body).await else {
         return;
     };
-    let Ok(answer) = response.json::<Value>().await else {
-        return;
-    };
-    if answer["allowed"] != true {
-        return;
-    }
-    let reset = answer["reset_after_ms"].as_u64().expect("reset_after_ms");
-    // The window ends `reset` after the decision, a few ms before now.
-    let window = (wall_ms() + reset + 500) / 1000;
     *tally
         .lock()
         .expect("tally")
@@ -199,22 +187,6 @@ fn assert_steady(
     );
 }
 
-/// The lease script's calls the global redis has served.
-fn ledger_calls(global: &RedisServer) -> u64 {
-    let info = global.cli(&["info", "commandstats"]).expect("commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// us's wall clock: libfaketime reads this file at every wall clock read
 /// and leaves the monotonic clock real.
 fn set_offset(file: &Path, offset: &str) {
@@ -306,10 +278,10 @@ async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_thro
     small.store(true, Ordering::Relaxed);
     *busy.lock().expect("busy") = vec![(c, us)];
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let calls_before = ledger_calls(&global);
+    let calls_before = global.script_calls().expect("INFO commandstats");
     let counted_from = wall_ms();
     let big = phase(&[(c, us)], 6, &busy).await;
-    let calls = ledger_calls(&global) - calls_before;
+    let calls = global.script_calls().expect("INFO commandstats") - calls_before;
     let seconds = (wall_ms() - counted_from) as f64 / 1000.0;
     small.store(false, Ordering::Relaxed);
     assert_steady(

@@ -409,22 +409,6 @@ fn assert_within_limit(scope: &str, tally: &Tally) {
     }
 }
 
-/// The lease script's calls (every script call) the global redis served.
-fn script_calls(global: &RedisServer) -> u64 {
-    let info = global.cli(&["info", "commandstats"]).expect("commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// The ledger's calls a second with `hot` identities over their floor on
 /// eu's one instance (nothing else calls the global redis meanwhile), and
 /// the leased identities eu counts.
@@ -446,9 +430,12 @@ async fn ledger_with_hot(
     // Each identity is turned away by its floor, gets an entry, and is
     // renewed from the next period on.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    let (before, from) = (script_calls(&regions.global), wall_ms());
+    let (before, from) = (
+        regions.global.script_calls().expect("INFO commandstats"),
+        wall_ms(),
+    );
     tokio::time::sleep(Duration::from_millis(4_000)).await;
-    let calls = script_calls(&regions.global) - before;
+    let calls = regions.global.script_calls().expect("INFO commandstats") - before;
     let seconds = (wall_ms() - from) as f64 / 1000.0;
     let text = metrics_text(&reqwest::Client::new(), &regions.bases[EU]).await;
     load.abort();

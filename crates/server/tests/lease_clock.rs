@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::{
-    TollgateProcess, check_json, explain_json, libfaketime, metric, metrics_text, wall_ms,
+    TollgateProcess, admitted_window, check_json, explain_json, libfaketime, metric, metrics_text,
+    wall_ms,
 };
 use tokio::time::Instant;
 use tollgate_testkit::RedisServer;
@@ -128,22 +129,10 @@ fn drive(client: &reqwest::Client, base: &str, tally: &Tally) -> tokio::task::Jo
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         loop {
             tick.tick().await;
-            let Ok(response) = client
-                .post(format!("{base}/v1/check"))
-                .body(r#"{"policy":"api","key":"tenant-1"}"#)
-                .send()
-                .await
-            else {
+            let body = r#"{"policy":"api","key":"tenant-1"}"#;
+            let Some(window) = admitted_window(&client, &base, body).await else {
                 continue;
             };
-            let Ok(answer) = response.json::<Value>().await else {
-                continue;
-            };
-            if answer["allowed"] != true {
-                continue;
-            }
-            let reset = answer["reset_after_ms"].as_u64().expect("reset_after_ms");
-            let window = (wall_ms() + reset + 500) / 1000;
             *tally.lock().expect("tally").entry(window).or_default() += 1;
         }
     })

@@ -16,8 +16,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
-use support::{TollgateProcess, explain_json, libfaketime, wall_ms};
+use support::{TollgateProcess, admitted_window, explain_json, libfaketime, wall_ms};
 use tollgate_testkit::{Delay, DelayProxy, Link, RedisServer};
 
 const REGIONS: [&str; 3] = ["a", "b", "c"];
@@ -77,25 +76,10 @@ fn drive(bases: &Bases, busy: &Busy, tally: &Tally) -> Vec<tokio::task::JoinHand
                     if !busy.lock().expect("busy").contains(&region) {
                         continue;
                     }
-                    let Ok(response) = client
-                        .post(format!("{base}/v1/check"))
-                        .body(r#"{"policy":"api","key":"tenant-1"}"#)
-                        .send()
-                        .await
-                    else {
+                    let body = r#"{"policy":"api","key":"tenant-1"}"#;
+                    let Some(window) = admitted_window(&client, &base, body).await else {
                         continue;
                     };
-                    let Ok(answer) = response.json::<Value>().await else {
-                        continue;
-                    };
-                    if answer["allowed"] != true {
-                        continue;
-                    }
-                    let reset = answer["reset_after_ms"].as_u64().expect("reset_after_ms");
-                    // The window ends `reset` after the decision, which was
-                    // a few ms before now: round to the nearest second.
-                    let end_ms = wall_ms() + reset;
-                    let window = (end_ms + 500) / 1000;
                     *tally
                         .lock()
                         .expect("tally")

@@ -187,6 +187,24 @@ impl RedisServer {
         cli(self.port, args)
     }
 
+    /// The script calls (`EVALSHA` and `EVAL`) this server has served since
+    /// it started, from `INFO commandstats`.
+    pub fn script_calls(&self) -> Result<u64, HarnessError> {
+        let info = self.cli(&["INFO", "commandstats"])?;
+        Ok(info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum())
+    }
+
     fn signal(&self, name: &str) -> Result<(), HarnessError> {
         let pid = self
             .pid()

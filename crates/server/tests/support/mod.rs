@@ -117,6 +117,26 @@ pub fn wall_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// One `POST {base}/v1/check` with `body`, for tests that tally admissions
+/// per 1 s window: when admitted, the end of its window in whole seconds
+/// since the epoch (the window ends `reset_after_ms` after the decision,
+/// a few ms before now: rounded to the nearest second). `None` when
+/// rejected or not answered.
+pub async fn admitted_window(client: &reqwest::Client, base: &str, body: &str) -> Option<u64> {
+    let response = client
+        .post(format!("{base}/v1/check"))
+        .body(body.to_owned())
+        .send()
+        .await
+        .ok()?;
+    let answer = response.json::<serde_json::Value>().await.ok()?;
+    if answer["allowed"] != true {
+        return None;
+    }
+    let reset = answer["reset_after_ms"].as_u64().expect("reset_after_ms");
+    Some((wall_ms() + reset + 500) / 1000)
+}
+
 /// `tollgate explain --json ARGS... --config CONFIG`, which must succeed.
 pub fn explain_json(config: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(tollgate_bin())
