@@ -9,6 +9,7 @@
 use tollgate_core::Taken;
 use tollgate_store::{Check as StoreCheck, StoreError};
 
+use crate::backend::Backend;
 use crate::limiter::Limiter;
 use crate::plan::Check;
 
@@ -27,6 +28,21 @@ impl Limiter {
         if check.cost == 0 {
             return Ok(0);
         }
+        let given = self.give_back_refund(backend, check).await?;
+        if given > 0
+            && let Some(hot) = check.plan.hot_lease()
+        {
+            // Room came back: a block refused before says nothing of now.
+            hot.forget_refusal(check.identity);
+        }
+        Ok(given)
+    }
+
+    async fn give_back_refund(
+        &self,
+        backend: &Backend,
+        check: &Check<'_>,
+    ) -> Result<u64, StoreError> {
         let shards = check.plan.shards();
         if shards.is_empty() {
             let whole = StoreCheck {

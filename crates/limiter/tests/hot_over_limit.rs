@@ -161,3 +161,19 @@ async fn a_wall_clock_stepped_back_does_not_stretch_a_blocks_term() {
         "the give-back and the next decision went to the store"
     );
 }
+
+#[tokio::test]
+async fn a_refund_ends_a_remembered_refusal() {
+    let (clock, metrics, limiter, plan) = setup();
+    let who = Identity::value("attacker");
+    let check = |cost| Check::new(&plan, &who, cost);
+    hammer(&limiter, &plan, &clock, 150, 1).await;
+    while limiter.decide(&[check(1)]).await.decisions[0].allowed {}
+    let asked = metrics.store_requests.get();
+    assert!(!limiter.decide(&[check(1)]).await.decisions[0].allowed);
+    assert_eq!(metrics.store_requests.get(), asked, "rejected here");
+    // A block's worth given back: the refusal no longer holds, and the
+    // next request takes a block from the refunded units.
+    assert_eq!(limiter.refund(&check(300)).await.expect("refunded"), 300);
+    assert!(limiter.decide(&[check(1)]).await.decisions[0].allowed);
+}
