@@ -134,6 +134,11 @@ impl Limiter {
         let _ = self.trace.set(sink);
     }
 
+    /// The trace capture, when one is set.
+    pub(crate) fn trace(&self) -> Option<&TraceSink> {
+        self.trace.get()
+    }
+
     /// The clock decisions are dated by.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
@@ -187,10 +192,12 @@ impl Limiter {
         if let (Some(trace), Some(now_ms)) = (self.trace.get(), started_ms)
             && decided.replay == Replay::Fresh
         {
-            for check in checks.iter().filter(|c| c.counted) {
-                let policy = check.plan.policy().name();
-                trace.record(now_ms, policy, check.identity, check.cost);
-            }
+            let counted: Vec<(&str, &Identity, u64)> = checks
+                .iter()
+                .filter(|c| c.counted)
+                .map(|c| (c.plan.policy().name(), c.identity, c.cost))
+                .collect();
+            trace.record(now_ms, &counted);
         }
         decided
     }

@@ -6,7 +6,7 @@
 //! newest entries. A refund never lets an identity spend more at once than
 //! its policy's limit.
 
-use tollgate_core::Taken;
+use tollgate_core::{Clock, Taken};
 use tollgate_store::{Check as StoreCheck, StoreError};
 
 use crate::backend::Backend;
@@ -28,7 +28,12 @@ impl Limiter {
         if check.cost == 0 {
             return Ok(0);
         }
+        let started_ms = self.clock.now_ms();
         let given = self.give_back_refund(backend, check).await?;
+        if let Some(trace) = self.trace() {
+            let policy = check.plan.policy().name();
+            trace.record_refund(started_ms, policy, check.identity, check.cost);
+        }
         if given > 0
             && let Some(hot) = check.plan.hot_lease()
         {

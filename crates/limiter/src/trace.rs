@@ -1,5 +1,7 @@
-//! Trace capture: sampled decisions as `tollgate replay`'s input lines
-//! (`{"t_ms","policy","key","cost"}`), handed to a writer over a bounded
+//! Trace capture: sampled requests as `tollgate replay`'s input lines
+//! (`{"t_ms","policy","key","cost"}`; `{"t_ms","checks":[…]}` for a
+//! request of several checks; `"refund": true` for a refund), handed to a
+//! writer over a bounded
 //! queue. A full queue drops the line and counts it: capture never slows
 //! or blocks a decision. Keys are the identity's keyed hash, as the hot
 //! identity series name it, so a capture never holds who was asking.
@@ -48,25 +50,63 @@ impl TraceSink {
         self.captured.load(Ordering::Relaxed)
     }
 
-    /// One decision at `now_ms` (wall clock), if sampled.
-    pub(crate) fn record(&self, now_ms: u64, policy: &str, identity: &Identity, cost: u64) {
-        if !self.sampler.take() {
-            return;
-        }
-        let HotSeries::Hashed(_) = &self.identity else {
+    /// One request's counted checks, decided at `now_ms` (wall clock), if
+    /// sampled: one `policy`/`key`/`cost` line for one check; for several,
+    /// one `checks` line, so replay decides them together, all or nothing,
+    /// as `serve` did.
+    pub(crate) fn record(&self, now_ms: u64, checks: &[(&str, &Identity, u64)]) {
+        let line = match checks {
+            [] => return,
+            [(policy, identity, cost)] => {
+                let Some(key) = self.key(identity) else {
+                    return;
+                };
+                serde_json::json!({"t_ms": now_ms, "policy": policy, "key": key, "cost": cost})
+            }
+            several => {
+                let mut items = Vec::with_capacity(several.len());
+                for (policy, identity, cost) in several {
+                    let Some(key) = self.key(identity) else {
+                        return;
+                    };
+                    items.push(serde_json::json!({"policy": policy, "key": key, "cost": cost}));
+                }
+                serde_json::json!({"t_ms": now_ms, "checks": items})
+            }
+        };
+        self.send(line);
+    }
+
+    /// A refund of `cost` units at `now_ms`, if sampled: a `refund` line,
+    /// so replay gives them back where `serve` did.
+    pub(crate) fn record_refund(&self, now_ms: u64, policy: &str, identity: &Identity, cost: u64) {
+        let Some(key) = self.key(identity) else {
             return;
         };
-        let Some(key) = self.identity.label(&identity.to_string()) else {
-            return;
-        };
-        let line = serde_json::json!({
+        self.send(serde_json::json!({
             "t_ms": now_ms,
             "policy": policy,
             "key": key,
             "cost": cost,
-        })
-        .to_string();
-        match self.lines.try_send(line) {
+            "refund": true,
+        }));
+    }
+
+    /// The identity's keyed hash; `None` when not hashing (nothing is
+    /// captured raw).
+    fn key(&self, identity: &Identity) -> Option<String> {
+        let HotSeries::Hashed(_) = &self.identity else {
+            return None;
+        };
+        self.identity.label(&identity.to_string())
+    }
+
+    /// Hands a sampled line to the writer, or counts it dropped.
+    fn send(&self, line: serde_json::Value) {
+        if !self.sampler.take() {
+            return;
+        }
+        match self.lines.try_send(line.to_string()) {
             Ok(()) => {
                 self.captured.fetch_add(1, Ordering::Relaxed);
             }

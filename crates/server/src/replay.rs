@@ -8,14 +8,16 @@ use std::fmt;
 use std::io::{self, BufRead, Write};
 use std::sync::Arc;
 
-use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use thiserror::Error;
-use tollgate_core::{Decision, Identity, ManualClock, PolicySet};
+use tollgate_core::{Decision, ManualClock, PolicySet};
 use tollgate_limiter::{Backend, Check, Limiter, Plan};
 use tollgate_store::{OnStoreFailure, PrefixHolds, RedisConfig, RedisStore, StoreError};
 
 use crate::metrics::Metrics;
+
+mod event;
+
+use event::{Event, Item, parse_event};
 
 /// A longer line is refused rather than buffered without bound.
 const MAX_LINE_BYTES: usize = 1 << 20;
@@ -104,6 +106,8 @@ struct Tally {
     admitted_cost: u64,
     rejected: u64,
     rejected_cost: u64,
+    refunds: u64,
+    refunded_units: u64,
 }
 
 impl Summary {
@@ -120,14 +124,24 @@ impl Summary {
             tally.rejected_cost = tally.rejected_cost.saturating_add(cost);
         }
     }
+
+    fn refund(&mut self, policy: &str, units: u64) {
+        let tally = match self.0.get_mut(policy) {
+            Some(t) => t,
+            None => self.0.entry(policy.to_owned()).or_default(),
+        };
+        tally.refunds += 1;
+        tally.refunded_units = tally.refunded_units.saturating_add(units);
+    }
 }
 
 /// One line a policy, in name order: `fw: offered 3 (cost 4), admitted 2
-/// (cost 3), rejected 1 (cost 1)` — events counted, their costs summed.
+/// (cost 3), rejected 1 (cost 1)` — checks counted, their costs summed —
+/// and `, refunded 1 (units 2)` after a policy that had refunds.
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (name, t) in &self.0 {
-            writeln!(
+            write!(
                 f,
                 "{name}: offered {} (cost {}), admitted {} (cost {}), rejected {} (cost {})",
                 t.admitted + t.rejected,
@@ -137,6 +151,10 @@ impl fmt::Display for Summary {
                 t.rejected,
                 t.rejected_cost
             )?;
+            if t.refunds > 0 {
+                write!(f, ", refunded {} (units {})", t.refunds, t.refunded_units)?;
+            }
+            writeln!(f)?;
         }
         Ok(())
     }
@@ -232,82 +250,6 @@ async fn open_redis(url: &str, target: &ReplayStore) -> Result<RedisStore, Repla
     Ok(store)
 }
 
-/// One line of a trace.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Event {
-    t_ms: u64,
-    policy: String,
-    key: EventKey,
-    #[serde(default = "default_cost")]
-    cost: u64,
-}
-
-/// An event's key, spelled as `/v1/check` spells it: one value, or named
-/// parts in any order (`{"tenant": "acme", "route": "/search"}`), the same
-/// composite identity forward auth and RLS build.
-enum EventKey {
-    Value(String),
-    Parts(Vec<(String, String)>),
-}
-
-impl EventKey {
-    fn identity(&self) -> Result<Identity, String> {
-        match self {
-            EventKey::Value(value) => Ok(Identity::value(value)),
-            EventKey::Parts(parts) => {
-                Identity::composite(parts.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .map_err(|e| format!("key: {e}"))
-            }
-        }
-    }
-
-    /// The key as the line gave it, for `--format full`.
-    fn to_json(&self) -> serde_json::Value {
-        match self {
-            EventKey::Value(value) => serde_json::Value::from(value.as_str()),
-            EventKey::Parts(parts) => parts
-                .iter()
-                .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
-                .collect::<serde_json::Map<_, _>>()
-                .into(),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for EventKey {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = EventKey;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or an object of strings")
-            }
-
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<EventKey, E> {
-                Ok(EventKey::Value(value.to_owned()))
-            }
-
-            // Every part is kept, a repeated one too: the identity refuses
-            // it by name rather than keep whichever came last.
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EventKey, A::Error> {
-                let mut parts = Vec::new();
-                while let Some(part) = map.next_entry::<String, String>()? {
-                    parts.push(part);
-                }
-                Ok(EventKey::Parts(parts))
-            }
-        }
-        deserializer.deserialize_any(KeyVisitor)
-    }
-}
-
-/// An event's cost when the line leaves it out.
-fn default_cost() -> u64 {
-    1
-}
-
 /// Replays every event of `input` through `limiter`, its clock set to each
 /// event's time, writing one decision a line to `output`.
 async fn replay(
@@ -347,10 +289,10 @@ async fn replay(
         let decided = match event {
             Ok(event) => decide(plans, limiter, clock, &event)
                 .await
-                .map(|decision| (event, decision)),
+                .map(|outcome| (event, outcome)),
             Err(fault) => Err(Fault::Line(fault)),
         };
-        let (event, decision) = match decided {
+        let (event, outcome) = match decided {
             Ok(decided) => decided,
             Err(Fault::Line(fault)) if options.skip_bad_lines => {
                 writeln!(errors, "tollgate: line {number}: {fault} (skipped)")
@@ -366,16 +308,28 @@ async fn replay(
             }
         };
         text.clear();
-        write_line(&mut text, options.format, &event, &decision);
+        for (item, decision) in event.items.iter().zip(&outcome.decisions) {
+            write_line(
+                &mut text,
+                options.format,
+                event.t_ms,
+                item,
+                decision,
+                outcome.refunded,
+            );
+            match outcome.refunded {
+                Some(units) => replayed.summary.refund(&item.policy, units),
+                None => replayed
+                    .summary
+                    .count(&item.policy, item.cost, decision.allowed),
+            }
+        }
         output
             .write_all(text.as_bytes())
             .map_err(ReplayError::Output)?;
         if options.line_buffered {
             output.flush().map_err(ReplayError::Output)?;
         }
-        replayed
-            .summary
-            .count(&event.policy, event.cost, decision.allowed);
         replayed.decided += 1;
         if replayed.decided.is_multiple_of(SWEEP_EVERY) {
             limiter.sweep();
@@ -389,16 +343,6 @@ async fn replay(
 enum Fault {
     Line(String),
     Store(String),
-}
-
-fn parse_event(trimmed: &[u8]) -> Result<Event, String> {
-    let event: Event =
-        serde_json::from_slice(trimmed).map_err(|e| format!("not a trace event: {e}"))?;
-    // serde reads a struct from an array too; a trace line is an object.
-    if trimmed.first() != Some(&b'{') {
-        return Err("not a trace event: expected a JSON object".into());
-    }
-    Ok(event)
 }
 
 /// Reads and drops what is left of an overlong line, up to its newline.
@@ -415,33 +359,81 @@ fn skip_rest_of_line(input: &mut impl BufRead, buffer: &mut Vec<u8>) -> Result<(
     Ok(())
 }
 
-/// One event decided by the limiter at its own time.
+/// An event decided by the limiter at its own time: each check's
+/// decision, all or nothing across them (one store, one call), or a
+/// refund's look at the state it left with the units it gave back.
 async fn decide(
     plans: &BTreeMap<&str, Plan>,
     limiter: &Limiter,
     clock: &ManualClock,
     event: &Event,
-) -> Result<Decision, Fault> {
-    let plan = plans
-        .get(event.policy.as_str())
-        .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", event.policy)))?;
-    let identity = event.key.identity().map_err(Fault::Line)?;
+) -> Result<Outcome, Fault> {
+    let mut identities = Vec::with_capacity(event.items.len());
+    for item in &event.items {
+        let plan = plans
+            .get(item.policy.as_str())
+            .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", item.policy)))?;
+        identities.push((plan, item.key.identity().map_err(Fault::Line)?));
+    }
     clock.set(event.t_ms);
-    let mut decided = limiter
-        .decide(&[Check::new(plan, &identity, event.cost).uncounted()])
-        .await;
+    let refunded = match (event.refund, identities.first(), event.items.first()) {
+        (true, Some((plan, identity)), Some(item)) => Some(
+            limiter
+                .refund(&Check::new(plan, identity, item.cost))
+                .await
+                .map_err(|e| Fault::Store(e.to_string()))?,
+        ),
+        _ => None,
+    };
+    let checks: Vec<Check<'_>> = identities
+        .iter()
+        .zip(&event.items)
+        .map(|((plan, identity), item)| {
+            let cost = if refunded.is_some() { 0 } else { item.cost };
+            Check::new(plan, identity, cost).uncounted()
+        })
+        .collect();
+    let decided = limiter.decide(&checks).await;
     if let Some(e) = decided.error {
         return Err(Fault::Store(e.to_string()));
     }
-    decided
-        .decisions
-        .pop()
-        .ok_or_else(|| Fault::Store("the store answered no decision".into()))
+    if decided.decisions.len() != checks.len() {
+        return Err(Fault::Store(
+            "the store answered another number of decisions".into(),
+        ));
+    }
+    Ok(Outcome {
+        decisions: decided.decisions,
+        refunded,
+    })
 }
 
-/// The output line of one decided event, newline included.
-fn write_line(out: &mut String, format: ReplayFormat, event: &Event, decision: &Decision) {
-    let decision_text = decision.vector_line();
+/// What an event came to.
+struct Outcome {
+    /// One a check, in the line's order.
+    decisions: Vec<Decision>,
+    /// The units a refund gave back (none for a decided event).
+    refunded: Option<u64>,
+}
+
+/// The output line of one decided check, newline included; a refund's
+/// line ends with the units it gave back.
+fn write_line(
+    out: &mut String,
+    format: ReplayFormat,
+    t_ms: u64,
+    item: &Item,
+    decision: &Decision,
+    refunded: Option<u64>,
+) {
+    let mut decision_text = decision.vector_line();
+    if let Some(units) = refunded {
+        decision_text.pop();
+        let _ = fmt::Write::write_fmt(
+            &mut decision_text,
+            format_args!(", \"refunded\": {units}}}"),
+        );
+    }
     match format {
         ReplayFormat::Decision => out.push_str(&decision_text),
         ReplayFormat::Full => {
@@ -452,9 +444,9 @@ fn write_line(out: &mut String, format: ReplayFormat, event: &Event, decision: &
                 out,
                 format_args!(
                     "{{\"t_ms\": {}, \"policy\": {}, \"key\": {}, {}",
-                    event.t_ms,
-                    quoted(&event.policy),
-                    event.key.to_json(),
+                    t_ms,
+                    quoted(&item.policy),
+                    item.key.to_json(),
                     decision_text.strip_prefix('{').unwrap_or(&decision_text)
                 ),
             );

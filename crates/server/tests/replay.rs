@@ -116,7 +116,7 @@ fn malformed_line_stops_with_status_2_naming_the_line_after_the_lines_before_it(
         ),
         (
             "{\"t_ms\": 1000, \"policy\": \"fw\"}",
-            "not a trace event: missing field `key` at line 1 column 30",
+            "not a trace event: missing field `key`",
         ),
         (
             "{\"policy\": \"fw\", \"key\": \"a\"}",
@@ -124,7 +124,7 @@ fn malformed_line_stops_with_status_2_naming_the_line_after_the_lines_before_it(
         ),
         (
             "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\", \"weight\": 1}",
-            "not a trace event: unknown field `weight`, expected one of `t_ms`, `policy`, `key`, `cost` at line 1 column 51",
+            "not a trace event: unknown field `weight`, expected one of `t_ms`, `policy`, `key`, `cost`, `refund`, `checks` at line 1 column 51",
         ),
         (
             "{\"t_ms\": 1000, \"policy\": \"fw\", \"key\": \"a\", \"cost\": -1}",
@@ -515,4 +515,70 @@ fn line_buffered_output_reaches_a_reader_before_stdin_closes() {
         line.expect("the first decision arrived while stdin was open"),
         "{\"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n"
     );
+}
+
+#[test]
+fn a_checks_line_is_decided_all_or_nothing_and_a_refund_gives_back() {
+    let (_dir, config) = config_file(
+        "policies:\n  - {name: fw, algorithm: fixed_window, limit: 2, window: 1s}\n  - {name: one, algorithm: fixed_window, limit: 1, window: 1s}\n",
+    );
+    let out = replay(
+        &config,
+        b"{\"t_ms\": 1000, \"checks\": [{\"policy\": \"fw\", \"key\": \"a\"}, {\"policy\": \"one\", \"key\": \"a\"}]}\n\
+          {\"t_ms\": 1100, \"checks\": [{\"policy\": \"fw\", \"key\": \"a\"}, {\"policy\": \"one\", \"key\": \"a\"}]}\n\
+          {\"t_ms\": 1200, \"policy\": \"one\", \"key\": \"a\", \"refund\": true}\n\
+          {\"t_ms\": 1300, \"policy\": \"fw\", \"key\": \"a\", \"cost\": 2}\n",
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    // The second line's `one` rejects, so its `fw` spends nothing (its
+    // decision reports the state it left: 1 remaining, as at the end).
+    assert_eq!(
+        text(&out.stdout),
+        "{\"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n\
+         {\"allowed\": true, \"limit\": 1, \"remaining\": 0, \"retry_after_ms\": 0, \"reset_after_ms\": 1000}\n\
+         {\"allowed\": true, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 900}\n\
+         {\"allowed\": false, \"limit\": 1, \"remaining\": 0, \"retry_after_ms\": 900, \"reset_after_ms\": 900}\n\
+         {\"allowed\": true, \"limit\": 1, \"remaining\": 1, \"retry_after_ms\": 0, \"reset_after_ms\": 800, \"refunded\": 1}\n\
+         {\"allowed\": false, \"limit\": 2, \"remaining\": 1, \"retry_after_ms\": 700, \"reset_after_ms\": 700}\n"
+    );
+}
+
+#[test]
+fn a_checks_line_that_mixes_shapes_is_refused_by_name() {
+    let (_dir, config) = config_file(FW);
+    let one = "{\"policy\": \"fw\", \"key\": \"a\"}";
+    let many = vec![one; 65].join(", ");
+    let cases = [
+        (
+            format!("{{\"t_ms\": 1, \"policy\": \"fw\", \"checks\": [{one}]}}"),
+            "not a trace event: a line with `checks` has no `policy`, `key` or `cost` of its own",
+        ),
+        (
+            format!("{{\"t_ms\": 1, \"refund\": true, \"checks\": [{one}]}}"),
+            "not a trace event: a refund gives back one check, not `checks`",
+        ),
+        (
+            "{\"t_ms\": 1, \"checks\": []}".to_owned(),
+            "not a trace event: `checks` is empty",
+        ),
+        (
+            format!("{{\"t_ms\": 1, \"checks\": [{many}]}}"),
+            "not a trace event: 65 checks, more than 64 a line",
+        ),
+        (
+            "{\"t_ms\": 1, \"checks\": [{\"policy\": \"fw\"}]}".to_owned(),
+            "not a trace event: missing field `key` at line 1 column 39",
+        ),
+        (
+            "{\"t_ms\": 1, \"checks\": [{\"policy\": \"nope\", \"key\": \"a\"}]}".to_owned(),
+            "unknown policy \"nope\"",
+        ),
+    ];
+    for (bad, fault) in cases {
+        let out = replay(&config, format!("{bad}\n").as_bytes());
+        assert_eq!(out.status.code(), Some(2), "{bad:.80}");
+        assert_eq!(text(&out.stderr), format!("tollgate: line 1: {fault}\n"));
+        assert_eq!(text(&out.stdout), "");
+    }
 }

@@ -159,3 +159,131 @@ fn a_trace_without_an_identity_key_is_refused_by_name() {
     );
     assert!(!dir.path().join("capture.jsonl").exists());
 }
+
+/// `POST /v1/check` with `body`: the answer's JSON.
+async fn check(client: &reqwest::Client, base: &str, body: String) -> Value {
+    support::check_json(client, base, body).await
+}
+
+/// `tollgate replay` of `capture` on `config`: its output lines as JSON.
+fn replay_lines(config: &std::path::Path, capture: &str) -> Vec<Value> {
+    let mut replay = Command::new(tollgate_bin())
+        .args(["replay", "--summary", "--config"])
+        .arg(config)
+        .env("TOLLGATE_IDENTITY_KEY", KEY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate replay");
+    replay
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(capture.as_bytes())
+        .expect("feed the capture");
+    let out = replay.wait_with_output().expect("replay output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr,
+        // A check counts by its own decision: search in the refused batch
+        // would have admitted alone (and spent nothing).
+        "api: offered 3 (cost 5), admitted 2 (cost 4), rejected 1 (cost 1), refunded 1 (units 2)\n\
+         search: offered 3 (cost 3), admitted 3 (cost 3), rejected 0 (cost 0)\n"
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a decision line"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_refunds_replay_as_serve_decided_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(&config, CONFIG).expect("write config");
+    let serve = TollgateProcess::spawn(&config, &[("TOLLGATE_IDENTITY_KEY", KEY)]);
+    let client = reqwest::Client::new();
+    let base = serve.base.as_str();
+    let one = |policy: &str, cost: u64| {
+        format!(r#"{{"policy":"{policy}","key":"{TENANT_A}","cost":{cost}}}"#)
+    };
+    let batch = format!(
+        r#"{{"checks":[{{"policy":"search","key":"{TENANT_A}"}},{{"policy":"api","key":"{TENANT_A}"}}]}}"#
+    );
+    // (allowed, remaining) of each check as served, in order; a refund's
+    // look with the units it gave back.
+    let mut served: Vec<(Value, Value, Value)> = Vec::new();
+    let single = |a: Value| (a["allowed"].clone(), a["remaining"].clone(), Value::Null);
+    served.push(single(check(&client, base, one("api", 3)).await));
+    // api is spent: the batch is refused whole, and search spends nothing.
+    let refused = check(&client, base, batch.clone()).await;
+    assert_eq!(refused["allowed"], false, "{refused}");
+    for d in refused["decisions"].as_array().expect("decisions") {
+        served.push(single(d.clone()));
+    }
+    let refund = check(
+        &client,
+        base,
+        format!(r#"{{"policy":"api","key":"{TENANT_A}","cost":2,"refund":true}}"#),
+    )
+    .await;
+    assert_eq!(refund["refunded"], 2, "{refund}");
+    served.push((
+        refund["allowed"].clone(),
+        refund["remaining"].clone(),
+        refund["refunded"].clone(),
+    ));
+    let admitted = check(&client, base, batch).await;
+    assert_eq!(admitted["allowed"], true, "{admitted}");
+    for d in admitted["decisions"].as_array().expect("decisions") {
+        served.push(single(d.clone()));
+    }
+    served.push(single(check(&client, base, one("search", 1)).await));
+    assert_eq!(
+        served
+            .iter()
+            .map(|(a, r, _)| (
+                a.as_bool().expect("allowed"),
+                r.as_i64().expect("remaining")
+            ))
+            .collect::<Vec<_>>(),
+        [
+            (true, 0),
+            (true, 2),  // search alone would admit ...
+            (false, 0), // ... but api rejects: nothing spent
+            (true, 2),  // the refund's look: 2 back
+            (true, 1),
+            (true, 1),
+            (true, 0), // search kept its 2: the refused batch spent none
+        ]
+    );
+    // Five requests, five lines: a batch is one line of `checks`.
+    let capture = capture_lines(&dir.path().join("capture.jsonl"), 5);
+    drop(serve);
+    let lines: Vec<Value> = capture
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 5, "{capture}");
+    assert_eq!(
+        lines[1]["checks"].as_array().map(Vec::len),
+        Some(2),
+        "{capture}"
+    );
+    assert_eq!(
+        (&lines[2]["refund"], &lines[2]["cost"]),
+        (&Value::Bool(true), &Value::from(2))
+    );
+    assert!(!capture.contains(TENANT_A), "captured raw: {capture}");
+
+    let replayed: Vec<(Value, Value, Value)> = replay_lines(&config, &capture)
+        .into_iter()
+        .map(|d| {
+            let refunded = d.get("refunded").cloned().unwrap_or(Value::Null);
+            (d["allowed"].clone(), d["remaining"].clone(), refunded)
+        })
+        .collect();
+    assert_eq!(replayed, served);
+}
