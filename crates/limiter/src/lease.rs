@@ -178,6 +178,16 @@ impl Lease {
         }
     }
 
+    /// The share `identity` is decided under here at `now_ms`, as
+    /// [`Lease::share`] without counting demand (a refund is none).
+    pub fn policy_now(&self, identity: &Identity, now_ms: u64) -> Arc<Policy> {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        match entries.get(identity).map(|entry| entry.held.load()) {
+            Some(held) if now_ms < held.until_ms => Arc::clone(&held.policy),
+            _ => Arc::clone(&self.floor_policy),
+        }
+    }
+
     /// Units of the limit `identity` may spend here at `now_ms`.
     pub fn units(&self, identity: &Identity, now_ms: u64) -> u64 {
         let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);

@@ -258,6 +258,13 @@ impl<'a> Check<'a> {
         Some(lease.share(self.identity, self.cost, clock.monotonic_ms()))
     }
 
+    /// The share a leased plan decides its identity under now, for a
+    /// refund: no demand is counted.
+    pub(crate) fn current_share(&self, clock: &dyn Clock) -> Option<Arc<Policy>> {
+        let lease = self.plan.lease.as_ref()?;
+        Some(lease.policy_now(self.identity, clock.monotonic_ms()))
+    }
+
     /// Tells a leased plan's lease that `decision` turned its identity
     /// away: it will ask for more than its floor at the next renewal.
     pub(crate) fn note(&self, decision: &Decision) {

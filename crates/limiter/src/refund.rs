@@ -50,8 +50,10 @@ impl Limiter {
     ) -> Result<u64, StoreError> {
         let shards = check.plan.shards();
         if shards.is_empty() {
+            // A leased plan's state is written under its identity's share.
+            let share = check.current_share(self.clock.as_ref());
             let whole = StoreCheck {
-                policy: check.plan.policy(),
+                policy: share.as_deref().unwrap_or(check.plan.policy()),
                 identity: check.identity,
                 cost: check.cost,
             };
