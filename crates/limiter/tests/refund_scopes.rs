@@ -12,7 +12,16 @@ use tollgate_core::{Identity, Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::{Backend, Check, Lease, Leased, Limiter, LimiterMetrics, Plan};
 
 #[tokio::test]
-async fn a_refund_on_a_leased_bucket_gives_back_under_the_identitys_share() {
+async fn a_refund_on_a_leased_token_bucket_gives_back_under_the_identitys_share() {
+    refund_under_share(Limits::TokenBucket).await;
+}
+
+#[tokio::test]
+async fn a_refund_on_a_leased_gcra_gives_back_under_the_identitys_share() {
+    refund_under_share(Limits::Gcra).await;
+}
+
+async fn refund_under_share(limits: fn(Rate) -> Limits) {
     let clock = Arc::new(ManualClock::new(1_000_000));
     let mut registry = Registry::default();
     let metrics = Arc::new(LimiterMetrics::register(&mut registry, clock.clone()));
@@ -23,10 +32,7 @@ async fn a_refund_on_a_leased_bucket_gives_back_under_the_identitys_share() {
     );
     // 100 a second, eu's floor 25 of it: a bucket of 25 refilling 25 a
     // second, whose token is 40 units where the declared one's is 10.
-    let policy = Policy::new(
-        "api",
-        Limits::TokenBucket(Rate::new(100, 100, 1_000).expect("rate")),
-    );
+    let policy = Policy::new("api", limits(Rate::new(100, 100, 1_000).expect("rate")));
     let terms = Leased {
         term_ms: 2_000,
         renew_ms: 500,
