@@ -345,7 +345,7 @@ enum ReplayFormat {
 
 /// Any tollgate config (a serve config's extra sections are checked too).
 fn load_policies(path: &Path) -> Result<tollgate_core::PolicySet, ConfigLoadError> {
-    ServeConfig::load(path).map(|c| c.set)
+    ServeConfig::load(path).map(|c| c.replay_policies())
 }
 
 fn fail(message: &dyn std::fmt::Display, code: u8) -> ExitCode {

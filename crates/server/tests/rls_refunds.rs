@@ -34,17 +34,28 @@ struct Rls {
 
 impl Rls {
     async fn start(store: &str, rules: &str) -> Self {
+        Self::start_with(store, rules, "", |_| None).await
+    }
+
+    /// [`Rls::start`] with more `server` settings (`, trace: {…}`) and
+    /// `env` for its variables.
+    async fn start_with(
+        store: &str,
+        rules: &str,
+        server: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("rules.yaml"), rules).expect("write rules");
         let path = dir.path().join("tollgate.yaml");
         std::fs::write(
             &path,
             format!(
-                "server: {{watch_interval_ms: 0}}\n{store}envoy_ratelimit_configs: [rules.yaml]\n"
+                "server: {{watch_interval_ms: 0{server}}}\n{store}envoy_ratelimit_configs: [rules.yaml]\n"
             ),
         )
         .expect("write config");
-        let config = ServeConfig::load(&path).expect("config loads");
+        let config = ServeConfig::load_with_env(&path, env).expect("config loads");
         let app = Arc::new(
             App::open(config, path, Arc::new(ManualClock::new(T0)))
                 .await
@@ -206,4 +217,83 @@ async fn quota_limits_make_a_request_over_only_when_every_one_is_over() {
     // A refund to a quota limit lets the next request in.
     assert_eq!(rls.refund("small", 1).await, (OK, 1));
     assert_eq!(rls.ask(&mixed).await, (OK, vec![(OK, 0), (OK, 4)]));
+}
+
+const TRACE_KEY: &str = "0123456789abcdef0123456789abcdef-rls-capture";
+
+#[tokio::test]
+async fn a_capture_of_rls_traffic_with_refunds_replays_to_the_same_answers() {
+    let mut rls = Rls::start_with("", RULES, ", trace: {path: capture.jsonl}", |name| {
+        (name == "TOLLGATE_IDENTITY_KEY").then(|| TRACE_KEY.to_owned())
+    })
+    .await;
+    let mut answered = Vec::new();
+    answered.push(rls.hit("window", 2).await);
+    answered.push(rls.hit("window", 1).await);
+    answered.extend(
+        rls.ask(&[("window", 1, true), ("bucket", 2, false)])
+            .await
+            .1,
+    );
+    answered.extend(
+        rls.ask(&[("window", 1, false), ("bucket", 1, false)])
+            .await
+            .1,
+    );
+    answered.push(rls.refund("bucket", 1).await);
+    assert_eq!(
+        answered,
+        // The fourth request is over on bucket: window alone would admit,
+        // and spends nothing.
+        [
+            (OK, 0),
+            (OVER, 0),
+            (OK, 1),
+            (OK, 0),
+            (OK, 1),
+            (OVER, 0),
+            (OK, 1)
+        ]
+    );
+    // Six lines: a request's descriptors decided together are one line,
+    // a refund one of its own.
+    let capture_path = rls._dir.path().join("capture.jsonl");
+    let mut capture = String::new();
+    for _ in 0..2_000 {
+        capture = std::fs::read_to_string(&capture_path).unwrap_or_default();
+        if capture.lines().count() >= 6 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(capture.lines().count(), 6, "{capture}");
+    assert!(!capture.contains("acme"), "captured raw: {capture}");
+
+    let mut replay = std::process::Command::new(support::tollgate_bin())
+        .args(["replay", "--config"])
+        .arg(rls._dir.path().join("tollgate.yaml"))
+        .env("TOLLGATE_IDENTITY_KEY", TRACE_KEY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate replay");
+    std::io::Write::write_all(&mut replay.stdin.take().expect("stdin"), capture.as_bytes())
+        .expect("feed the capture");
+    let out = replay.wait_with_output().expect("replay output");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed: Vec<(i32, u32)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let d: serde_json::Value = serde_json::from_str(line).expect("a decision line");
+            let code = if d["allowed"] == true { OK } else { OVER };
+            let remaining = d["remaining"].as_u64().expect("remaining");
+            (code, u32::try_from(remaining).expect("small"))
+        })
+        .collect();
+    assert_eq!(replayed, answered);
 }

@@ -33,7 +33,7 @@ use tollgate_core::{
     ConfigError, Policy, PolicySet, SecretHasher, describe, parse_yaml, parse_yaml_named,
 };
 
-use crate::envoy_rules::EnvoyRules;
+use crate::envoy_rules::{EnvoyRules, RuleKind};
 use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
@@ -209,6 +209,26 @@ impl ServeConfig {
             (Some(_), None) => Err(TlsNotLoaded),
             (_, tls) => Ok(tls.as_ref()),
         }
+    }
+
+    /// What `tollgate replay` decides by: the policies, then each unbound
+    /// envoyproxy/ratelimit rule's own (`domain.key`, a fixed window), so a
+    /// capture of RLS traffic replays. A per-request `limit` override is
+    /// not among them: its limit was the request's.
+    pub fn replay_policies(&self) -> PolicySet {
+        let mut set = self.set.clone();
+        for rule in &self.envoy.rules {
+            if let RuleKind::Limited {
+                policy,
+                bound: None,
+            } = &rule.kind
+                && set.get(policy.name()).is_none()
+            {
+                // Unique by the check above.
+                let _ = set.push(policy.clone());
+            }
+        }
+        set
     }
 
     /// The envoyproxy/ratelimit paths as read, relative to `config_path`.
