@@ -66,3 +66,6 @@ fn draw(line: &str, number: usize, column: usize, secrets: &[Secret]) -> (String
     let caret = caret.unwrap_or_else(|| shown.chars().count());
     (shown, caret)
 }
+
+#[cfg(test)]
+mod tests;
