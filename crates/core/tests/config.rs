@@ -473,12 +473,16 @@ proptest! {
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
-        let _ = PolicySet::from_yaml(&text);
+        let _ = PolicySet::from_yaml(&text).map_err(|e| e.locate(&text, "p.yaml"));
+        let _ = parse_yaml_named(&text, "p.yaml");
     }
 
     #[test]
     fn assembled_fragments_never_panic(parts in prop::collection::vec(fragment(), 0..40)) {
-        let _ = PolicySet::from_yaml(&parts.concat());
+        let text = parts.concat();
+        // Located, as a named file's faults are, and with tabs in it.
+        let _ = PolicySet::from_yaml(&text).map_err(|e| e.locate(&text, "p.yaml"));
+        let _ = parse_yaml_named(&text.replace("  ", "\t"), "p.yaml");
     }
 
     #[test]
@@ -498,7 +502,7 @@ proptest! {
             text.replace_range(start..end, &insert);
         }
         if let Err(e) = PolicySet::from_yaml(&text) {
-            prop_assert!(!e.to_string().is_empty());
+            prop_assert!(!e.locate(&text, "p.yaml").to_string().is_empty());
         }
     }
 }
