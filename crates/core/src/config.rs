@@ -238,8 +238,10 @@ fn read_yaml(text: &str, source: Option<&str>) -> Result<Value, ConfigError> {
 /// reports some such tabs where the token it was scanning began (a plain
 /// scalar, which may run on over the next lines: `limit: 5` with a
 /// tab-indented line below is reported at `5`), and others one column past
-/// the tab: the tab meant is the one just before that place, or else the
-/// first one indenting a line below it, or else the first one after it.
+/// the tab. The fault is in serde-saphyr's scanner; it is corrected here,
+/// where the text is at hand: the tab meant is the one just before that
+/// place, or else the one indenting a line below it past blank and comment
+/// lines, or else the next one on its line. Without one, the report stands.
 fn tab_fault(e: &serde_saphyr::Error, text: &str, source: Option<&str>) -> Option<String> {
     let (serde_saphyr::Error::Message { msg, location }
     | serde_saphyr::Error::ExternalMessage { msg, location, .. }) = e.without_snippet()
@@ -265,7 +267,8 @@ fn tab_fault(e: &serde_saphyr::Error, text: &str, source: Option<&str>) -> Optio
     })
 }
 
-/// The tab [`tab_fault`] means, if the text has one near `from`.
+/// The tab [`tab_fault`] means, if the text has one near `from`: only
+/// blank and comment lines may stand between it and `from`.
 fn tab_near(text: &str, from: Position) -> Option<Position> {
     let lines: Vec<Vec<char>> = text.lines().map(|l| l.chars().collect()).collect();
     let first = from.line.checked_sub(1)?;
@@ -278,22 +281,18 @@ fn tab_near(text: &str, from: Position) -> Option<Position> {
     if reported > 0 && line[reported - 1] == '\t' {
         return Some(at(first, reported - 1));
     }
-    let below = lines.iter().enumerate().skip(first + 1);
-    for (number, chars) in below.clone() {
+    for (number, chars) in lines.iter().enumerate().skip(first + 1) {
         let indent = chars.iter().take_while(|c| matches!(c, ' ' | '\t'));
         if let Some(index) = indent.clone().position(|&c| c == '\t') {
             return Some(at(number, index));
         }
+        match chars.get(indent.count()) {
+            None | Some('#' | '\r') => {}
+            Some(_) => break,
+        }
     }
-    let rest = line
-        .iter()
-        .enumerate()
-        .skip(reported)
-        .map(|(i, c)| (first, i, *c));
-    let after = below.flat_map(|(n, chars)| chars.iter().enumerate().map(move |(i, c)| (n, i, *c)));
-    rest.chain(after)
-        .find(|&(_, _, c)| c == '\t')
-        .map(|(n, i, _)| at(n, i))
+    let index = line.iter().skip(reported).position(|&c| c == '\t')?;
+    Some(at(first, reported + index))
 }
 
 /// serde-saphyr's error in our words where its own would mislead: a key
