@@ -13,10 +13,16 @@
 //!     window: 1m
 //! ```
 
+mod locate;
+mod snippet;
+
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 use thiserror::Error;
+
+use crate::node_path;
+pub use locate::{Locator, NodePath, Position, Step};
 
 use crate::duration::parse_duration_ms;
 use crate::policy::{Algorithm, Limits, Policy, Rate, Window};
@@ -56,9 +62,69 @@ pub enum ConfigError {
         /// What is wrong with it, in a user's words.
         reason: String,
     },
+    /// `error`, which is about the node at `path`: [`ConfigError::locate`]
+    /// shows where that is once the text and its file name are known.
+    #[error("{error}")]
+    At {
+        /// Where the node is in the document.
+        path: NodePath,
+        /// What is wrong with it.
+        error: Box<ConfigError>,
+    },
+    /// `error` with the place in the file it is about, drawn as a syntax
+    /// error's is: ` --> tollgate.yaml:12:5` and the lines around it.
+    #[error("{error}\n{snippet}")]
+    Located {
+        /// What is wrong.
+        error: Box<ConfigError>,
+        /// Where, with the lines around it.
+        snippet: String,
+    },
 }
 
 impl ConfigError {
+    /// This error, about the node at `path` (the innermost path given wins:
+    /// the code raising an error knows best what it is about).
+    #[must_use]
+    pub fn at(self, path: NodePath) -> Self {
+        match self {
+            ConfigError::At { .. } | ConfigError::Located { .. } | ConfigError::Yaml(_) => self,
+            error => ConfigError::At {
+                path,
+                error: Box::new(error),
+            },
+        }
+    }
+
+    /// This error with where it is in `text`, the file `source`: a policy's
+    /// field is found under the policy of that name, any other error at the
+    /// path it was raised with. An error about no one node stays as it is.
+    #[must_use]
+    pub fn locate(self, text: &str, source: &str) -> Self {
+        let (path, error) = match self {
+            ConfigError::At { path, error } => (Some(path), *error),
+            other => (None, other),
+        };
+        let locator = Locator::new(text);
+        let path = path.or_else(|| match &error {
+            ConfigError::Field { policy, field, .. } => locator
+                .policy_index(policy)
+                .map(|i| node_path!["policies", i].then_field(field)),
+            _ => None,
+        });
+        let Some(at) = path.and_then(|path| locator.find(&path)) else {
+            return error;
+        };
+        let label = match &error {
+            ConfigError::Document(message) => message.clone(),
+            other => other.to_string(),
+        };
+        ConfigError::Located {
+            snippet: snippet::render(text, source, at, &label, locator.secrets()),
+            error: Box::new(error),
+        }
+    }
+
     fn field(policy: &str, field: &str, reason: impl Into<String>) -> Self {
         ConfigError::Field {
             policy: policy.to_owned(),
@@ -85,25 +151,30 @@ impl PolicySet {
         if let Some(key) = top.keys().find(|k| k.as_str() != "policies") {
             return Err(ConfigError::Document(format!(
                 "unknown top-level field {key:?} (expected: policies)"
-            )));
+            ))
+            .at(node_path![key]));
         }
         let policies = top
             .get("policies")
             .ok_or_else(|| ConfigError::Document("missing `policies`".into()))?;
-        let list = policies
-            .as_array()
-            .ok_or_else(|| ConfigError::Document("`policies` must be a list".into()))?;
+        let list = policies.as_array().ok_or_else(|| {
+            ConfigError::Document("`policies` must be a list".into()).at(node_path!["policies"])
+        })?;
         if list.is_empty() {
             return Err(ConfigError::Document(
                 "`policies` is empty: a config needs at least one policy".into(),
-            ));
+            )
+            .at(node_path!["policies"]));
         }
         let mut set = PolicySet::default();
         for (index, entry) in list.iter().enumerate() {
             let fields = entry.as_object().ok_or_else(|| {
                 ConfigError::Document(format!("policies[{index}] must be a mapping"))
+                    .at(node_path!["policies", index])
             })?;
-            set.push(parse_policy(index, fields, &[])?)?;
+            let policy = parse_policy(index, fields, &[])?;
+            set.push(policy)
+                .map_err(|e| e.at(node_path!["policies", index, "name"]))?;
         }
         Ok(set)
     }
@@ -158,7 +229,70 @@ pub fn parse_yaml_named(text: &str, source: &str) -> Result<Value, ConfigError> 
 }
 
 fn read_yaml(text: &str, source: Option<&str>) -> Result<Value, ConfigError> {
-    serde_saphyr::from_str::<Value>(text).map_err(|e| ConfigError::Yaml(yaml_fault(&e, source)))
+    serde_saphyr::from_str::<Value>(text).map_err(|e| {
+        ConfigError::Yaml(tab_fault(&e, text, source).unwrap_or_else(|| yaml_fault(&e, source)))
+    })
+}
+
+/// A tab where YAML allows none, placed at the tab itself. The parser
+/// reports some such tabs where the token it was scanning began (a plain
+/// scalar, which may run on over the next lines: `limit: 5` with a
+/// tab-indented line below is reported at `5`), and others one column past
+/// the tab. The fault is in serde-saphyr's scanner; it is corrected here,
+/// where the text is at hand: the tab meant is the one just before that
+/// place, or else the one indenting a line below it past blank and comment
+/// lines, or else the next one on its line. Without one, the report stands.
+fn tab_fault(e: &serde_saphyr::Error, text: &str, source: Option<&str>) -> Option<String> {
+    let (serde_saphyr::Error::Message { msg, location }
+    | serde_saphyr::Error::ExternalMessage { msg, location, .. }) = e.without_snippet()
+    else {
+        return None;
+    };
+    if !msg.contains("tab") {
+        return None;
+    }
+    let reported = Position {
+        line: usize::try_from(location.line()).ok()?,
+        column: usize::try_from(location.column()).ok()?,
+    };
+    let at = tab_near(text, reported)?;
+    Some(match source {
+        Some(name) => format!(
+            "error: line {} column {}: {msg}\n{}",
+            at.line,
+            at.column,
+            snippet::render(text, name, at, msg, &[])
+        ),
+        None => format!("{msg} at line {}, column {}", at.line, at.column),
+    })
+}
+
+/// The tab [`tab_fault`] means, if the text has one near `from`: only
+/// blank and comment lines may stand between it and `from`.
+fn tab_near(text: &str, from: Position) -> Option<Position> {
+    let lines: Vec<Vec<char>> = text.lines().map(|l| l.chars().collect()).collect();
+    let first = from.line.checked_sub(1)?;
+    let line = lines.get(first)?;
+    let reported = from.column.saturating_sub(1).min(line.len());
+    let at = |line: usize, index: usize| Position {
+        line: line + 1,
+        column: index + 1,
+    };
+    if reported > 0 && line[reported - 1] == '\t' {
+        return Some(at(first, reported - 1));
+    }
+    for (number, chars) in lines.iter().enumerate().skip(first + 1) {
+        let indent = chars.iter().take_while(|c| matches!(c, ' ' | '\t'));
+        if let Some(index) = indent.clone().position(|&c| c == '\t') {
+            return Some(at(number, index));
+        }
+        match chars.get(indent.count()) {
+            None | Some('#' | '\r') => {}
+            Some(_) => break,
+        }
+    }
+    let index = line.iter().skip(reported).position(|&c| c == '\t')?;
+    Some(at(first, reported + index))
 }
 
 /// serde-saphyr's error in our words where its own would mislead: a key
@@ -192,12 +326,14 @@ pub fn parse_policy(
             return Err(ConfigError::Document(format!(
                 "policies[{index}]: name must be a string, got {}",
                 describe(other)
-            )));
+            ))
+            .at(node_path!["policies", index, "name"]));
         }
         None => {
-            return Err(ConfigError::Document(format!(
-                "policies[{index}]: missing `name`"
-            )));
+            return Err(
+                ConfigError::Document(format!("policies[{index}]: missing `name`"))
+                    .at(node_path!["policies", index]),
+            );
         }
     };
     validate_name(&name).map_err(|reason| ConfigError::field(&name, "name", reason))?;

@@ -473,12 +473,16 @@ proptest! {
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
-        let _ = PolicySet::from_yaml(&text);
+        let _ = PolicySet::from_yaml(&text).map_err(|e| e.locate(&text, "p.yaml"));
+        let _ = parse_yaml_named(&text, "p.yaml");
     }
 
     #[test]
     fn assembled_fragments_never_panic(parts in prop::collection::vec(fragment(), 0..40)) {
-        let _ = PolicySet::from_yaml(&parts.concat());
+        let text = parts.concat();
+        // Located, as a named file's faults are, and with tabs in it.
+        let _ = PolicySet::from_yaml(&text).map_err(|e| e.locate(&text, "p.yaml"));
+        let _ = parse_yaml_named(&text.replace("  ", "\t"), "p.yaml");
     }
 
     #[test]
@@ -498,7 +502,55 @@ proptest! {
             text.replace_range(start..end, &insert);
         }
         if let Err(e) = PolicySet::from_yaml(&text) {
-            prop_assert!(!e.to_string().is_empty());
+            prop_assert!(!e.locate(&text, "p.yaml").to_string().is_empty());
         }
     }
+}
+
+/// serde-saphyr reports some tabs where the token before them began (a
+/// line or more early) and others a column late: both are placed at the
+/// tab itself, named or not.
+#[test]
+fn a_tab_used_for_indentation_is_reported_at_the_tab() {
+    let after_blank = "policies:\n  - name: a\n    algorithm: gcra\n\n\tcapacity: 1\n";
+    assert_eq!(
+        refusal(after_blank),
+        "config is not valid YAML: while scanning a plain scalar, found a tab at line 5, column 1"
+    );
+    let after_comment = "policies:\n  - name: a\n    # the rate\n  \tcapacity: 1\n";
+    assert_eq!(
+        parse_yaml_named(after_comment, "tollgate.yaml").map_err(|e| e.to_string()),
+        Err("config is not valid YAML: error: line 4 column 3: tabs disallowed within this context (block indentation)\n --> tollgate.yaml:4:3\n  |\n2 |   - name: a\n3 |     # the rate\n4 |       capacity: 1\n  |   ^ tabs disallowed within this context (block indentation)".to_owned())
+    );
+}
+
+/// A policy's fault is shown at its field, found under the policy of its
+/// name; lines past 9 widen the gutter, and a password is never shown.
+#[test]
+fn a_located_fault_shows_its_line_under_a_caret() {
+    let mut text = String::from("policies:\n");
+    for name in ["a", "b"] {
+        text.push_str(&format!(
+            "  - name: {name}\n    algorithm: gcra\n    capacity: 1\n    refill: {{tokens: 1, per: 1s}}\n"
+        ));
+    }
+    text.push_str(
+        "  - name: c\n    capacity: 0\n    algorithm: gcra\n    refill: {tokens: 1, per: 1s}\n",
+    );
+    let err = PolicySet::from_yaml(&text).expect_err("refused");
+    assert_eq!(
+        err.clone().locate(&text, "tollgate.yaml").to_string(),
+        "policy \"c\": capacity: must be positive, got 0\n  --> tollgate.yaml:11:5\n   |\n 9 |     refill: {tokens: 1, per: 1s}\n10 |   - name: c\n11 |     capacity: 0\n   |     ^ policy \"c\": capacity: must be positive, got 0\n12 |     algorithm: gcra\n13 |     refill: {tokens: 1, per: 1s}\n   |"
+    );
+    // Unlocated, it reads as it always has.
+    assert_eq!(
+        err.to_string(),
+        "policy \"c\": capacity: must be positive, got 0"
+    );
+    let duplicate = "policies:\n  - {name: a, algorithm: gcra, capacity: 1, refill: {tokens: 1, per: 1s}}\n  - {name: a, algorithm: gcra, capacity: 1, refill: {tokens: 1, per: 1s}}\n";
+    let err = PolicySet::from_yaml(duplicate).expect_err("refused");
+    assert_eq!(
+        err.locate(duplicate, "p.yaml").to_string(),
+        "policy \"a\": name: duplicate; policy names must be unique\n --> p.yaml:3:6\n  |\n1 | policies:\n2 |   - {name: a, algorithm: gcra, capacity: 1, refill: {tokens: 1, per: 1s}}\n3 |   - {name: a, algorithm: gcra, capacity: 1, refill: {tokens: 1, per: 1s}}\n  |      ^ policy \"a\": name: duplicate; policy names must be unique"
+    );
 }

@@ -204,6 +204,9 @@ async fn sharded_decisions_one_at_a_time_drain_every_shard_before_rejecting() {
     assert_eq!(outcomes.iter().skip(100).filter(|a| **a).count(), 0);
 }
 
+/// Where each case's fault is: the policy's `shards`.
+const AT: [&str; 5] = ["2:63", "2:63", "2:63", "2:63", "7:63"];
+
 #[test]
 fn shards_are_refused_with_the_reason_when_they_cannot_hold_the_limit() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -248,9 +251,16 @@ fn shards_are_refused_with_the_reason_when_they_cannot_hold_the_limit() {
             .env_remove("TOLLGATE_REGION")
             .output()
             .expect("tollgate validate runs");
+        // The message, then where the fault is (the lines around it follow).
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let head: Vec<&str> = stderr.lines().take(2).collect();
+        let shown = path.display();
         assert_eq!(
-            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned()),
-            (Some(1), format!("tollgate: {}: {message}\n", path.display())),
+            (out.status.code(), head.join("\n")),
+            (
+                Some(1),
+                format!("tollgate: {shown}: {message}\n --> {shown}:{}", AT[i])
+            ),
             "case {i}"
         );
     }

@@ -267,11 +267,12 @@ fn a_bad_server_listen_is_refused_naming_the_value() {
     );
     let out = command(&path, &[], &[]).output().expect("run");
     assert_eq!(out.status.code(), Some(1));
+    let message = "server: listen: \"localhost\" is not an address to listen on: expected HOST:PORT (e.g. 127.0.0.1:8080, localhost:8080, [::1]:8080)";
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(
-            "tollgate: {}: config: server: listen: \"localhost\" is not an address to listen on: expected HOST:PORT (e.g. 127.0.0.1:8080, localhost:8080, [::1]:8080)\n",
-            path.display()
+            "tollgate: {path}: config: {message}\n --> {path}:1:10\n  |\n1 | server: {{listen: \"localhost\"}}\n  |          ^ {message}\n2 | policies:\n3 |   - {{name: api, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}}}\n  |\n",
+            path = path.display()
         )
     );
 }
@@ -496,11 +497,13 @@ fn store_over_a_config_with_stores_by_role_is_refused() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
+    // The fault is pointed at where the stores are named.
+    let message = "--store (TOLLGATE_STORE) replaces a config's one `store:`, but this config names its stores by role (stores: local, global): change them in the file";
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(
-            "tollgate: {}: config: --store (TOLLGATE_STORE) replaces a config's one `store:`, but this config names its stores by role (stores: local, global): change them in the file\n",
-            path.display()
+            "tollgate: {path}: config: {message}\n --> {path}:1:1\n  |\n1 | stores: {{local: memory, global: {{redis: {{url: \"redis://127.0.0.1:1\"}}}}}}\n  | ^ {message}\n2 | policies:\n3 |   - {{name: api, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1h}}, scope: global}}\n  |\n",
+            path = path.display()
         )
     );
 }

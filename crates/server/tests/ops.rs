@@ -321,9 +321,15 @@ async fn an_invalid_config_is_refused_and_the_old_one_keeps_serving() {
     )
     .expect("write");
     let err = server.app.reload().expect_err("refused").to_string();
-    assert!(
-        err.ends_with(r#"policy "api": algorithm: unknown algorithm "leaky_bucket" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"#),
-        "{err}"
+    // A reload's refusal (logged as its reason) points at the line as
+    // `validate` does.
+    let message = r#"policy "api": algorithm: unknown algorithm "leaky_bucket" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"#;
+    let path = server.config_path.display();
+    assert_eq!(
+        err,
+        format!(
+            "{path}: {message}\n --> {path}:4:5\n  |\n2 | policies:\n3 |   - name: api\n4 |     algorithm: leaky_bucket\n  |     ^ {message}\n5 |     capacity: 10\n6 |     refill: {{ tokens: 1, per: 1h }}\n  |"
+        )
     );
     assert_eq!(server.app.live.load().config.hash, before);
     assert_eq!(

@@ -167,11 +167,12 @@ fn invalid_config_exits_2_naming_the_fault() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stdout), "");
+    let message = "policy \"x\": algorithm: unknown algorithm \"leaky\" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)";
     assert_eq!(
         text(&out.stderr),
         format!(
-            "tollgate: {}: policy \"x\": algorithm: unknown algorithm \"leaky\" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)\n",
-            config.display()
+            "tollgate: {path}: {message}\n --> {path}:3:5\n  |\n1 | policies:\n2 |   - name: x\n3 |     algorithm: leaky\n  |     ^ {message}\n",
+            path = config.display()
         )
     );
 
@@ -311,11 +312,13 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
     std::fs::write(&redis, "policies: []\n").expect("write");
     let out = explain(&redis);
     assert_eq!(out.status.code(), Some(1));
+    let message =
+        "`policies` is empty: a config needs at least one policy (or envoy_ratelimit_configs)";
     assert_eq!(
         text(&out.stderr),
         format!(
-            "tollgate: {}: config: `policies` is empty: a config needs at least one policy (or envoy_ratelimit_configs)\n",
-            redis.display()
+            "tollgate: {path}: config: {message}\n --> {path}:1:1\n  |\n1 | policies: []\n  | ^ {message}\n",
+            path = redis.display()
         )
     );
 }
@@ -376,11 +379,12 @@ fn validate_exits_1_naming_the_fault_of_an_invalid_config() {
     let out = validate(&config);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout), "");
+    let message = "policy \"x\": limit: 10001 is too large for sliding_log, at most 10000; use sliding_window for larger limits";
     assert_eq!(
         text(&out.stderr),
         format!(
-            "tollgate: {}: policy \"x\": limit: 10001 is too large for sliding_log, at most 10000; use sliding_window for larger limits\n",
-            config.display()
+            "tollgate: {path}: {message}\n --> {path}:4:5\n  |\n2 |   - name: x\n3 |     algorithm: sliding_log\n4 |     limit: 10001\n  |     ^ {message}\n5 |     window: 1s\n  |\n",
+            path = config.display()
         )
     );
 }

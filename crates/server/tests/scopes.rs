@@ -191,6 +191,13 @@ async fn a_request_spanning_stores_is_decided_store_by_store_cheapest_first() {
     assert_eq!(v["remaining"], 9, "the peek spent nothing");
 }
 
+/// Where each case's fault is: the policy's `scope` (or the policy, when
+/// it has none), a store or the region list.
+const AT: [&str; 17] = [
+    "5:5", "5:62", "5:62", "5:62", "6:62", "6:62", "6:62", "6:62", "6:62", "6:62", "6:62", "5:62",
+    "5:62", "2:3", "2:3", "2:3", "1:1",
+];
+
 #[test]
 fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -299,9 +306,16 @@ fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
             cmd.env("TOLLGATE_REGION", region);
         }
         let out = cmd.output().expect("tollgate validate runs");
+        // The message, then where the fault is (the lines around it follow).
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let head: Vec<&str> = stderr.lines().take(2).collect();
+        let shown = path.display();
         assert_eq!(
-            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned()),
-            (Some(1), format!("tollgate: {}: {message}\n", path.display())),
+            (out.status.code(), head.join("\n")),
+            (
+                Some(1),
+                format!("tollgate: {shown}: {message}\n --> {shown}:{}", AT[i])
+            ),
             "case {i}"
         );
     }

@@ -26,100 +26,153 @@ fn run(args: &[&str], config: &Path, env: &[(&str, &str)]) -> (i32, String) {
     )
 }
 
-/// A config, its environment, and the message both commands give.
-type Case = (String, Vec<(&'static str, &'static str)>, &'static str);
+/// A config, its environment, the message both commands give, and what
+/// follows it: where the fault is, with `{path}` for the file and `{label}`
+/// for the message (without `config: `) under the caret.
+type Case = (
+    String,
+    Vec<(&'static str, &'static str)>,
+    &'static str,
+    String,
+);
 
 const POLICY: &str = "policies:\n  - {name: p, algorithm: token_bucket, capacity: 10, refill: {tokens: 1, per: 1s}}\n";
+
+/// What follows the message for a fault at `column` of `first`, the line
+/// written above [`POLICY`]'s two.
+fn above_policy(first: &str, column: usize) -> String {
+    format!(
+        " --> {{path}}:1:{column}\n  |\n1 | {first}\n  | {:w$}^ {{label}}\n2 | policies:\n3 |   - {{name: p, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1s}}}}\n  |\n",
+        "",
+        w = column - 1
+    )
+}
+
+/// What follows the message for a fault at `column` of `second`, the
+/// first policy, below `policies:`.
+fn in_policy(second: &str, column: usize) -> String {
+    format!(
+        " --> {{path}}:2:{column}\n  |\n1 | policies:\n2 | {second}\n  | {:w$}^ {{label}}\n",
+        "",
+        w = column - 1
+    )
+}
 
 #[test]
 fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
     let dir = tempfile::tempdir().expect("temp dir");
+    let store = |line: &str| {
+        format!(
+            " --> {{path}}:2:11\n  |\n1 | store:\n2 | {line}\n  |           ^ {{label}}\n3 | policies:\n4 |   - {{name: p, algorithm: token_bucket, capacity: 10, refill: {{tokens: 1, per: 1s}}}}\n  |\n"
+        )
+    };
     let cases: Vec<Case> = vec![
         (
             format!("store:\n  redis: {{url: \"http://127.0.0.1:1\"}}\n{POLICY}"),
             vec![],
             "config: store.redis.url: \"http://127.0.0.1:1\" is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)",
+            store("  redis: {url: \"http://127.0.0.1:1\"}"),
         ),
         (
             format!("store:\n  redis: {{url: \"redis://127.0.0.1:notaport\"}}\n{POLICY}"),
             vec![],
             "config: store.redis.url: \"redis://127.0.0.1:notaport\" is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)",
+            store("  redis: {url: \"redis://127.0.0.1:notaport\"}"),
         ),
         (
             format!("store:\n  redis: {{cluster: [\"redis://127.0.0.1:7000\", \"tcp://u:secret@10.0.0.2:7000\"]}}\n{POLICY}"),
             vec![],
             "config: store.redis.cluster: \"tcp://<redacted>@10.0.0.2:7000\" is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)",
+            // The line shows no credentials either.
+            store("  redis: {cluster: [\"redis://127.0.0.1:7000\", <redacted>]}"),
         ),
         (
             format!("server: {{max_body_bytes: 0}}\n{POLICY}"),
             vec![],
             "config: server: max_body_bytes must be positive",
+            above_policy("server: {max_body_bytes: 0}", 10),
         ),
         (
             format!("server: {{max_key_bytes: 0}}\n{POLICY}"),
             vec![],
             "config: server: max_key_bytes must be positive",
+            above_policy("server: {max_key_bytes: 0}", 10),
         ),
         (
             format!("server: {{max_checks: 0}}\n{POLICY}"),
             vec![],
             "config: server: max_checks must be positive",
+            above_policy("server: {max_checks: 0}", 10),
         ),
         (
             format!("server: {{max_headers: 4}}\n{POLICY}"),
             vec![],
             "config: server: max_headers 4 is outside 16..=8192",
+            above_policy("server: {max_headers: 4}", 10),
         ),
         (
             "policies:\n  - {name: big, algorithm: fixed_window, limit: 5, window: 1s, cost: 6}\n".to_owned(),
             vec![],
             "policy \"big\": cost: 6 is above the policy's limit 5: no request would ever be admitted",
+            in_policy("  - {name: big, algorithm: fixed_window, limit: 5, window: 1s, cost: 6}", 64),
         ),
         (
             "policies:\n  - {name: keyed, algorithm: fixed_window, limit: 5, window: 1s, identity: [{api_key: X-API-Key}]}\n".to_owned(),
             vec![("TOLLGATE_IDENTITY_KEY", "short-key")],
             "config: the identity hashing key in TOLLGATE_IDENTITY_KEY is 9 bytes: it needs at least 32 bytes of entropy (e.g. `openssl rand -hex 32`)",
+            // About the environment, not one place in the file.
+            String::new(),
         ),
         (
             "policies:\n  - {name: free, algorithm: fixed_window, limit: 5, window: 1s, cost: {header: X-Cost, max: 5, default: 0}}\n".to_owned(),
             vec![],
             "policy \"free\": cost.default: 0 is below cost.min 1",
+            in_policy("  - {name: free, algorithm: fixed_window, limit: 5, window: 1s, cost: {header: X-Cost, max: 5, default: 0}}", 96),
         ),
         (
             format!("polices: []\n{POLICY}"),
             vec![],
             "config: unknown top-level field \"polices\" (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)",
+            above_policy("polices: []", 1),
         ),
         (
             "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s, matc: {}}\n".to_owned(),
             vec![],
             "policy \"p\": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, mode)",
+            in_policy("  - {name: p, algorithm: fixed_window, limit: 10, window: 1s, matc: {}}", 63),
         ),
         (
             format!("server: {{require_tokens: [check, admin]}}\n{POLICY}"),
             vec![("TOLLGATE_CHECK_TOKEN", "a-check-token-of-24-bytes")],
             "config: server.require_tokens names admin, but TOLLGATE_ADMIN_TOKEN is not set: set it to a random token of at least 16 bytes (e.g. `openssl rand -hex 32`), or take admin out of the list to leave those endpoints open",
+            above_policy("server: {require_tokens: [check, admin]}", 10),
         ),
         (
             format!("server: {{require_tokens: [root]}}\n{POLICY}"),
             vec![],
             "config: server: require_tokens: unknown endpoint group \"root\" (expected: check, admin, metrics)",
+            above_policy("server: {require_tokens: [root]}", 10),
         ),
         (
             format!("server: {{hot_identity_metrics: plain}}\n{POLICY}"),
             vec![],
             "config: server: unknown variant `plain`, expected one of `off`, `hashed`, `raw`",
+            above_policy("server: {hot_identity_metrics: plain}", 10),
         ),
         (
             format!("server: {{forward_auth: haproxy}}\n{POLICY}"),
             vec![],
             "config: server: forward_auth: unknown proxy \"haproxy\" (expected nginx, traefik, envoy, or {method, uri, host} header names)",
+            above_policy("server: {forward_auth: haproxy}", 10),
         ),
     ];
-    for (i, (yaml, env, message)) in cases.iter().enumerate() {
+    for (i, (yaml, env, message, place)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("case-{i}.yaml"));
         std::fs::write(&path, yaml).expect("write config");
-        let expected = format!("tollgate: {}: {message}\n", path.display());
+        let shown = path.display().to_string();
+        let label = message.strip_prefix("config: ").unwrap_or(message);
+        let place = place.replace("{path}", &shown).replace("{label}", label);
+        let expected = format!("tollgate: {shown}: {message}\n{place}");
         let validated = run(&["validate"], &path, env);
         let served = run(&["serve", "--listen", "127.0.0.1:0"], &path, env);
         assert_eq!(validated, (1, expected.clone()), "validate, case {i}");

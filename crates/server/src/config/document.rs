@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, SecretHasher, describe};
+use tollgate_core::{ConfigError, SecretHasher, describe, node_path};
 
 use super::ServeConfig;
 use super::policy_fields::{ServePolicy, parse_policies};
@@ -42,9 +42,9 @@ pub(super) fn parse_doc(
     let (set, policies) = parse_policies(list, &stores, &deployment)?;
     let tokens =
         EndpointTokens::from_env(&env).map_err(|e| ConfigError::Document(e.to_string()))?;
-    tokens
-        .require(&server.require_tokens)
-        .map_err(|e| ConfigError::Document(e.to_string()))?;
+    tokens.require(&server.require_tokens).map_err(|e| {
+        ConfigError::Document(e.to_string()).at(node_path!["server", "require_tokens"])
+    })?;
     let identity_key = env(&server.identity_key_env).filter(|k| !k.is_empty());
     let hasher = identity_hasher(&policies, &server, identity_key.as_deref())?;
     let hot_series = hot_series(&server, identity_key.as_deref())?;
@@ -87,7 +87,8 @@ fn check_top_level(top: &Map<String, Value>) -> Result<(), ConfigError> {
             return Err(ConfigError::Document(format!(
                 "unknown top-level field {key:?} (expected: {})",
                 TOP_LEVEL.join(", ")
-            )));
+            ))
+            .at(node_path![key]));
         }
     }
     Ok(())
@@ -117,7 +118,8 @@ fn policy_entries(top: &Map<String, Value>, has_envoy: bool) -> Result<&[Value],
             return Err(ConfigError::Document(format!(
                 "`policies` must be a list, got {}",
                 describe(other)
-            )));
+            ))
+            .at(node_path!["policies"]));
         }
         None if has_envoy => &[],
         None => return Err(ConfigError::Document("missing `policies`".into())),
@@ -126,7 +128,8 @@ fn policy_entries(top: &Map<String, Value>, has_envoy: bool) -> Result<&[Value],
         return Err(ConfigError::Document(
             "`policies` is empty: a config needs at least one policy (or envoy_ratelimit_configs)"
                 .into(),
-        ));
+        )
+        .at(node_path!["policies"]));
     }
     Ok(list)
 }
@@ -205,7 +208,8 @@ fn trace_identity(server: &ServerSettings, key: Option<&str>) -> Result<HotSerie
         HotSeries::Off => Err(ConfigError::Document(format!(
             "server.trace hashes the identities it captures with the identity key, so the environment variable {} must hold it",
             server.identity_key_env
-        ))),
+        ))
+        .at(node_path!["server", "trace"])),
         hashed => Ok(hashed),
     }
 }
@@ -252,7 +256,8 @@ pub(super) fn replace_store(doc: &mut Value, store: &str) -> Result<(), ConfigEr
             .unwrap_or_default();
         return Err(ConfigError::Document(format!(
             "--store (TOLLGATE_STORE) replaces a config's one `store:`, but this config names its stores by role (stores: {roles}): change them in the file"
-        )));
+        ))
+        .at(node_path!["stores"]));
     }
     let current = top.get("store");
     let replacement = if store == "memory" {
@@ -295,12 +300,14 @@ fn parse_envoy_paths(value: Option<&Value>) -> Result<Vec<PathBuf>, ConfigError>
                             "envoy_ratelimit_configs[{i}] must be a file or directory path, got {}",
                             describe(item)
                         ))
+                        .at(node_path!["envoy_ratelimit_configs", i])
                     })
             })
             .collect(),
         Some(other) => Err(ConfigError::Document(format!(
             "envoy_ratelimit_configs must be a non-empty list of files or directories, got {}",
             describe(other)
-        ))),
+        ))
+        .at(node_path!["envoy_ratelimit_configs"])),
     }
 }

@@ -28,9 +28,10 @@ pub use stores::{StoreSettings, Stores};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tollgate_core::{
-    ConfigError, Policy, PolicySet, SecretHasher, describe, parse_yaml, parse_yaml_named,
+    ConfigError, NodePath, Policy, PolicySet, SecretHasher, describe, parse_yaml, parse_yaml_named,
 };
 
 use crate::envoy_rules::{EnvoyRules, RuleKind};
@@ -176,7 +177,7 @@ impl ServeConfig {
         });
         let mut config = parsed.map_err(|source| ConfigLoadError::Invalid {
             path: shown(),
-            source,
+            source: source.locate(&text, &shown()),
         })?;
         if let Some(paths) = &config.server.tls {
             let base = path.parent().unwrap_or_else(|| Path::new("."));
@@ -245,14 +246,14 @@ impl ServeConfig {
         parse_doc(text, parse_yaml(text)?, env)
     }
 
-    /// [`Self::parse`] for the text of file `source`, which a YAML syntax
-    /// error names (`--> tollgate.yaml:4:4`) with the lines around it.
+    /// [`Self::parse`] for the text of file `source`, which an error names
+    /// (`--> tollgate.yaml:4:4`) with the lines around the place it is about.
     pub fn parse_named(
         text: &str,
         source: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        parse_doc(text, parse_yaml_named(text, source)?, env)
+        parse_doc(text, parse_yaml_named(text, source)?, env).map_err(|e| e.locate(text, source))
     }
 
     /// What is valid but probably not meant: `validate` prints these,
@@ -335,6 +336,26 @@ fn looks_secret(name: &str) -> bool {
 /// A fault in the document outside any policy.
 fn doc(message: String) -> ConfigError {
     ConfigError::Document(message)
+}
+
+/// `value` as serde reads it into a `T`; a refusal says `name: why` and is
+/// about the field serde was reading, below `at`.
+fn deserialize<T: DeserializeOwned>(
+    value: &Value,
+    at: NodePath,
+    name: &str,
+) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let mut path = at;
+        for segment in e.path() {
+            path = match segment {
+                serde_path_to_error::Segment::Seq { index } => path.then(*index),
+                serde_path_to_error::Segment::Map { key } => path.then(key),
+                _ => break,
+            };
+        }
+        ConfigError::Document(format!("{name}: {}", e.inner())).at(path)
+    })
 }
 
 /// A fault in `field` of `policy`: `policy "x": field: reason`.

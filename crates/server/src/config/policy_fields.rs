@@ -3,7 +3,7 @@
 //! failure mode, request ids), each checked against the others.
 
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, Policy, PolicySet, describe, parse_policy};
+use tollgate_core::{ConfigError, Policy, PolicySet, describe, node_path, parse_policy};
 use tollgate_store::OnStoreFailure;
 
 use super::field_error;
@@ -77,12 +77,15 @@ pub(super) fn parse_policies(
     let mut set = PolicySet::default();
     let mut policies = Vec::with_capacity(list.len());
     for (index, entry) in list.iter().enumerate() {
-        let fields = entry
-            .as_object()
-            .ok_or_else(|| ConfigError::Document(format!("policies[{index}] must be a mapping")))?;
+        let fields = entry.as_object().ok_or_else(|| {
+            ConfigError::Document(format!("policies[{index}] must be a mapping"))
+                .at(node_path!["policies", index])
+        })?;
         let policy = parse_policy(index, fields, SERVE_FIELDS)?;
         let serve = parse_serve_fields(policy.clone(), fields, stores, deployment)?;
-        set.push(policy)?;
+        // Names are unique: the second of two is the one to point at.
+        set.push(policy)
+            .map_err(|e| e.at(node_path!["policies", index, "name"]))?;
         policies.push(serve);
     }
     Ok((set, policies))

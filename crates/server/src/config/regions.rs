@@ -3,7 +3,7 @@
 //! share, a store per region and the stated bounds all depend on it.
 
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, describe};
+use tollgate_core::{ConfigError, describe, node_path};
 
 use super::doc;
 
@@ -44,7 +44,8 @@ impl Deployment {
                 return Err(doc(format!(
                     "region: must be a region name (letters, digits, '-', '_'), got {}",
                     describe(other)
-                )));
+                ))
+                .at(node_path!["region"]));
             }
         };
         let region = match env(REGION_ENV).filter(|r| !r.is_empty()) {
@@ -66,16 +67,19 @@ impl Deployment {
                 return Err(doc(format!(
                     "regions: must map each region to {{instances, weight}}, got {}",
                     describe(other)
-                )));
+                ))
+                .at(node_path!["regions"]));
             }
         };
         if let (Some(r), false) = (&region, regions.is_empty())
             && !regions.iter().any(|x| &x.name == r)
         {
+            // The region may come from the environment: the list is in the file.
             return Err(doc(format!(
                 "region: {r:?} is not among regions ({})",
                 names(&regions)
-            )));
+            ))
+            .at(node_path!["regions"]));
         }
         Ok(Self { region, regions })
     }
@@ -90,7 +94,8 @@ fn parse_region(name: &str, value: &Value) -> Result<Region, ConfigError> {
     if !valid_region(name) {
         return Err(doc(format!(
             "regions: {name:?} is not a region name (letters, digits, '-', '_')"
-        )));
+        ))
+        .at(node_path!["regions", name]));
     }
     let fields = match value {
         Value::Null => Map::new(),
@@ -99,7 +104,8 @@ fn parse_region(name: &str, value: &Value) -> Result<Region, ConfigError> {
             return Err(doc(format!(
                 "regions.{name}: must be {{instances, weight}}, got {}",
                 describe(other)
-            )));
+            ))
+            .at(node_path!["regions", name]));
         }
     };
     let mut region = Region {
@@ -114,7 +120,8 @@ fn parse_region(name: &str, value: &Value) -> Result<Region, ConfigError> {
             other => {
                 return Err(doc(format!(
                     "regions.{name}.{other}: unknown field (expected: instances, weight)"
-                )));
+                ))
+                .at(node_path!["regions", name, other]));
             }
         };
         *slot = v.as_u64().filter(|&n| n > 0).ok_or_else(|| {
@@ -122,6 +129,7 @@ fn parse_region(name: &str, value: &Value) -> Result<Region, ConfigError> {
                 "regions.{name}.{key}: must be a whole number ≥ 1, got {}",
                 describe(v)
             ))
+            .at(node_path!["regions", name, key])
         })?;
     }
     Ok(region)

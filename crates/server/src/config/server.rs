@@ -9,7 +9,7 @@ use hyper::http::HeaderName;
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
-use tollgate_core::{ConfigError, describe};
+use tollgate_core::{ConfigError, describe, node_path};
 
 use crate::listen::ListenAddress;
 use crate::tls::TlsPaths;
@@ -194,8 +194,7 @@ impl ServerSettings {
     pub(super) fn parse(value: Option<&Value>) -> Result<Self, ConfigError> {
         let server: ServerSettings = match value {
             None | Some(Value::Null) => ServerSettings::default(),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| ConfigError::Document(format!("server: {e}")))?,
+            Some(v) => super::deserialize(v, node_path!["server"], "server")?,
         };
         server.validate()?;
         Ok(server)
@@ -207,7 +206,8 @@ impl ServerSettings {
             return Err(ConfigError::Document(format!(
                 "server: http_workers {} is more than {MAX_HTTP_WORKERS}",
                 self.http_workers
-            )));
+            ))
+            .at(node_path!["server", "http_workers"]));
         }
         for (name, value) in [
             ("max_body_bytes", self.max_body_bytes),
@@ -215,9 +215,10 @@ impl ServerSettings {
             ("max_checks", self.max_checks),
         ] {
             if value == 0 {
-                return Err(ConfigError::Document(format!(
-                    "server: {name} must be positive"
-                )));
+                return Err(
+                    ConfigError::Document(format!("server: {name} must be positive"))
+                        .at(node_path!["server", name]),
+                );
             }
         }
         if let Some(log) = self.decision_log
@@ -226,19 +227,22 @@ impl ServerSettings {
             return Err(ConfigError::Document(format!(
                 "server: decision_log.sample_percent {} is outside 0..=100",
                 log.sample_percent
-            )));
+            ))
+            .at(node_path!["server", "decision_log", "sample_percent"]));
         }
         if let Some(trace) = &self.trace {
             if !(0.0..=100.0).contains(&trace.sample_percent) {
                 return Err(ConfigError::Document(format!(
                     "server: trace.sample_percent {} is outside 0..=100",
                     trace.sample_percent
-                )));
+                ))
+                .at(node_path!["server", "trace", "sample_percent"]));
             }
             if trace.max_bytes == 0 || trace.path.as_os_str().is_empty() {
                 return Err(ConfigError::Document(
                     "server: trace needs a path and a positive max_bytes".to_owned(),
-                ));
+                )
+                .at(node_path!["server", "trace"]));
             }
         }
         if !MAX_HEADERS_RANGE.contains(&self.max_headers) {
@@ -247,7 +251,8 @@ impl ServerSettings {
                 self.max_headers,
                 MAX_HEADERS_RANGE.start(),
                 MAX_HEADERS_RANGE.end()
-            )));
+            ))
+            .at(node_path!["server", "max_headers"]));
         }
         if !MAX_HEADER_BYTES_RANGE.contains(&self.max_header_bytes) {
             return Err(ConfigError::Document(format!(
@@ -255,23 +260,27 @@ impl ServerSettings {
                 self.max_header_bytes,
                 MAX_HEADER_BYTES_RANGE.start(),
                 MAX_HEADER_BYTES_RANGE.end()
-            )));
+            ))
+            .at(node_path!["server", "max_header_bytes"]));
         }
         if self.request_timeout_ms == 0 {
             return Err(ConfigError::Document(
                 "server: request_timeout_ms must be positive".into(),
-            ));
+            )
+            .at(node_path!["server", "request_timeout_ms"]));
         }
         if self.max_connections == 0 {
-            return Err(ConfigError::Document(
-                "server: max_connections must be positive".into(),
-            ));
+            return Err(
+                ConfigError::Document("server: max_connections must be positive".into())
+                    .at(node_path!["server", "max_connections"]),
+            );
         }
         if !(400..=599).contains(&self.deny_status) {
             return Err(ConfigError::Document(format!(
                 "server: deny_status {} is not an HTTP error status (400-599)",
                 self.deny_status
-            )));
+            ))
+            .at(node_path!["server", "deny_status"]));
         }
         Ok(())
     }

@@ -4,11 +4,11 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, describe};
+use tollgate_core::{ConfigError, NodePath, describe, node_path};
 use tollgate_store::RedisConfig;
 
-use super::doc;
 use super::regions::{Deployment, REGION_ENV};
+use super::{deserialize, doc};
 
 /// The stores' roles, in the order the limiter asks them: the cheapest
 /// first, so a local rejection never pays a round trip.
@@ -74,15 +74,23 @@ fn default_max_keys() -> usize {
 }
 
 /// One store's settings (`{memory: …}` or `{redis: …}`) under `field`
-/// (`store`, `stores.global`, …), which every message names.
-fn parse_store_value(value: Option<&Value>, field: &str) -> Result<StoreSettings, ConfigError> {
-    let fault = |m: String| ConfigError::Document(m);
+/// (`store`, `stores.global`, …), which every message names; `at` is
+/// where that is in the document.
+fn parse_store_value(
+    value: Option<&Value>,
+    field: &str,
+    at: &NodePath,
+) -> Result<StoreSettings, ConfigError> {
+    let fault = |m: String, below: &[&str]| {
+        let path = below.iter().fold(at.clone(), |path, key| path.then(*key));
+        ConfigError::Document(m).at(path)
+    };
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Ok(StoreSettings::default());
     };
     let map = value
         .as_object()
-        .ok_or_else(|| fault(format!("{field}: must be a mapping")))?;
+        .ok_or_else(|| fault(format!("{field}: must be a mapping"), &[]))?;
     match map.iter().next() {
         Some((kind, settings)) if map.len() == 1 && kind == "memory" => {
             let settings: MemorySettings = if settings.is_null() {
@@ -90,41 +98,62 @@ fn parse_store_value(value: Option<&Value>, field: &str) -> Result<StoreSettings
                     max_keys: default_max_keys(),
                 }
             } else {
-                serde_json::from_value(settings.clone())
-                    .map_err(|e| fault(format!("{field}.memory: {e}")))?
+                deserialize(
+                    settings,
+                    at.clone().then("memory"),
+                    &format!("{field}.memory"),
+                )?
             };
             if settings.max_keys == 0 {
-                return Err(fault(format!("{field}.memory: max_keys must be positive")));
+                return Err(fault(
+                    format!("{field}.memory: max_keys must be positive"),
+                    &["memory", "max_keys"],
+                ));
             }
             Ok(StoreSettings::Memory {
                 max_keys: settings.max_keys,
             })
         }
         Some((kind, settings)) if map.len() == 1 && kind == "redis" => {
-            secrets_are_text(settings, field)?;
-            let config: RedisConfig = serde_json::from_value(settings.clone())
-                .map_err(|e| fault(format!("{field}.redis: {e}")))?;
-            // Its messages name their field (`store.redis.url: …`) already.
-            config.validate().map_err(|e| {
-                fault(match e {
-                    tollgate_store::StoreError::Config(message) => {
-                        message.replacen("store.redis", &format!("{field}.redis"), 1)
-                    }
-                    other => format!("{field}.redis: {other}"),
-                })
+            let redis_at = at.clone().then("redis");
+            secrets_are_text(settings, field, &redis_at)?;
+            let config: RedisConfig =
+                deserialize(settings, redis_at.clone(), &format!("{field}.redis"))?;
+            // Its faults name their field (`store.redis.url`) as a config
+            // with one `store:` does; here it is under `field`.
+            config.check().map_err(|e| {
+                let below = e.field.strip_prefix("store.redis").unwrap_or("");
+                let below = below.strip_prefix('.').unwrap_or(below);
+                let path = if below.is_empty() {
+                    redis_at.clone()
+                } else {
+                    redis_at.clone().then_field(below)
+                };
+                ConfigError::Document(format!("{field}.redis{}: {}", dotted(below), e.reason))
+                    .at(path)
             })?;
             Ok(StoreSettings::Redis(Box::new(config)))
         }
-        _ => Err(fault(format!(
-            "{field}: expected exactly one of: memory, redis"
-        ))),
+        _ => Err(fault(
+            format!("{field}: expected exactly one of: memory, redis"),
+            &[],
+        )),
+    }
+}
+
+/// `.name`, or nothing for no name.
+fn dotted(name: &str) -> String {
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!(".{name}")
     }
 }
 
 /// A password or URL of the wrong type would be quoted by the
 /// deserializer's message (`invalid type: integer `123456``): refuse it
 /// here, by name and without its value.
-fn secrets_are_text(redis: &Value, field: &str) -> Result<(), ConfigError> {
+fn secrets_are_text(redis: &Value, field: &str, at: &NodePath) -> Result<(), ConfigError> {
     let text = |v: &Value| v.is_string();
     let list = |v: &Value| v.as_array().is_some_and(|items| items.iter().all(text));
     let sentinel_nodes = redis.get("sentinel").and_then(|s| s.get("nodes"));
@@ -148,7 +177,8 @@ fn secrets_are_text(redis: &Value, field: &str) -> Result<(), ConfigError> {
     match wrong {
         Some((name, _, kind)) => Err(ConfigError::Document(format!(
             "{field}.redis.{name}: must be {kind} (quote it)"
-        ))),
+        ))
+        .at(at.clone().then_field(name))),
         None => Ok(()),
     }
 }
@@ -167,16 +197,18 @@ impl Stores {
         match (top.get("store"), top.get("stores")) {
             (Some(_), Some(_)) => Err(doc(
                 "give store (one store) or stores (by role), not both".into()
-            )),
+            )
+            .at(node_path!["stores"])),
             (None, Some(Value::Object(map))) if !map.is_empty() => {
                 Self::parse_roles(map, deployment)
             }
             (None, Some(other)) => Err(doc(format!(
                 "stores: must map roles (local, regional, global) to stores, got {}",
                 describe(other)
-            ))),
+            ))
+            .at(node_path!["stores"])),
             (store, None) => {
-                let settings = parse_store_value(store, "store")?;
+                let settings = parse_store_value(store, "store", &node_path!["store"])?;
                 let role = match settings {
                     StoreSettings::Memory { .. } => "local",
                     StoreSettings::Redis(_) => "global",
@@ -192,25 +224,27 @@ impl Stores {
         if let Some(role) = map.keys().find(|k| !STORE_ROLES.contains(&k.as_str())) {
             return Err(doc(format!(
                 "stores.{role}: unknown role (expected: local, regional, global)"
-            )));
+            ))
+            .at(node_path!["stores", role]));
         }
         let mut list = Vec::new();
         for role in STORE_ROLES {
             let Some(value) = map.get(role) else { continue };
             let field = format!("stores.{role}");
-            let value = if role == "regional" {
+            let role_at = node_path!["stores", role];
+            let (value, at) = if role == "regional" {
                 this_regions_store(value, deployment)?
             } else {
-                value
+                (value, role_at.clone())
             };
             // `local: memory` is a store with its defaults.
             let settings = match value {
                 Value::String(kind) => {
                     let mut m = Map::new();
                     m.insert(kind.clone(), Value::Null);
-                    parse_store_value(Some(&Value::Object(m)), &field)?
+                    parse_store_value(Some(&Value::Object(m)), &field, &at)?
                 }
-                other => parse_store_value(Some(other), &field)?,
+                other => parse_store_value(Some(other), &field, &at)?,
             };
             match (role, &settings) {
                 ("local", StoreSettings::Memory { .. })
@@ -218,12 +252,14 @@ impl Stores {
                 ("local", _) => {
                     return Err(doc(format!(
                         "{field}: must be a memory store (it is this instance's own)"
-                    )));
+                    ))
+                    .at(role_at));
                 }
                 _ => {
                     return Err(doc(format!(
                         "{field}: must be a redis store (a memory store is one instance's, not a {role} one)"
-                    )));
+                    ))
+                    .at(role_at));
                 }
             }
             list.push((role, settings));
@@ -243,26 +279,30 @@ impl Stores {
 }
 
 /// `regional` as one store, or as a map of regions to stores from which
-/// this instance's region's is taken.
+/// this instance's region's is taken; with where that store is written.
 fn this_regions_store<'v>(
     value: &'v Value,
     deployment: &Deployment,
-) -> Result<&'v Value, ConfigError> {
+) -> Result<(&'v Value, NodePath), ConfigError> {
+    let at = node_path!["stores", "regional"];
     let Value::Object(map) = value else {
-        return Ok(value);
+        return Ok((value, at));
     };
     if map.contains_key("redis") || map.contains_key("memory") {
-        return Ok(value);
+        return Ok((value, at));
     }
     let region = deployment.region.as_deref().ok_or_else(|| {
         doc(format!(
             "stores.regional: names a store per region, so this instance needs its region (region:, --region or {REGION_ENV})"
         ))
+        .at(at.clone())
     })?;
-    map.get(region).ok_or_else(|| {
-        doc(format!(
+    match map.get(region) {
+        Some(store) => Ok((store, at.then(region))),
+        None => Err(doc(format!(
             "stores.regional: no store for this instance's region {region:?} (it names: {})",
             map.keys().cloned().collect::<Vec<_>>().join(", ")
         ))
-    })
+        .at(at)),
+    }
 }

@@ -140,23 +140,30 @@ impl RedisConfig {
     /// Checks what deserialization cannot: one topology, a usable prefix,
     /// positive sizes.
     pub fn validate(&self) -> Result<(), StoreError> {
+        self.check()
+            .map_err(|fault| StoreError::Config(fault.to_string()))
+    }
+
+    /// [`Self::validate`], naming the field at fault apart from why, so a
+    /// config reader can show where that field is written.
+    pub fn check(&self) -> Result<(), RedisConfigFault> {
         let topologies = [
             self.url.is_some(),
             self.cluster.is_some(),
             self.sentinel.is_some(),
         ];
         if topologies.iter().filter(|&&t| t).count() != 1 {
-            return config("store.redis: set exactly one of url, cluster, sentinel");
+            return config("store.redis", "set exactly one of url, cluster, sentinel");
         }
         if self.cluster.as_ref().is_some_and(Vec::is_empty) {
-            return config("store.redis.cluster: list at least one node");
+            return config("store.redis.cluster", "list at least one node");
         }
         if let Some(sentinel) = &self.sentinel {
             if sentinel.nodes.is_empty() {
-                return config("store.redis.sentinel.nodes: list at least one sentinel");
+                return config("store.redis.sentinel.nodes", "list at least one sentinel");
             }
             if sentinel.master.is_empty() {
-                return config("store.redis.sentinel.master: must not be empty");
+                return config("store.redis.sentinel.master", "must not be empty");
             }
         }
         for (field, url) in self.urls() {
@@ -164,14 +171,18 @@ impl RedisConfig {
         }
         if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
             return config(
-                "store.redis.prefix: must be non-empty and hold no brace (braces mark the Cluster hash tag)",
+                "store.redis.prefix",
+                "must be non-empty and hold no brace (braces mark the Cluster hash tag)",
             );
         }
         if self.timeout_ms == 0 {
-            return config("store.redis.timeout: must be positive");
+            return config("store.redis.timeout", "must be positive");
         }
         if self.batch.max_keys == 0 || self.batch.queue == 0 || self.batch.in_flight == 0 {
-            return config("store.redis.batch: max_keys, queue and in_flight must be positive");
+            return config(
+                "store.redis.batch",
+                "max_keys, queue and in_flight must be positive",
+            );
         }
         Ok(())
     }
@@ -198,23 +209,42 @@ impl RedisConfig {
 /// A URL the Redis client can open: `redis://`, `rediss://`, or a Unix
 /// socket (`redis+unix://`, `unix://`). Checked at load, so `validate` and
 /// `serve` refuse the same configs; the message never shows a password.
-fn check_url(field: &str, url: &str) -> Result<(), StoreError> {
+fn check_url(field: &'static str, url: &str) -> Result<(), RedisConfigFault> {
     use redis::IntoConnectionInfo;
     let shown = redact_url(url);
     if redis::parse_redis_url(url).is_none() {
-        return Err(StoreError::Config(format!(
-            "{field}: {shown:?} is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)"
-        )));
+        return Err(RedisConfigFault {
+            field,
+            reason: format!(
+                "{shown:?} is not a Redis URL (expected redis://HOST:PORT, rediss://… or redis+unix:///PATH)"
+            ),
+        });
     }
-    url.into_connection_info().map(|_| ()).map_err(|_| {
-        StoreError::Config(format!(
-            "{field}: {shown:?} is not a valid Redis URL (check the host, port and database number)"
-        ))
-    })
+    url.into_connection_info()
+        .map(|_| ())
+        .map_err(|_| RedisConfigFault {
+            field,
+            reason: format!(
+                "{shown:?} is not a valid Redis URL (check the host, port and database number)"
+            ),
+        })
 }
 
-fn config<T>(message: &str) -> Result<T, StoreError> {
-    Err(StoreError::Config(message.to_owned()))
+/// A Redis store setting that cannot serve: `field: reason`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct RedisConfigFault {
+    /// The field as a config names it: `store.redis.url`.
+    pub field: &'static str,
+    /// Why it cannot serve; never a password.
+    pub reason: String,
+}
+
+fn config<T>(field: &'static str, reason: &str) -> Result<T, RedisConfigFault> {
+    Err(RedisConfigFault {
+        field,
+        reason: reason.to_owned(),
+    })
 }
 
 impl fmt::Debug for RedisConfig {

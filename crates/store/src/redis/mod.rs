@@ -43,7 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tollgate_core::{Decision, Identity, Policy, Taken};
 
-pub use config::{BatchConfig, RedisConfig, SentinelConfig, redact_url};
+pub use config::{BatchConfig, RedisConfig, RedisConfigFault, SentinelConfig, redact_url};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
 pub use lease::*;
 pub use replay_prefix::PrefixHolds;
