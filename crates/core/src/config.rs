@@ -230,7 +230,9 @@ pub fn parse_yaml_named(text: &str, source: &str) -> Result<Value, ConfigError> 
 
 fn read_yaml(text: &str, source: Option<&str>) -> Result<Value, ConfigError> {
     serde_saphyr::from_str::<Value>(text).map_err(|e| {
-        ConfigError::Yaml(tab_fault(&e, text, source).unwrap_or_else(|| yaml_fault(&e, source)))
+        ConfigError::Yaml(
+            tab_fault(&e, text, source).unwrap_or_else(|| yaml_fault(&e, text, source)),
+        )
     })
 }
 
@@ -261,7 +263,7 @@ fn tab_fault(e: &serde_saphyr::Error, text: &str, source: Option<&str>) -> Optio
             "error: line {} column {}: {msg}\n{}",
             at.line,
             at.column,
-            snippet::render(text, name, at, msg, &[])
+            snippet::render(text, name, at, msg, &snippet::line_secrets(text))
         ),
         None => format!("{msg} at line {}, column {}", at.line, at.column),
     })
@@ -298,13 +300,33 @@ fn tab_near(text: &str, from: Position) -> Option<Position> {
 /// serde-saphyr's error in our words where its own would mislead: a key
 /// given twice is an error (which of two `capacity` lines was meant?), and
 /// its message advises a parser option that a config author cannot set.
-fn yaml_fault(e: &serde_saphyr::Error, source: Option<&str>) -> String {
+fn yaml_fault(e: &serde_saphyr::Error, text: &str, source: Option<&str>) -> String {
     if let serde_saphyr::Error::DuplicateMappingKey { key, location } = e.without_snippet() {
         let at = format!("line {} column {}", location.line(), location.column());
         return match key {
             Some(key) => format!("duplicate key {key:?} at {at}"),
             None => format!("duplicate key at {at}"),
         };
+    }
+    // Drawn here rather than by serde-saphyr, whose snippet would show a
+    // password on the lines around the fault.
+    if let (
+        Some(name),
+        serde_saphyr::Error::Message { msg, location }
+        | serde_saphyr::Error::ExternalMessage { msg, location, .. },
+    ) = (source, e.without_snippet())
+        && let (Ok(line), Ok(column)) = (
+            usize::try_from(location.line()),
+            usize::try_from(location.column()),
+        )
+        && line > 0
+    {
+        let at = Position { line, column };
+        let secrets = snippet::line_secrets(text);
+        return format!(
+            "error: line {line} column {column}: {msg}\n{}",
+            snippet::render(text, name, at, msg, &secrets)
+        );
     }
     let options = match source {
         Some(name) => serde_saphyr::render_options! { source_name: Some(name) },

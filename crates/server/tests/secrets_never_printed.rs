@@ -75,6 +75,24 @@ fn a_password_holding_slash_and_at_is_never_printed_by_validate_or_serve() {
 }
 
 #[test]
+fn a_syntax_error_beside_a_password_shows_its_lines_without_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        "config.yaml",
+        "store:\n  redis:\n    url: \"redis://user:s3cr@127.0.0.1:6379\"\n    password: hunter2\n  [\npolicies: []\n",
+    );
+    for what in ["validate", "serve"] {
+        let (code, out) = run(&[what], &config);
+        assert_ne!(code, 0, "{what} accepted:\n{out}");
+        assert!(out.contains("not valid YAML"), "{what}:\n{out}");
+        assert!(out.contains("|     password: <redacted>"), "{what}:\n{out}");
+        assert!(out.contains("|     url: \"<redacted>\""), "{what}:\n{out}");
+        assert_hidden(what, &out);
+    }
+}
+
+#[test]
 fn a_password_typed_as_a_number_is_refused_without_its_value() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = write_config(
