@@ -103,6 +103,16 @@ async fn forged_forwarded_headers_neither_describe_the_request_nor_make_a_new_cl
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
 
+    // Naming a forwarding header in Connection (hop-by-hop, for Caddy to
+    // drop) does not drop Caddy's own: had X-Forwarded-For gone, tollgate
+    // would key Caddy's address (a fresh bucket); had X-Forwarded-Method
+    // gone, the call would describe itself (no login at all).
+    for hop in ["X-Forwarded-For", "X-Forwarded-Method", "X-Forwarded-Uri"] {
+        let extra = format!("Connection: {hop}\r\n");
+        let (status, body) = raw([127, 0, 0, 12], caddy, &post("/login", &extra)).await;
+        assert_eq!(status, 429, "Connection: {hop}: {body}");
+    }
+
     // What reached the application carries Caddy's own forwarding headers,
     // the client's address alone, and none of the forged descriptions.
     let headers = stack.upstream.headers();
