@@ -37,10 +37,6 @@ const NEVER_ADMITTED: &str = "X-API-Key: key-fail-closed\r\nX-Export-Rows-Thousa
 /// The failed-closed answer of examples/nginx.conf.
 const FAILED_CLOSED: &str = r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the rate limiter cannot be reached, and this endpoint does not admit requests without it"}"#;
 
-fn get(path: &str, extra: &str) -> String {
-    format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\n{extra}Connection: close\r\n\r\n")
-}
-
 /// Each login spelling and each never-admitted export, ten times, all at
 /// once (a stalled tollgate holds each for proxy_read_timeout): the
 /// statuses nginx answered, by path, in order.

@@ -2,101 +2,13 @@
 //! reaches it, the real nginx serving examples/nginx.conf, and a real
 //! `tollgate serve` of examples/nginx-tollgate.yaml; and their clients.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use crate::proxy_stack::*;
 use crate::support::{TollgateProcess, free_port};
-use axum::Router;
-use axum::body::to_bytes;
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
-use reqwest::header::HeaderMap;
-
-pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
-/// The login policy's window, in ms.
-pub const LOGIN_WINDOW_MS: u64 = 600_000;
-
-pub fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
-}
-
-// ---------- the upstream: counts and records what reaches it ----------
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    pub method: String,
-    pub uri: String,
-    pub body: String,
-}
-
-/// The application behind nginx. `/api/broken` answers 503, anything else
-/// 200 with a fixed body.
-pub struct Upstream {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Upstream {
-    pub async fn start() -> Self {
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let app = Router::new().fallback(record).with_state(Arc::clone(&seen));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the upstream");
-        let addr = listener.local_addr().expect("upstream address");
-        // An application that takes as many headers as any client sends,
-        // so what the header tests see is tollgate's doing, not its own 431.
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let app = app.clone();
-                let service =
-                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        tower::ServiceExt::oneshot(app.clone(), req.map(axum::body::Body::new))
-                    });
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .max_headers(1024)
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
-                );
-            }
-        });
-        Self { addr, seen }
-    }
-
-    pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().expect("upstream record").clone()
-    }
-
-    pub fn count(&self) -> usize {
-        self.seen.lock().expect("upstream record").len()
-    }
-}
-
-async fn record(State(seen): State<Arc<Mutex<Vec<Seen>>>>, req: Request) -> (StatusCode, String) {
-    let (parts, body) = req.into_parts();
-    let body = to_bytes(body, 1 << 20).await.expect("upstream body");
-    seen.lock().expect("upstream record").push(Seen {
-        method: parts.method.to_string(),
-        uri: parts.uri.to_string(),
-        body: String::from_utf8_lossy(&body).into_owned(),
-    });
-    if parts.uri.path() == "/api/broken" {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "upstream is broken\n".into(),
-        )
-    } else {
-        (StatusCode::OK, "hello from upstream\n".into())
-    }
-}
 
 // ---------- nginx: the real binary, everything under a temp prefix ----------
 
@@ -274,37 +186,6 @@ fn readiness_answer(addr: SocketAddr) -> Option<String> {
 
 // ---------- the stack and its clients ----------
 
-/// Test values of the variables the example's run command may set.
-const EXAMPLE_VARIABLES: [(&str, &str); 4] = [
-    (
-        "TOLLGATE_IDENTITY_KEY",
-        "nginx-test-identity-key-of-32-bytes!",
-    ),
-    ("TOLLGATE_CHECK_TOKEN", CHECK_TOKEN),
-    ("TOLLGATE_ADMIN_TOKEN", ADMIN_TOKEN),
-    ("TOLLGATE_METRICS_TOKEN", "nginx-test-metrics-token"),
-];
-
-/// The variables examples/nginx-tollgate.yaml's run command (its header
-/// comment) sets, with test values: the stack runs the example as a user
-/// following it would, no more guarded than that.
-pub fn example_env() -> Vec<(&'static str, &'static str)> {
-    let text = std::fs::read_to_string(example("nginx-tollgate.yaml")).expect("read the example");
-    let header: String = text
-        .lines()
-        .take_while(|line| line.starts_with('#'))
-        .collect();
-    EXAMPLE_VARIABLES
-        .into_iter()
-        .filter(|(name, _)| header.contains(&format!("{name}=")))
-        .collect()
-}
-
-/// `TOLLGATE_CHECK_TOKEN` of the stack's tollgate.
-pub const CHECK_TOKEN: &str = "nginx-test-check-token";
-/// `TOLLGATE_ADMIN_TOKEN` of the stack's tollgate.
-pub const ADMIN_TOKEN: &str = "nginx-test-admin-token";
-
 pub struct Stack {
     pub nginx: Nginx,
     pub tollgate: Option<TollgateProcess>,
@@ -319,7 +200,7 @@ impl Stack {
     /// The stack with another tollgate config in place of the example's.
     pub async fn start_with(config: &Path) -> Self {
         let upstream = Upstream::start().await;
-        let tollgate = TollgateProcess::spawn(config, &example_env());
+        let tollgate = TollgateProcess::spawn(config, &example_env("nginx-tollgate.yaml"));
         let nginx = Nginx::start(&tollgate.base, upstream.addr);
         Self {
             nginx,
@@ -334,107 +215,6 @@ impl Stack {
     }
 }
 
-/// A client with its own loopback address, so each is a distinct client IP
-/// to nginx (127.0.0.1 is nginx itself, the trusted proxy).
-pub fn client_at(ip: [u8; 4]) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(IpAddr::from(ip))
-        .build()
-        .expect("client")
-}
-
-/// What nginx's client received.
-pub struct Answer {
-    pub status: u16,
-    pub headers: HeaderMap,
-    pub body: String,
-}
-
-impl Answer {
-    pub async fn of(request: reqwest::RequestBuilder) -> Self {
-        let response = request.send().await.expect("request through nginx");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response.text().await.expect("body");
-        Self {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(name)
-            .map(|v| v.to_str().expect("ASCII header"))
-    }
-
-    /// The header's value, which must be present exactly once.
-    pub fn one(&self, name: &str) -> &str {
-        let values: Vec<_> = self.headers.get_all(name).iter().collect();
-        assert_eq!(
-            values.len(),
-            1,
-            "{name} must appear once: {:?}",
-            self.headers
-        );
-        values[0].to_str().expect("ASCII header")
-    }
-
-    /// Every field name the client received, sorted.
-    pub fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.headers.keys().map(|k| k.as_str()).collect();
-        names.sort_unstable();
-        names
-    }
-
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
-    }
-}
-
-/// A RateLimit or RateLimit-Policy field parsed as a Structured Field List:
-/// each member's sf-string name and its integer parameters, in order.
-pub type FieldList = Vec<(String, Vec<(String, i64)>)>;
-
-pub fn sf_list(field: &str) -> FieldList {
-    let list: sfv::List = sfv::Parser::new(field)
-        .parse()
-        .unwrap_or_else(|e| panic!("{field:?} is not a Structured Field List: {e}"));
-    list.into_iter()
-        .map(|member| match member {
-            sfv::ListEntry::Item(item) => {
-                let name = item
-                    .bare_item
-                    .as_string()
-                    .unwrap_or_else(|| panic!("{field:?}: a member is not an sf-string"))
-                    .as_str()
-                    .to_owned();
-                let params = item
-                    .params
-                    .iter()
-                    .map(|(key, value)| {
-                        let value = value
-                            .as_integer()
-                            .unwrap_or_else(|| panic!("{field:?}: {key} is not an integer"));
-                        (key.as_str().to_owned(), i64::from(value))
-                    })
-                    .collect();
-                (name, params)
-            }
-            sfv::ListEntry::InnerList(_) => panic!("{field:?}: unexpected inner list"),
-        })
-        .collect()
-}
-
-pub fn member(name: &str, params: &[(&str, i64)]) -> (String, Vec<(String, i64)>) {
-    (
-        name.to_owned(),
-        params.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
-    )
-}
-
 /// The fields of an admitted answer that nginx passed from the upstream.
 pub const ADMITTED_FIELDS: [&str; 7] = [
     "connection",
@@ -445,46 +225,3 @@ pub const ADMITTED_FIELDS: [&str; 7] = [
     "ratelimit-policy",
     "server",
 ];
-
-/// One request written byte for byte (paths as the client spells them:
-/// reqwest would resolve `/./` and `..` itself), from `ip`, on a fresh
-/// connection; returns the status and the body.
-pub async fn raw(ip: [u8; 4], to: SocketAddr, request: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket
-        .bind(SocketAddr::from((ip, 0)))
-        .expect("bind the client address");
-    let mut stream = socket.connect(to).await.expect("connect");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("write the request");
-    let mut answer = Vec::new();
-    stream
-        .read_to_end(&mut answer)
-        .await
-        .expect("read the answer");
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, body)| body)
-        .to_owned();
-    (status, body)
-}
-
-pub fn post(path: &str, extra: &str) -> String {
-    format!(
-        "POST {path} HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
-    )
-}
-
-/// `count` headers `X-Pad-<i>: v`, each on its own line.
-pub fn padding(count: usize) -> String {
-    (0..count).map(|i| format!("X-Pad-{i}: v\r\n")).collect()
-}

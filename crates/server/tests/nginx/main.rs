@@ -5,6 +5,8 @@
 //!
 //! `harness` starts the stack; each other module is one concern.
 
+#[path = "../support/proxy_stack.rs"]
+mod proxy_stack;
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -93,10 +93,7 @@ fn the_example_does_not_start_without_its_tokens() {
     let output = Command::new(tollgate_bin())
         .args(["validate", "--config"])
         .arg(example("nginx-tollgate.yaml"))
-        .env(
-            "TOLLGATE_IDENTITY_KEY",
-            "nginx-test-identity-key-of-32-bytes!",
-        )
+        .env("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY)
         .env("TOLLGATE_CHECK_TOKEN", CHECK_TOKEN)
         .env_remove("TOLLGATE_ADMIN_TOKEN")
         .env_remove("TOLLGATE_METRICS_TOKEN")
