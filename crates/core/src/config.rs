@@ -134,6 +134,15 @@ impl ConfigError {
     }
 }
 
+/// The lines of `text` (the file `source`) around the node at `path`, with
+/// `label` under a caret at it, drawn as a config fault's are; `None` when
+/// the text has no such node. For YAML files read beside the config.
+pub fn snippet_at(text: &str, source: &str, path: &NodePath, label: &str) -> Option<String> {
+    let locator = Locator::new(text);
+    let at = locator.find(path)?;
+    Some(snippet::render(text, source, at, label, locator.secrets()))
+}
+
 /// Validated policies, looked up by name.
 #[derive(Debug, Clone, Default)]
 pub struct PolicySet {

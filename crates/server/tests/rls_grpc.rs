@@ -1264,6 +1264,14 @@ fn malformed_envoy_files_are_refused_with_file_and_path() {
         let err = load_error(top, &[("r.yaml", file)]);
         assert!(err.contains(expected), "expected {expected:?} in {err:?}");
     }
+    // A fault at a place in the file shows where, with the lines around it.
+    let err = load_error(top, &[("r.yaml", cases[1].0)]);
+    assert!(
+        err.ends_with(
+            "r.yaml:6:9\n  |\n4 |     descriptors:\n5 |       - key: b\n6 |         colour: red\n  |         ^ descriptors[0].descriptors[0].colour: unknown key (expected: key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, tollgate)"
+        ),
+        "{err}"
+    );
     // A bound rule's identity holds one value a key: a key repeated along
     // its path could never be decided, so it is refused at load.
     let bound = "policies:\n  - {name: tenants, algorithm: fixed_window, limit: 5, window: 1m}\nenvoy_ratelimit_configs: [r.yaml]\n";

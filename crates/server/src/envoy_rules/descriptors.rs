@@ -13,8 +13,19 @@ use super::rule::{RuleKind, read_rule};
 use super::{EnvoyRules, MAX_DEPTH, RulesError};
 
 impl EnvoyRules {
-    /// Loads one file's text (`file` names it in errors).
+    /// Loads one file's text (`file` names it in errors, with the lines
+    /// around the place a fault is about).
     pub fn load_text(
+        &mut self,
+        file: &str,
+        text: &str,
+        policies: &PolicySet,
+    ) -> Result<(), RulesError> {
+        self.read_text(file, text, policies)
+            .map_err(|e| e.located(text))
+    }
+
+    fn read_text(
         &mut self,
         file: &str,
         text: &str,

@@ -27,6 +27,34 @@ pub enum RulesError {
         /// What is wrong there.
         reason: String,
     },
+    /// `error` with the lines of its file around the place it names.
+    #[error("{error}\n{snippet}")]
+    Located {
+        /// What is wrong, and where as a path.
+        error: Box<RulesError>,
+        /// ` --> file:line:column` and the lines around it.
+        snippet: String,
+    },
+}
+
+impl RulesError {
+    /// This error with the lines of `text` around the place it names, when
+    /// it names one the text has.
+    #[must_use]
+    pub fn located(self, text: &str) -> Self {
+        let RulesError::At { file, path, reason } = &self else {
+            return self;
+        };
+        let node = tollgate_core::NodePath::default().then_field(path);
+        let label = format!("{path}: {reason}");
+        match tollgate_core::snippet_at(text, file, &node, &label) {
+            Some(snippet) => RulesError::Located {
+                error: Box::new(self),
+                snippet,
+            },
+            None => self,
+        }
+    }
 }
 
 /// One file being read: its name (for errors), its domain (for generated
