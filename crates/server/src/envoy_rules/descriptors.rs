@@ -9,7 +9,7 @@ use serde_json::Value;
 use tollgate_core::{ConfigError, PolicySet, describe, parse_yaml_named};
 
 use super::reading::{Reading, string_field};
-use super::rule::{RuleKind, read_rule};
+use super::rule::{Rule, RuleKind, read_rule};
 use super::{EnvoyRules, MAX_DEPTH, RulesError};
 
 impl EnvoyRules {
@@ -118,6 +118,31 @@ const DESCRIPTOR_KEYS: &[&str] = &[
 ];
 
 impl Loader<'_> {
+    /// A bound rule's identity is the composite of its entries, one value
+    /// a key: a rule bound under a descriptor of its own key could never
+    /// be decided, so it is refused here.
+    fn check_bound_keys(
+        &self,
+        rule: Option<&Rule>,
+        key: &str,
+        here: &str,
+    ) -> Result<(), RulesError> {
+        if let Some(RuleKind::Limited {
+            bound: Some(policy),
+            ..
+        }) = rule.map(|r| &r.kind)
+            && self.keys.iter().any(|k| k == key)
+        {
+            return Err(self.reading.err(
+                &format!("{here}.tollgate.policy"),
+                format!(
+                    "a rule bound to policy {policy:?} cannot repeat the key {key:?} of a descriptor above it: its identity holds one value a key"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Loads one descriptor list under `node`. `path` is where it sits in
     /// the file, `parent_key` the envoyproxy-style key of its parent.
     fn level(
@@ -211,21 +236,7 @@ impl Loader<'_> {
                 self.rules.nodes[child].shared_pattern = Some(value.clone());
             }
             let rule = read_rule(&self.reading, fields, &here, &full_key, shadow_mode)?;
-            if let Some(RuleKind::Limited {
-                bound: Some(policy),
-                ..
-            }) = rule.as_ref().map(|r| &r.kind)
-                && self.keys.contains(&key)
-            {
-                // A bound rule's identity is the composite of its entries,
-                // one value a key: a repeated key could never be decided.
-                return Err(self.reading.err(
-                    &format!("{here}.tollgate.policy"),
-                    format!(
-                        "a rule bound to policy {policy:?} cannot repeat the key {key:?} of a descriptor above it: its identity holds one value a key"
-                    ),
-                ));
-            }
+            self.check_bound_keys(rule.as_ref(), &key, &here)?;
             if let Some(mut rule) = rule {
                 rule.quota_mode = quota_mode;
                 self.rules.rules.push(rule);

@@ -22,6 +22,7 @@
 mod batch;
 mod config;
 mod connection;
+mod counts;
 mod key;
 mod lanes;
 mod lease;
@@ -472,28 +473,6 @@ impl RedisStore {
                 .map_err(connection::from_redis)
         })
         .await
-    }
-
-    /// Rejections held in the rejected-until cache right now.
-    pub fn rejections_cached(&self) -> usize {
-        self.shared.rejected.len()
-    }
-
-    /// Script calls the batching task has made for single decisions; the
-    /// decisions it carried divided by this is the mean batch size.
-    pub fn batched_calls(&self) -> u64 {
-        self.shared.batched_calls.load(Ordering::Relaxed)
-    }
-
-    /// Every script call this store has sent (EVALSHA, and EVAL after
-    /// NOSCRIPT), whatever it was for.
-    pub fn script_calls(&self) -> u64 {
-        self.shared.script_calls.load(Ordering::Relaxed)
-    }
-
-    /// Decisions answered from the rejected-until cache, without Redis.
-    pub fn answered_locally(&self) -> u64 {
-        self.shared.answered_locally.load(Ordering::Relaxed)
     }
 
     fn item(&self, check: &Check<'_>) -> Item {
