@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 use tollgate_core::{Decision, ManualClock, PolicySet};
-use tollgate_limiter::{Backend, Check, Limiter, Plan};
+use tollgate_limiter::{Backend, Check, Decided, Limiter, Plan};
 use tollgate_store::{OnStoreFailure, PrefixHolds, RedisConfig, RedisStore, StoreError};
 
 use crate::metrics::Metrics;
@@ -308,7 +308,7 @@ async fn replay(
             }
         };
         text.clear();
-        for (item, decision) in event.items.iter().zip(&outcome.decisions) {
+        for (item, decision) in event.items().iter().zip(&outcome.decisions) {
             write_line(
                 &mut text,
                 options.format,
@@ -368,36 +368,49 @@ async fn decide(
     clock: &ManualClock,
     event: &Event,
 ) -> Result<Outcome, Fault> {
-    let mut identities = Vec::with_capacity(event.items.len());
-    for item in &event.items {
-        let plan = plans
+    let plan_of = |item: &Item| {
+        plans
             .get(item.policy.as_str())
-            .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", item.policy)))?;
-        identities.push((plan, item.key.identity().map_err(Fault::Line)?));
+            .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", item.policy)))
+    };
+    // One check, the common line, is decided without building lists.
+    if let [item] = event.items() {
+        let plan = plan_of(item)?;
+        let identity = item.key.identity().map_err(Fault::Line)?;
+        clock.set(event.t_ms);
+        let mut cost = item.cost;
+        let mut refunded = None;
+        if event.refund {
+            let check = Check::new(plan, &identity, item.cost);
+            let given = limiter.refund(&check).await;
+            refunded = Some(given.map_err(|e| Fault::Store(e.to_string()))?);
+            cost = 0;
+        }
+        let decided = limiter
+            .decide(&[Check::new(plan, &identity, cost).uncounted()])
+            .await;
+        return outcome(decided, 1, refunded);
+    }
+    let mut identities = Vec::with_capacity(event.items().len());
+    for item in event.items() {
+        identities.push((plan_of(item)?, item.key.identity().map_err(Fault::Line)?));
     }
     clock.set(event.t_ms);
-    let refunded = match (event.refund, identities.first(), event.items.first()) {
-        (true, Some((plan, identity)), Some(item)) => Some(
-            limiter
-                .refund(&Check::new(plan, identity, item.cost))
-                .await
-                .map_err(|e| Fault::Store(e.to_string()))?,
-        ),
-        _ => None,
-    };
     let checks: Vec<Check<'_>> = identities
         .iter()
-        .zip(&event.items)
-        .map(|((plan, identity), item)| {
-            let cost = if refunded.is_some() { 0 } else { item.cost };
-            Check::new(plan, identity, cost).uncounted()
-        })
+        .zip(event.items())
+        .map(|((plan, identity), item)| Check::new(plan, identity, item.cost).uncounted())
         .collect();
     let decided = limiter.decide(&checks).await;
+    outcome(decided, checks.len(), None)
+}
+
+/// A decided event's outcome: `expected` decisions, or the store's fault.
+fn outcome(decided: Decided, expected: usize, refunded: Option<u64>) -> Result<Outcome, Fault> {
     if let Some(e) = decided.error {
         return Err(Fault::Store(e.to_string()));
     }
-    if decided.decisions.len() != checks.len() {
+    if decided.decisions.len() != expected {
         return Err(Fault::Store(
             "the store answered another number of decisions".into(),
         ));

@@ -16,8 +16,24 @@ pub const MAX_CHECKS: usize = 64;
 /// nothing, as `serve` decided them), or one check given back.
 pub struct Event {
     pub t_ms: u64,
-    pub items: Vec<Item>,
+    items: Items,
     pub refund: bool,
+}
+
+/// One check, the common line, kept without a list of its own.
+enum Items {
+    One(Item),
+    Many(Vec<Item>),
+}
+
+impl Event {
+    /// The event's checks, in the line's order.
+    pub fn items(&self) -> &[Item] {
+        match &self.items {
+            Items::One(item) => std::slice::from_ref(item),
+            Items::Many(items) => items,
+        }
+    }
 }
 
 /// One check of an event.
@@ -48,8 +64,34 @@ struct Line {
     checks: Option<Vec<Item>>,
 }
 
+/// The common line, one check, read without the other shapes' optional
+/// fields: a line this does not take is read again as a [`Line`], whose
+/// error is the one reported.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Single {
+    t_ms: u64,
+    policy: String,
+    key: EventKey,
+    #[serde(default = "default_cost")]
+    cost: u64,
+}
+
 /// A trace line's event, or what is wrong with it.
 pub fn parse_event(trimmed: &[u8]) -> Result<Event, String> {
+    if trimmed.first() == Some(&b'{')
+        && let Ok(one) = serde_json::from_slice::<Single>(trimmed)
+    {
+        return Ok(Event {
+            t_ms: one.t_ms,
+            items: Items::One(Item {
+                policy: one.policy,
+                key: one.key,
+                cost: one.cost,
+            }),
+            refund: false,
+        });
+    }
     // serde reads a struct from an array too; a trace line is an object.
     if trimmed.first() != Some(&b'{') {
         let _: Line =
@@ -65,11 +107,11 @@ pub fn parse_event(trimmed: &[u8]) -> Result<Event, String> {
         let key = line.key.ok_or("not a trace event: missing field `key`")?;
         return Ok(Event {
             t_ms: line.t_ms,
-            items: vec![Item {
+            items: Items::One(Item {
                 policy,
                 key,
                 cost: line.cost.unwrap_or_else(default_cost),
-            }],
+            }),
             refund: line.refund,
         });
     };
@@ -89,7 +131,7 @@ pub fn parse_event(trimmed: &[u8]) -> Result<Event, String> {
         )),
         _ => Ok(Event {
             t_ms: line.t_ms,
-            items: checks,
+            items: Items::Many(checks),
             refund: false,
         }),
     }
