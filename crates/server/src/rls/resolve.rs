@@ -246,11 +246,12 @@ impl<'a> Resolver<'a> {
             rls: self.live.envoy.overrides.get(self.domain),
         };
         let Some(window) = Window::new(u64::from(limit.requests_per_unit), unit.ms()) else {
+            // As a blocked rule: a refund has nothing to give back.
             return Ok(Resolved::Blocked {
                 unit,
                 report,
                 shadow: self.live.config.server.shadow_mode,
-                hits,
+                hits: if descriptor.negative_hits { 0 } else { hits },
             });
         };
         let policy = self.live.envoy.override_policy(unit);

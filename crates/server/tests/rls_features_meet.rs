@@ -1,0 +1,243 @@
+//! Envoy's RLS where its features meet: refunds, quota and shadow modes,
+//! overrides, failure modes and hits_addend together, over real loopback
+//! gRPC with a tonic client (a real Redis where the store matters).
+
+mod support;
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use support::T0;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tollgate::{App, ServeConfig, serve_grpc};
+use tollgate_core::ManualClock;
+use tonic::transport::Channel;
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+/// tollgate with `config` (store, policies) and one envoyproxy/ratelimit
+/// file, its gRPC service on loopback, its clock manual.
+struct Rls {
+    client: RateLimitServiceClient<Channel>,
+    _app: Arc<App>,
+    _dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Rls {
+    async fn start(config: &str, rules: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("rules.yaml"), rules).expect("write rules");
+        let path = dir.path().join("tollgate.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "server: {{watch_interval_ms: 0}}\n{config}envoy_ratelimit_configs: [rules.yaml]\n"
+            ),
+        )
+        .expect("write config");
+        let config = ServeConfig::load_with_env(&path, |_| None).expect("config loads");
+        let app = Arc::new(
+            App::open(config, path, Arc::new(ManualClock::new(T0)))
+                .await
+                .expect("store opens"),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(serve_grpc(Arc::clone(&app), listener, async {
+            let _ = rx.await;
+        }));
+        let client = RateLimitServiceClient::connect(addr)
+            .await
+            .expect("connect");
+        Self {
+            client,
+            _app: app,
+            _dir: dir,
+            stop: Some(tx),
+        }
+    }
+
+    /// One call of `descriptors`: the overall code and each (code,
+    /// remaining), or the gRPC error's code.
+    async fn call(
+        &mut self,
+        descriptors: Vec<RateLimitDescriptor>,
+    ) -> Result<(i32, Vec<(i32, u32)>), tonic::Code> {
+        let r = self
+            .client
+            .should_rate_limit(RateLimitRequest {
+                domain: "api".to_owned(),
+                descriptors,
+                hits_addend: 0,
+            })
+            .await
+            .map_err(|s| s.code())?
+            .into_inner();
+        let statuses = r
+            .statuses
+            .iter()
+            .map(|s| (s.code, s.limit_remaining))
+            .collect();
+        Ok((r.overall_code, statuses))
+    }
+
+    async fn ask(&mut self, descriptors: &[Desc]) -> Result<(i32, Vec<(i32, u32)>), tonic::Code> {
+        self.call(descriptors.iter().map(Desc::proto).collect())
+            .await
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A descriptor `key=acme`: its hits, whether they are a refund, and an
+/// optional `limit` override (requests per hour).
+#[derive(Clone, Copy)]
+struct Desc {
+    key: &'static str,
+    hits: u64,
+    refund: bool,
+    limit: Option<u32>,
+}
+
+const fn hit(key: &'static str, hits: u64) -> Desc {
+    Desc {
+        key,
+        hits,
+        refund: false,
+        limit: None,
+    }
+}
+
+const fn refund(key: &'static str, hits: u64) -> Desc {
+    Desc {
+        key,
+        hits,
+        refund: true,
+        limit: None,
+    }
+}
+
+impl Desc {
+    const fn limit(self, per_hour: u32) -> Self {
+        Self {
+            limit: Some(per_hour),
+            ..self
+        }
+    }
+
+    fn proto(&self) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: vec![Entry {
+                key: self.key.to_owned(),
+                value: "acme".to_owned(),
+            }],
+            hits_addend: Some(UInt64Value { value: self.hits }),
+            is_negative_hits: self.refund,
+            limit: self.limit.map(|n| RateLimitOverride {
+                requests_per_unit: n,
+                unit: Unit::Hour as i32,
+            }),
+        }
+    }
+}
+
+const RULES: &str = "domain: api
+descriptors:
+  - key: window
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: blocked_quota
+    rate_limit: {unit: hour, requests_per_unit: 0}
+    quota_mode: true
+  - key: quota
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    quota_mode: true
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    tollgate: {algorithm: sliding_log}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    tollgate: {algorithm: token_bucket}
+  - key: gcra
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    tollgate: {algorithm: gcra}
+  - key: sliding
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    tollgate: {algorithm: sliding_window}
+";
+
+/// A refund to a blocked limit gives nothing back and answers OK, whether
+/// the block is a rule's `requests_per_unit: 0` or a request's own
+/// `limit` of 0; a hit beside it is still over.
+#[tokio::test]
+async fn a_refund_to_a_blocked_rule_or_override_answers_ok() {
+    let mut rls = Rls::start("", RULES).await;
+    assert_eq!(
+        rls.ask(&[refund("blocked", 1)]).await,
+        Ok((OK, vec![(OK, 0)]))
+    );
+    assert_eq!(
+        rls.ask(&[refund("any", 3).limit(0)]).await,
+        Ok((OK, vec![(OK, 0)]))
+    );
+    assert_eq!(
+        rls.ask(&[refund("any", 1).limit(0), hit("window", 1)])
+            .await,
+        Ok((OK, vec![(OK, 0), (OK, 1)]))
+    );
+    assert_eq!(
+        rls.ask(&[hit("any", 1).limit(0)]).await,
+        Ok((OVER, vec![(OVER, 0)]))
+    );
+}
+
+/// A `hits_addend` far past any limit (up to u64::MAX) is over and
+/// spends nothing, a refund of as much lifts a limit to full and no
+/// further, on every algorithm, a quota limit and a `limit` override.
+async fn huge_hits_are_over_and_huge_refunds_stop_at_full(rls: &mut Rls) {
+    for key in ["window", "log", "bucket", "gcra", "sliding", "quota"] {
+        let r = rls.ask(&[hit(key, u64::MAX)]).await;
+        assert_eq!(r, Ok((OVER, vec![(OVER, 2)])), "{key}");
+        let r = rls.ask(&[hit(key, 1 << 53)]).await;
+        assert_eq!(r, Ok((OVER, vec![(OVER, 2)])), "{key}");
+        let r = rls.ask(&[hit(key, 1)]).await;
+        assert_eq!(r, Ok((OK, vec![(OK, 1)])), "{key}");
+        let r = rls.ask(&[refund(key, u64::MAX)]).await;
+        assert_eq!(r, Ok((OK, vec![(OK, 2)])), "{key}");
+        let r = rls.ask(&[hit(key, u64::MAX).limit(5)]).await;
+        assert_eq!(r, Ok((OVER, vec![(OVER, 5)])), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn huge_hits_on_the_memory_store() {
+    let mut rls = Rls::start("", RULES).await;
+    huge_hits_are_over_and_huge_refunds_stop_at_full(&mut rls).await;
+}
+
+#[tokio::test]
+async fn huge_hits_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    let store = format!("store:\n  redis:\n    url: {}\n", redis.url());
+    let mut rls = Rls::start(&store, RULES).await;
+    huge_hits_are_over_and_huge_refunds_stop_at_full(&mut rls).await;
+}
