@@ -241,3 +241,28 @@ async fn huge_hits_on_redis() {
     let mut rls = Rls::start(&store, RULES).await;
     huge_hits_are_over_and_huge_refunds_stop_at_full(&mut rls).await;
 }
+
+/// A `requests_per_unit: 0` rule in `quota_mode` is a quota limit always
+/// over: it makes the request over only when every quota limit is, and
+/// never stops the enforced limits beside another quota limit that admits.
+#[tokio::test]
+async fn a_blocked_quota_limit_is_one_quota_limit_among_the_others() {
+    let mut rls = Rls::start("", RULES).await;
+    let r = rls.ask(&[hit("blocked_quota", 1), hit("quota", 1)]).await;
+    assert_eq!(r, Ok((OK, vec![(OVER, 0), (OK, 1)])));
+    let r = rls
+        .ask(&[hit("blocked_quota", 1), hit("quota", 1), hit("window", 1)])
+        .await;
+    assert_eq!(r, Ok((OK, vec![(OVER, 0), (OK, 0), (OK, 1)])));
+    // Every quota limit over: the request is over, the window only peeks.
+    let r = rls
+        .ask(&[hit("blocked_quota", 1), hit("quota", 1), hit("window", 1)])
+        .await;
+    assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OVER, 0), (OK, 1)])));
+    // Alone it is every quota limit of the request.
+    let r = rls.ask(&[hit("blocked_quota", 1), hit("window", 1)]).await;
+    assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OK, 1)])));
+    // A peek (hits 0) at it is not over.
+    let r = rls.ask(&[hit("blocked_quota", 0), hit("window", 1)]).await;
+    assert_eq!(r, Ok((OK, vec![(OK, 0), (OK, 0)])));
+}

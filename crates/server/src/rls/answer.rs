@@ -93,8 +93,16 @@ pub(super) fn answer<'a>(
                 unit,
                 report,
                 shadow,
+                quota,
                 hits,
-            } => blocked_status(*unit, report, *shadow, *hits, now_ms, &mut verdict),
+            } => blocked_status(
+                *unit,
+                report,
+                (*shadow, *quota),
+                *hits,
+                now_ms,
+                &mut verdict,
+            ),
             Resolved::Decide(pending) => {
                 let Some(decision) = decision.as_ref() else {
                     return Err(Status::internal("a descriptor was left undecided"));
@@ -179,11 +187,11 @@ impl Verdict {
 }
 
 /// A `requests_per_unit: 0` limit: over for any positive cost, until its
-/// window ends.
+/// window ends; in `quota_mode`, one quota limit among the request's.
 fn blocked_status<'a>(
     unit: Unit,
     report: &Report<'a>,
-    shadow: bool,
+    (shadow, quota): (bool, bool),
     hits: u64,
     now_ms: u64,
     verdict: &mut Verdict,
@@ -191,7 +199,9 @@ fn blocked_status<'a>(
     let rejected = hits > 0;
     count(report.rls, rejected, shadow, hits);
     let over = rejected && !shadow;
-    if over {
+    if quota && !shadow {
+        verdict.quota(over, None);
+    } else if over {
         verdict.over(None);
     }
     DescriptorStatus {

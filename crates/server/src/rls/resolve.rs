@@ -34,6 +34,9 @@ pub(super) enum Resolved<'a> {
         unit: Unit,
         report: Report<'a>,
         shadow: bool,
+        /// In `quota_mode`: one quota limit among the request's, always
+        /// over, which alone does not make the request over.
+        quota: bool,
         hits: u64,
     },
     /// A limit the store decides.
@@ -198,6 +201,7 @@ impl<'a> Resolver<'a> {
                 unit: *unit,
                 report,
                 shadow: rule.shadow_mode || self.live.config.server.shadow_mode,
+                quota: rule.quota_mode,
                 hits: if descriptor.negative_hits { 0 } else { hits },
             },
             RuleKind::Limited { .. } => {
@@ -251,6 +255,7 @@ impl<'a> Resolver<'a> {
                 unit,
                 report,
                 shadow: self.live.config.server.shadow_mode,
+                quota: false,
                 hits: if descriptor.negative_hits { 0 } else { hits },
             });
         };

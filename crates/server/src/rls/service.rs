@@ -159,9 +159,9 @@ impl RateLimitGrpc<'_> {
         let quota_over = self.decide_quotas(resolved, &mut decided).await?;
         // A blocked limit rejects any positive cost, so the request is over
         // and the store only peeks; so it is when every quota limit is over.
-        let blocked_over = resolved
-            .iter()
-            .any(|r| matches!(r, Resolved::Blocked { shadow: false, hits, .. } if *hits > 0));
+        let blocked_over = resolved.iter().any(|r| {
+            matches!(r, Resolved::Blocked { shadow: false, quota: false, hits, .. } if *hits > 0)
+        });
         let enforced = if blocked_over || quota_over {
             Batch::Peek
         } else {
@@ -236,6 +236,19 @@ impl RateLimitGrpc<'_> {
     ) -> Result<bool, Status> {
         let (mut quotas, mut over) = (0, 0);
         for (i, r) in resolved.iter().enumerate() {
+            // A blocked quota limit is over for any positive cost, without
+            // the store.
+            if let Resolved::Blocked {
+                shadow: false,
+                quota: true,
+                hits,
+                ..
+            } = r
+            {
+                quotas += 1;
+                over += usize::from(*hits > 0);
+                continue;
+            }
             let Resolved::Decide(p) = r else { continue };
             if !Batch::Quota.holds(p) {
                 continue;
