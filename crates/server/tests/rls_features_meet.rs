@@ -266,3 +266,61 @@ async fn a_blocked_quota_limit_is_one_quota_limit_among_the_others() {
     let r = rls.ask(&[hit("blocked_quota", 0), hit("window", 1)]).await;
     assert_eq!(r, Ok((OK, vec![(OK, 0), (OK, 0)])));
 }
+
+const RULES2: &str = "domain: api
+descriptors:
+  - key: window
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: closed_quota
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    quota_mode: true
+    tollgate: {on_store_failure: fail_closed}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    tollgate: {on_store_failure: fail_closed}
+  - key: open_quota
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    quota_mode: true
+    tollgate: {on_store_failure: fail_open}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    tollgate: {on_store_failure: fail_open}
+  - key: shadow_closed
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    shadow_mode: true
+    tollgate: {on_store_failure: fail_closed}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: path
+    value: /api/x
+    rate_limit: {unit: hour, requests_per_unit: 1}
+";
+
+/// With the store down, a request already over without it — a blocked
+/// limit, or every quota limit over by `fail_closed` — stays over: the
+/// look at its other limits cannot be had, and does not turn the answer
+/// into `UNAVAILABLE` (which Envoy's `failure_mode_deny: false` admits).
+#[tokio::test]
+async fn a_request_over_without_the_store_stays_over_while_it_is_down() {
+    let mut redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    let store = format!("store:\n  redis:\n    url: {}\n", redis.url());
+    let mut rls = Rls::start(&store, RULES2).await;
+    assert_eq!(rls.ask(&[hit("window", 1)]).await, Ok((OK, vec![(OK, 1)])));
+    redis.kill().expect("kill redis-server");
+    // Nothing is counting, so the look promises no budget.
+    let r = rls.ask(&[hit("blocked", 1), hit("window", 1)]).await;
+    assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OK, 0)])));
+    let r = rls.ask(&[hit("closed_quota", 1), hit("window", 1)]).await;
+    assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OK, 0)])));
+    // Not over without the store: the limit without a failure mode answers.
+    let r = rls.ask(&[hit("blocked", 0), hit("window", 1)]).await;
+    assert_eq!(r, Err(tonic::Code::Unavailable));
+    let r = rls.ask(&[hit("open_quota", 1), hit("window", 1)]).await;
+    assert_eq!(r, Err(tonic::Code::Unavailable));
+    // A fail_closed limit beside one without a mode wins, as before.
+    let r = rls.ask(&[hit("closed", 1), hit("window", 1)]).await;
+    assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OK, 0)])));
+}

@@ -196,7 +196,13 @@ impl RateLimitGrpc<'_> {
         // most shared one, a bound rule on its policy's.
         let checks: Vec<Check<'_>> = pendings.iter().map(|p| batch.check(p)).collect();
         let result = self.app.limiter.decide(&checks).await;
-        self.answerable(&result, &pendings)?;
+        if batch == Batch::Peek {
+            // The request is over without the store: a look it could not
+            // have does not make the answer an error.
+            self.count_store_failure(&result);
+        } else {
+            self.answerable(&result, &pendings)?;
+        }
         if result.decisions.len() != indices.len() {
             return Err(Status::internal(
                 "the store answered a different number of decisions",
@@ -272,8 +278,24 @@ impl RateLimitGrpc<'_> {
     /// a declared failure mode answer as envoyproxy/ratelimit does, with an
     /// error, so Envoy's `failure_mode_deny` decides.
     fn answerable(&self, result: &Decided, pendings: &[&Pending<'_>]) -> Result<(), Status> {
-        if !result.by.is_degraded() {
+        if !self.count_store_failure(result) {
             return Ok(());
+        }
+        if result.by != DecidedBy::FailClosed
+            && pendings.iter().any(|p| p.plan.on_failure().is_none())
+        {
+            // The store's own words (addresses, Redis replies) stay in the
+            // log (the limiter's); Envoy and its client get tollgate's.
+            return Err(Status::unavailable(store_fault(result.error.as_ref())));
+        }
+        Ok(())
+    }
+
+    /// Counts a store call decided without the store, by the path that
+    /// answered instead. Whether it was.
+    fn count_store_failure(&self, result: &Decided) -> bool {
+        if !result.by.is_degraded() {
+            return false;
         }
         self.app
             .metrics
@@ -283,14 +305,7 @@ impl RateLimitGrpc<'_> {
                 path: result.by.name(),
             })
             .inc();
-        if result.by != DecidedBy::FailClosed
-            && pendings.iter().any(|p| p.plan.on_failure().is_none())
-        {
-            // The store's own words (addresses, Redis replies) stay in the
-            // log (the limiter's); Envoy and its client get tollgate's.
-            return Err(Status::unavailable(store_fault(result.error.as_ref())));
-        }
-        Ok(())
+        true
     }
 }
 
