@@ -207,6 +207,19 @@ impl HotLeases {
         self.lost.inc_by(units.saturating_sub(given));
     }
 
+    /// What `identity`'s live block has not spent yet (0 without one):
+    /// taken from the store, still this instance's to admit, so a look at
+    /// the store's state alone would under-report what remains by it.
+    pub fn unspent(&self, identity: &Identity, now_ms: u64) -> u64 {
+        let Ok(blocks) = self.blocks.lock() else {
+            return 0;
+        };
+        match blocks.get(identity) {
+            Some(block) if !block.taking && now_ms < block.until_ms => block.left,
+            _ => 0,
+        }
+    }
+
     /// Admits `cost` from `identity`'s live block, if it holds that much:
     /// the decision says what is left of the block (a lower bound of what
     /// the store has: conservative). `None`: decide on the store.

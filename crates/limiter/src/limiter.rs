@@ -384,7 +384,27 @@ impl Limiter {
         }
         self.observe_store(store, &decided);
         self.count(checks, &decided, replayed, now_ms);
+        self.add_unspent_blocks(checks, &mut decided);
         decided
+    }
+
+    /// A look (cost 0) at a hot identity says what remains as its spends
+    /// do: the store's state plus what this instance's block has not spent.
+    fn add_unspent_blocks(&self, checks: &[Check<'_>], decided: &mut Decided) {
+        if decided.by.is_degraded() {
+            return;
+        }
+        let now_ms = self.clock.monotonic_ms();
+        for (check, decision) in checks.iter().zip(&mut decided.decisions) {
+            if check.cost > 0 {
+                continue;
+            }
+            if let Some(hot) = check.plan.hot_lease() {
+                let unspent = hot.unspent(check.identity, now_ms);
+                let unspent = i64::try_from(unspent).unwrap_or(i64::MAX);
+                decision.remaining = decision.remaining.saturating_add(unspent);
+            }
+        }
     }
 
     /// Checks on several stores, store by store in order; after a

@@ -324,3 +324,27 @@ async fn a_request_over_without_the_store_stays_over_while_it_is_down() {
     let r = rls.ask(&[hit("closed", 1), hit("window", 1)]).await;
     assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OK, 0)])));
 }
+
+const HOT: &str = "policies:
+  - {name: hot, algorithm: fixed_window, limit: 100, window: 1h, hot_lease: {above: 2, term: 10s}}
+";
+const HOT_RULES: &str = "domain: api
+descriptors:
+  - key: hot
+    tollgate: {policy: hot}
+";
+
+/// Under `hot_lease`, a look (hits 0) says what remains as a hit does:
+/// the store's state plus what this instance's block has not spent.
+#[tokio::test]
+async fn a_look_at_a_hot_identity_counts_its_unspent_block() {
+    let redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    let store = format!("store:\n  redis:\n    url: {}\n{HOT}", redis.url());
+    let mut rls = Rls::start(&store, HOT_RULES).await;
+    for left in [99, 98, 97, 96, 95] {
+        assert_eq!(rls.ask(&[hit("hot", 1)]).await, Ok((OK, vec![(OK, left)])));
+    }
+    assert_eq!(rls.ask(&[hit("hot", 0)]).await, Ok((OK, vec![(OK, 95)])));
+    assert_eq!(rls.ask(&[hit("hot", 1)]).await, Ok((OK, vec![(OK, 94)])));
+    assert_eq!(rls.ask(&[hit("hot", 0)]).await, Ok((OK, vec![(OK, 94)])));
+}
