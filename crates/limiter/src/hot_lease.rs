@@ -194,6 +194,23 @@ impl HotLeases {
             .unwrap_or_default()
     }
 
+    /// Ends `identity`'s block now (a refund is coming) and hands over its
+    /// unspent units, to give back first. A block being taken stays; one
+    /// without a receipt has nothing to give back.
+    pub fn end(&self, identity: &Identity) -> Option<Unspent> {
+        let mut blocks = self.blocks.lock().ok()?;
+        if blocks.get(identity)?.taking {
+            return None;
+        }
+        let block = blocks.remove(identity)?;
+        let taken = block.taken.filter(|_| block.left > 0)?;
+        Some(Unspent {
+            identity: identity.clone(),
+            units: block.left,
+            taken,
+        })
+    }
+
     /// Ends every block now (the instance is stopping) and hands over
     /// their units, to give back.
     pub fn take_all_unspent(&self) -> Vec<Unspent> {

@@ -4,7 +4,8 @@
 //! state alone bounds what goes back (`Taken::REFUND` in the core): a
 //! bucket up to full, a window's current count down to empty, a log's
 //! newest entries. A refund never lets an identity spend more at once than
-//! its policy's limit.
+//! its policy's limit: under `hot_lease`, this instance's live block of
+//! the identity ends and goes back before the refund.
 
 use tollgate_core::{Clock, Taken};
 use tollgate_store::{Check as StoreCheck, StoreError};
@@ -29,6 +30,21 @@ impl Limiter {
             return Ok(0);
         }
         let started_ms = self.clock.now_ms();
+        if let Some(hot) = check.plan.hot_lease()
+            && let Some(unspent) = hot.end(check.identity)
+        {
+            // The store counts a live block's units as spent: given back
+            // first (exactly, as at its end), the refund is bounded by what
+            // was really spent, not by what this instance still holds.
+            let block = StoreCheck {
+                policy: check.plan.policy(),
+                identity: check.identity,
+                cost: unspent.units,
+            };
+            let back = backend.give_back(block, unspent.taken).await;
+            hot.given_back(unspent.units, *back.as_ref().unwrap_or(&0));
+            back?;
+        }
         let given = self.give_back_refund(backend, check).await?;
         if let Some(trace) = self.trace() {
             let policy = check.plan.policy().name();

@@ -348,3 +348,32 @@ async fn a_look_at_a_hot_identity_counts_its_unspent_block() {
     assert_eq!(rls.ask(&[hit("hot", 1)]).await, Ok((OK, vec![(OK, 94)])));
     assert_eq!(rls.ask(&[hit("hot", 0)]).await, Ok((OK, vec![(OK, 94)])));
 }
+
+/// A refund to a hot identity first ends this instance's block, its
+/// unspent units given back exactly: a refund of more than was spent then
+/// lifts the limit to full and no further, and the units the block held
+/// cannot be admitted on top of it.
+#[tokio::test]
+async fn a_refund_to_a_hot_identity_never_lifts_it_past_its_limit() {
+    let redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    let store = format!("store:\n  redis:\n    url: {}\n{HOT}", redis.url());
+    let mut rls = Rls::start(&store, HOT_RULES).await;
+    for left in [99, 98, 97, 96, 95] {
+        assert_eq!(rls.ask(&[hit("hot", 1)]).await, Ok((OK, vec![(OK, left)])));
+    }
+    assert_eq!(rls.ask(&[refund("hot", 1)]).await, Ok((OK, vec![(OK, 96)])));
+    assert_eq!(rls.ask(&[hit("hot", 1)]).await, Ok((OK, vec![(OK, 95)])));
+    assert_eq!(
+        rls.ask(&[refund("hot", 1000)]).await,
+        Ok((OK, vec![(OK, 100)]))
+    );
+    assert_eq!(rls.ask(&[hit("hot", 0)]).await, Ok((OK, vec![(OK, 100)])));
+    assert_eq!(rls.ask(&[hit("hot", 1)]).await, Ok((OK, vec![(OK, 99)])));
+    let mut admitted = 1;
+    for _ in 0..300 {
+        if rls.ask(&[hit("hot", 1)]).await.map(|r| r.0) == Ok(OK) {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 100);
+}
