@@ -18,7 +18,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use support::T0;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tollgate::{App, ServeConfig, serve_grpc};
+use tollgate::{App, ServeConfig, serve_app, serve_grpc};
 use tollgate_core::ManualClock;
 use tonic::transport::Channel;
 
@@ -29,9 +29,12 @@ const OVER: i32 = Code::OverLimit as i32;
 /// file, its gRPC service on loopback, its clock manual.
 struct Rls {
     client: RateLimitServiceClient<Channel>,
-    _app: Arc<App>,
+    app: Arc<App>,
+    /// The HTTP listener's base URL (`/v1/check`, `/metrics`).
+    http: String,
     _dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
+    stop_http: Option<oneshot::Sender<()>>,
 }
 
 impl Rls {
@@ -61,9 +64,17 @@ impl Rls {
         let client = RateLimitServiceClient::connect(addr)
             .await
             .expect("connect");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let http = format!("http://{}", listener.local_addr().expect("addr"));
+        let (http_tx, http_rx) = oneshot::channel::<()>();
+        tokio::spawn(serve_app(Arc::clone(&app), listener, async {
+            let _ = http_rx.await;
+        }));
         Self {
             client,
-            _app: app,
+            app,
+            http,
+            stop_http: Some(http_tx),
             _dir: dir,
             stop: Some(tx),
         }
@@ -93,6 +104,11 @@ impl Rls {
         Ok((r.overall_code, statuses))
     }
 
+    /// `POST /v1/check` of `body`: the answer.
+    async fn check(&self, body: &str) -> serde_json::Value {
+        support::check_json(&reqwest::Client::new(), &self.http, body.to_owned()).await
+    }
+
     async fn ask(&mut self, descriptors: &[Desc]) -> Result<(i32, Vec<(i32, u32)>), tonic::Code> {
         self.call(descriptors.iter().map(Desc::proto).collect())
             .await
@@ -101,14 +117,17 @@ impl Rls {
 
 impl Drop for Rls {
     fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
+        for tx in [self.stop.take(), self.stop_http.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = tx.send(());
         }
     }
 }
 
 /// A descriptor `key=acme`: its hits, whether they are a refund, and an
-/// optional `limit` override (requests per hour).
+/// optional `limit` override (requests per year).
 #[derive(Clone, Copy)]
 struct Desc {
     key: &'static str,
@@ -136,9 +155,9 @@ const fn refund(key: &'static str, hits: u64) -> Desc {
 }
 
 impl Desc {
-    const fn limit(self, per_hour: u32) -> Self {
+    const fn limit(self, per_year: u32) -> Self {
         Self {
-            limit: Some(per_hour),
+            limit: Some(per_year),
             ..self
         }
     }
@@ -153,7 +172,7 @@ impl Desc {
             is_negative_hits: self.refund,
             limit: self.limit.map(|n| RateLimitOverride {
                 requests_per_unit: n,
-                unit: Unit::Hour as i32,
+                unit: Unit::Year as i32,
             }),
         }
     }
@@ -162,26 +181,26 @@ impl Desc {
 const RULES: &str = "domain: api
 descriptors:
   - key: window
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
   - key: blocked
-    rate_limit: {unit: hour, requests_per_unit: 0}
+    rate_limit: {unit: year, requests_per_unit: 0}
   - key: blocked_quota
-    rate_limit: {unit: hour, requests_per_unit: 0}
+    rate_limit: {unit: year, requests_per_unit: 0}
     quota_mode: true
   - key: quota
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     quota_mode: true
   - key: log
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     tollgate: {algorithm: sliding_log}
   - key: bucket
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     tollgate: {algorithm: token_bucket}
   - key: gcra
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     tollgate: {algorithm: gcra}
   - key: sliding
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     tollgate: {algorithm: sliding_window}
 ";
 
@@ -270,33 +289,33 @@ async fn a_blocked_quota_limit_is_one_quota_limit_among_the_others() {
 const RULES2: &str = "domain: api
 descriptors:
   - key: window
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
   - key: blocked
-    rate_limit: {unit: hour, requests_per_unit: 0}
+    rate_limit: {unit: year, requests_per_unit: 0}
   - key: closed_quota
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     quota_mode: true
     tollgate: {on_store_failure: fail_closed}
   - key: closed
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     tollgate: {on_store_failure: fail_closed}
   - key: open_quota
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     quota_mode: true
     tollgate: {on_store_failure: fail_open}
   - key: open
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     tollgate: {on_store_failure: fail_open}
   - key: shadow_closed
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
     shadow_mode: true
     tollgate: {on_store_failure: fail_closed}
   - key: path
     value: /api/*
-    rate_limit: {unit: hour, requests_per_unit: 3}
+    rate_limit: {unit: year, requests_per_unit: 3}
   - key: path
     value: /api/x
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
 ";
 
 /// With the store down, a request already over without it — a blocked
@@ -326,7 +345,7 @@ async fn a_request_over_without_the_store_stays_over_while_it_is_down() {
 }
 
 const HOT: &str = "policies:
-  - {name: hot, algorithm: fixed_window, limit: 100, window: 1h, hot_lease: {above: 2, term: 10s}}
+  - {name: hot, algorithm: fixed_window, limit: 100, window: 365d, hot_lease: {above: 2, term: 10s}}
 ";
 const HOT_RULES: &str = "domain: api
 descriptors:
@@ -376,4 +395,133 @@ async fn a_refund_to_a_hot_identity_never_lifts_it_past_its_limit() {
         }
     }
     assert_eq!(admitted, 100);
+}
+
+const ONE: &str = "policies:
+  - {name: api, algorithm: fixed_window, limit: 3, window: 365d}
+  - {name: bucket, algorithm: token_bucket, capacity: 3, refill: {tokens: 3, per: 365d}}
+";
+const ONE_RULES: &str = "domain: api
+descriptors:
+  - key: api
+    tollgate: {policy: api}
+  - key: bucket
+    tollgate: {policy: bucket}
+  - key: path
+    value: /a/*
+    share_threshold: true
+    tollgate: {policy: api}
+";
+
+const SPLIT: &str = "region: eu
+regions: {eu: {weight: 2}, us: {weight: 1}}
+policies:
+  - {name: api, algorithm: fixed_window, limit: 8, window: 365d, scope: split}
+  - {name: lea, algorithm: token_bucket, capacity: 8, refill: {tokens: 8, per: 365d}, scope: split, mode: shadow}
+";
+const SPLIT_RULES: &str = "domain: api
+descriptors:
+  - key: api
+    tollgate: {policy: api}
+  - key: quota
+    quota_mode: true
+    tollgate: {policy: api}
+  - key: lea
+    tollgate: {policy: lea}
+";
+
+/// A bound rule under `scope: split` decides the region's share (5 of 8
+/// for eu): a refund, a quota limit and a shadow policy meet there as
+/// elsewhere, and `/v1/check` sees the same share.
+#[tokio::test]
+async fn refunds_quotas_and_shadow_meet_on_a_split_share() {
+    let redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    let config = format!(
+        "stores:\n  local: memory\n  regional: {{redis: {{url: \"{0}\"}}}}\n  global: {{redis: {{url: \"{0}\"}}}}\n{SPLIT}",
+        redis.url()
+    );
+    let mut rls = Rls::start(&config, SPLIT_RULES).await;
+    assert_eq!(rls.ask(&[hit("api", 5)]).await, Ok((OK, vec![(OK, 0)])));
+    assert_eq!(rls.ask(&[hit("api", 1)]).await, Ok((OVER, vec![(OVER, 0)])));
+    assert_eq!(rls.ask(&[refund("api", 2)]).await, Ok((OK, vec![(OK, 2)])));
+    let look = rls
+        .check(r#"{"policy":"api","key":{"api":"acme"},"cost":0}"#)
+        .await;
+    assert_eq!((&look["limit"], &look["remaining"]), (&5.into(), &2.into()));
+    // The one quota limit over its share: the request is over.
+    assert_eq!(
+        rls.ask(&[hit("quota", 6)]).await,
+        Ok((OVER, vec![(OVER, 5)]))
+    );
+    // A refund is given back first; its status is a look after the quota spent.
+    let r = rls.ask(&[hit("quota", 5), refund("quota", 5)]).await;
+    assert_eq!(r, Ok((OK, vec![(OK, 0), (OK, 0)])));
+    // A shadow policy's share: a would-be rejection spends nothing.
+    assert_eq!(rls.ask(&[hit("lea", 6)]).await, Ok((OK, vec![(OK, 5)])));
+    assert_eq!(rls.ask(&[hit("lea", 5)]).await, Ok((OK, vec![(OK, 0)])));
+    let r = rls.ask(&[refund("lea", 2), hit("lea", 3)]).await;
+    assert_eq!(r, Ok((OK, vec![(OK, 2), (OK, 2)])));
+    assert_eq!(rls.ask(&[hit("lea", 1)]).await, Ok((OK, vec![(OK, 1)])));
+    let metrics = rls.app.metrics.encode();
+    for (series, value) in [
+        (
+            r#"tollgate_decisions_total{policy="api",outcome="allowed"}"#,
+            3.0,
+        ),
+        (
+            r#"tollgate_decisions_total{policy="api",outcome="rejected"}"#,
+            2.0,
+        ),
+        (
+            r#"tollgate_decisions_total{policy="lea",outcome="allowed"}"#,
+            2.0,
+        ),
+        (
+            r#"tollgate_decisions_total{policy="lea",outcome="shadow"}"#,
+            2.0,
+        ),
+        (
+            r#"tollgate_split_turned_away_units_total{policy="api",region="eu"}"#,
+            7.0,
+        ),
+    ] {
+        assert_eq!(support::metric(&metrics, series), Some(value), "{series}");
+    }
+}
+
+/// A bound rule is its policy's budget at both doors, refunds included,
+/// and a `share_threshold` wildcard is spelled as its pattern there.
+#[tokio::test]
+async fn rls_and_check_refund_one_budget() {
+    let mut rls = Rls::start(ONE, ONE_RULES).await;
+    let remaining = |v: serde_json::Value| (v["allowed"].clone(), v["remaining"].clone());
+    assert_eq!(rls.ask(&[hit("api", 2)]).await, Ok((OK, vec![(OK, 1)])));
+    let r = rls.check(r#"{"policy":"api","key":{"api":"acme"}}"#).await;
+    assert_eq!(remaining(r), (true.into(), 0.into()));
+    let r = rls
+        .check(r#"{"policy":"api","key":{"api":"acme"},"refund":true,"cost":2}"#)
+        .await;
+    assert_eq!(remaining(r), (true.into(), 2.into()));
+    assert_eq!(rls.ask(&[refund("api", 1)]).await, Ok((OK, vec![(OK, 3)])));
+    assert_eq!(rls.ask(&[hit("bucket", 3)]).await, Ok((OK, vec![(OK, 0)])));
+    let r = rls
+        .check(r#"{"policy":"bucket","key":{"bucket":"acme"},"refund":true,"cost":1}"#)
+        .await;
+    assert_eq!(remaining(r), (true.into(), 1.into()));
+    assert_eq!(rls.ask(&[hit("bucket", 1)]).await, Ok((OK, vec![(OK, 0)])));
+    let r = rls
+        .check(r#"{"policy":"bucket","key":{"bucket":"acme"}}"#)
+        .await;
+    assert_eq!(remaining(r), (false.into(), 0.into()));
+    let path = |v: &str| RateLimitDescriptor {
+        entries: vec![Entry {
+            key: "path".into(),
+            value: v.into(),
+        }],
+        ..RateLimitDescriptor::default()
+    };
+    let r = rls.call(vec![path("/a/x"), path("/a/y")]).await;
+    assert_eq!(r, Ok((OK, vec![(OK, 2), (OK, 1)])));
+    let r = rls.check(r#"{"policy":"api","key":{"path":"/a/*"}}"#).await;
+    assert_eq!(remaining(r), (true.into(), 0.into()));
 }
