@@ -190,6 +190,9 @@ descriptors:
   - key: quota
     rate_limit: {unit: year, requests_per_unit: 2}
     quota_mode: true
+  - key: unlimited_quota
+    rate_limit: {unlimited: true}
+    quota_mode: true
   - key: log
     rate_limit: {unit: year, requests_per_unit: 2}
     tollgate: {algorithm: sliding_log}
@@ -284,6 +287,28 @@ async fn a_blocked_quota_limit_is_one_quota_limit_among_the_others() {
     // A peek (hits 0) at it is not over.
     let r = rls.ask(&[hit("blocked_quota", 0), hit("window", 1)]).await;
     assert_eq!(r, Ok((OK, vec![(OK, 0), (OK, 0)])));
+}
+
+/// An `unlimited` rule in `quota_mode` is a quota limit never over: beside
+/// it, the other quota limits being over does not make the request over.
+#[tokio::test]
+async fn an_unlimited_quota_limit_keeps_the_request_within_its_quotas() {
+    let mut rls = Rls::start("", RULES).await;
+    assert_eq!(rls.ask(&[hit("quota", 2)]).await, Ok((OK, vec![(OK, 0)])));
+    assert_eq!(
+        rls.ask(&[hit("quota", 1)]).await,
+        Ok((OVER, vec![(OVER, 0)]))
+    );
+    let r = rls.ask(&[hit("unlimited_quota", 1), hit("quota", 1)]).await;
+    assert_eq!(r, Ok((OK, vec![(OK, u32::MAX), (OVER, 0)])));
+    let r = rls
+        .ask(&[
+            hit("unlimited_quota", 1),
+            hit("blocked_quota", 1),
+            hit("window", 1),
+        ])
+        .await;
+    assert_eq!(r, Ok((OK, vec![(OK, u32::MAX), (OVER, 0), (OK, 1)])));
 }
 
 const RULES2: &str = "domain: api

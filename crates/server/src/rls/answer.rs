@@ -80,8 +80,11 @@ pub(super) fn answer<'a>(
                 limit_remaining: 0,
                 reset_ms: None,
             },
-            Resolved::Unlimited { rls, hits } => {
+            Resolved::Unlimited { rls, quota, hits } => {
                 rls.unlimited.inc_by(*hits);
+                if *quota {
+                    verdict.quota(false, None);
+                }
                 DescriptorStatus {
                     code: Code::Ok,
                     current_limit: None,

@@ -27,8 +27,13 @@ use crate::ratelimit_fields::policy_item;
 pub(super) enum Resolved<'a> {
     /// No configured limit (unknown domain, no match, or replaced).
     None,
-    /// `unlimited: true`: OK without the store.
-    Unlimited { rls: &'a RlsCounters, hits: u64 },
+    /// `unlimited: true`: OK without the store; in `quota_mode` (and not
+    /// in shadow mode), a quota limit never over.
+    Unlimited {
+        rls: &'a RlsCounters,
+        quota: bool,
+        hits: u64,
+    },
     /// `requests_per_unit: 0`: over for any positive cost, without the store.
     Blocked {
         unit: Unit,
@@ -195,6 +200,7 @@ impl<'a> Resolver<'a> {
             // give back: a look, answered OK.
             RuleKind::Unlimited => Resolved::Unlimited {
                 rls: &envoy.counters[index],
+                quota: rule.quota_mode && !rule.shadow_mode && !self.live.config.server.shadow_mode,
                 hits: if descriptor.negative_hits { 0 } else { hits },
             },
             RuleKind::Blocked { unit } => Resolved::Blocked {

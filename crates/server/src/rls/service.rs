@@ -242,18 +242,24 @@ impl RateLimitGrpc<'_> {
     ) -> Result<bool, Status> {
         let (mut quotas, mut over) = (0, 0);
         for (i, r) in resolved.iter().enumerate() {
-            // A blocked quota limit is over for any positive cost, without
-            // the store.
-            if let Resolved::Blocked {
-                shadow: false,
-                quota: true,
-                hits,
-                ..
-            } = r
-            {
-                quotas += 1;
-                over += usize::from(*hits > 0);
-                continue;
+            // A blocked quota limit is over for any positive cost, an
+            // unlimited one never, both without the store.
+            match r {
+                Resolved::Blocked {
+                    shadow: false,
+                    quota: true,
+                    hits,
+                    ..
+                } => {
+                    quotas += 1;
+                    over += usize::from(*hits > 0);
+                    continue;
+                }
+                Resolved::Unlimited { quota: true, .. } => {
+                    quotas += 1;
+                    continue;
+                }
+                _ => {}
             }
             let Resolved::Decide(p) = r else { continue };
             if !Batch::Quota.holds(p) {
