@@ -311,6 +311,10 @@ async fn an_unlimited_quota_limit_keeps_the_request_within_its_quotas() {
     assert_eq!(r, Ok((OK, vec![(OK, u32::MAX), (OVER, 0), (OK, 1)])));
 }
 
+/// The policy `RULES2`'s `trial` rule is bound to.
+const TRIAL: &str =
+    "policies:\n  - {name: trial, algorithm: fixed_window, limit: 2, window: 365d, mode: shadow}\n";
+
 const RULES2: &str = "domain: api
 descriptors:
   - key: window
@@ -335,6 +339,11 @@ descriptors:
     rate_limit: {unit: year, requests_per_unit: 2}
     shadow_mode: true
     tollgate: {on_store_failure: fail_closed}
+  - key: shadow
+    rate_limit: {unit: year, requests_per_unit: 2}
+    shadow_mode: true
+  - key: trial
+    tollgate: {policy: trial}
   - key: path
     value: /api/*
     rate_limit: {unit: year, requests_per_unit: 3}
@@ -350,7 +359,7 @@ descriptors:
 #[tokio::test]
 async fn a_request_over_without_the_store_stays_over_while_it_is_down() {
     let mut redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
-    let store = format!("store:\n  redis:\n    url: {}\n", redis.url());
+    let store = format!("store:\n  redis:\n    url: {}\n{TRIAL}", redis.url());
     let mut rls = Rls::start(&store, RULES2).await;
     assert_eq!(rls.ask(&[hit("window", 1)]).await, Ok((OK, vec![(OK, 1)])));
     redis.kill().expect("kill redis-server");
@@ -549,4 +558,33 @@ async fn rls_and_check_refund_one_budget() {
     assert_eq!(r, Ok((OK, vec![(OK, 2), (OK, 1)])));
     let r = rls.check(r#"{"policy":"api","key":{"path":"/a/*"}}"#).await;
     assert_eq!(remaining(r), (true.into(), 0.into()));
+}
+
+/// With the store down, a shadow limit without a failure mode — a rule's
+/// `shadow_mode`, or a rule bound to a policy in `mode: shadow` — never
+/// vetoes: it cannot make the answer `UNAVAILABLE` (which Envoy's
+/// `failure_mode_deny: true` turns into a denial) where the enforced
+/// limits answered by their failure modes.
+#[tokio::test]
+async fn a_shadow_limit_never_turns_a_store_failure_into_an_error() {
+    let mut redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
+    let store = format!("store:\n  redis:\n    url: {}\n{TRIAL}", redis.url());
+    let mut rls = Rls::start(&store, RULES2).await;
+    assert_eq!(rls.ask(&[hit("shadow", 1)]).await, Ok((OK, vec![(OK, 1)])));
+    redis.kill().expect("kill redis-server");
+    // Nothing is counting, so no budget is promised.
+    assert_eq!(rls.ask(&[hit("shadow", 1)]).await, Ok((OK, vec![(OK, 0)])));
+    assert_eq!(rls.ask(&[hit("trial", 1)]).await, Ok((OK, vec![(OK, 0)])));
+    let r = rls
+        .ask(&[hit("open", 1), hit("shadow", 1), hit("trial", 1)])
+        .await;
+    assert_eq!(r, Ok((OK, vec![(OK, 0), (OK, 0), (OK, 0)])));
+    let r = rls.ask(&[hit("closed", 1), hit("shadow", 1)]).await;
+    assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OK, 0)])));
+    // An enforced limit without a failure mode still answers UNAVAILABLE.
+    let r = rls.ask(&[hit("window", 1), hit("shadow", 1)]).await;
+    assert_eq!(r, Err(tonic::Code::Unavailable));
+    let metrics = rls.app.metrics.encode();
+    let failures = r#"tollgate_rls_store_failures_total{path="fail_open"}"#;
+    assert_eq!(support::metric(&metrics, failures), Some(6.0));
 }

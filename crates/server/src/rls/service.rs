@@ -287,8 +287,12 @@ impl RateLimitGrpc<'_> {
         if !self.count_store_failure(result) {
             return Ok(());
         }
+        // A shadow limit never vetoes: only an enforced one without a
+        // mode makes the answer an error.
         if result.by != DecidedBy::FailClosed
-            && pendings.iter().any(|p| p.plan.on_failure().is_none())
+            && pendings
+                .iter()
+                .any(|p| p.enforced() && p.plan.on_failure().is_none())
         {
             // The store's own words (addresses, Redis replies) stay in the
             // log (the limiter's); Envoy and its client get tollgate's.
