@@ -560,11 +560,11 @@ async fn rls_and_check_refund_one_budget() {
     assert_eq!(remaining(r), (true.into(), 0.into()));
 }
 
-/// With the store down, a shadow limit without a failure mode — a rule's
-/// `shadow_mode`, or a rule bound to a policy in `mode: shadow` — never
-/// vetoes: it cannot make the answer `UNAVAILABLE` (which Envoy's
+/// With the store down, a rule in `shadow_mode` without a failure mode
+/// never vetoes: it cannot make the answer `UNAVAILABLE` (which Envoy's
 /// `failure_mode_deny: true` turns into a denial) where the enforced
-/// limits answered by their failure modes.
+/// limits answered by their failure modes. A rule bound to a policy in
+/// `mode: shadow` has the policy's mode (`fail_open` by default).
 #[tokio::test]
 async fn a_shadow_limit_never_turns_a_store_failure_into_an_error() {
     let mut redis = tollgate_testkit::RedisServer::start().expect("redis-server starts");
@@ -587,4 +587,26 @@ async fn a_shadow_limit_never_turns_a_store_failure_into_an_error() {
     let metrics = rls.app.metrics.encode();
     let failures = r#"tollgate_rls_store_failures_total{path="fail_open"}"#;
     assert_eq!(support::metric(&metrics, failures), Some(6.0));
+}
+
+/// A value matching both an exact rule and a wildcard listed before it is
+/// decided by the exact one alone; other values by the wildcard, each its
+/// own bucket.
+#[tokio::test]
+async fn an_exact_value_wins_over_a_wildcard_listed_before_it() {
+    let mut rls = Rls::start(TRIAL, RULES2).await;
+    let path = |v: &str, hits: u64| RateLimitDescriptor {
+        entries: vec![Entry {
+            key: "path".into(),
+            value: v.into(),
+        }],
+        hits_addend: Some(UInt64Value { value: hits }),
+        ..RateLimitDescriptor::default()
+    };
+    let r = rls.call(vec![path("/api/x", 1)]).await;
+    assert_eq!(r, Ok((OK, vec![(OK, 0)])));
+    let r = rls.call(vec![path("/api/x", 1), path("/api/y", 1)]).await;
+    assert_eq!(r, Ok((OVER, vec![(OVER, 0), (OK, 3)])));
+    let r = rls.call(vec![path("/api/y", 3), path("/api/z", 3)]).await;
+    assert_eq!(r, Ok((OK, vec![(OK, 0), (OK, 0)])));
 }
