@@ -393,6 +393,29 @@ impl HotLeases {
         }
     }
 
+    /// Ends `identity`'s live block now and hands over its unspent units,
+    /// to give back: a refund or a reset changes the state they were
+    /// taken from, and a block kept past it would spend units that state
+    /// no longer counts as taken. A block being taken stays.
+    pub fn end(&self, identity: &Identity) -> Option<Unspent> {
+        let mut blocks = self.blocks.lock().ok()?;
+        if blocks.get(identity).is_none_or(|b| b.taking) {
+            return None;
+        }
+        let block = blocks.remove(identity)?;
+        match block.taken {
+            Some(taken) if block.left > 0 => Some(Unspent {
+                identity: identity.clone(),
+                units: block.left,
+                taken,
+            }),
+            _ => {
+                self.lost.inc_by(block.left);
+                None
+            }
+        }
+    }
+
     /// Refusals remembered now (for tests and the bound).
     pub fn refusals_held(&self) -> usize {
         self.refusals.lock().map_or(0, |r| r.len())

@@ -29,6 +29,22 @@ impl Limiter {
             return Ok(0);
         }
         let started_ms = self.clock.now_ms();
+        if let Some(hot) = check.plan.hot_lease()
+            && let Some(unspent) = hot.end(check.identity)
+        {
+            // The block's unspent units first, exactly (their take is
+            // known): the state then counts only what was spent, so the
+            // refund cannot hand back units the block still holds.
+            let block = StoreCheck {
+                policy: check.plan.policy(),
+                identity: check.identity,
+                cost: unspent.units,
+            };
+            self.metrics.store_requests.inc();
+            let returned = backend.give_back(block, unspent.taken).await;
+            hot.given_back(unspent.units, *returned.as_ref().unwrap_or(&0));
+            returned?;
+        }
         let given = self.give_back_refund(backend, check).await?;
         if let Some(trace) = self.trace() {
             let policy = check.plan.policy().name();
