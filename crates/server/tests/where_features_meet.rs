@@ -64,3 +64,25 @@ async fn a_refund_ends_a_hot_identitys_block_so_it_never_passes_the_limit() {
     assert_eq!(admitted_until_rejected(&server, "hot").await, 100);
     server.stop().await;
 }
+
+/// docs/http-api.md, `DELETE /v1/state`: a reset identity starts afresh
+/// as a new identity does — with its limit, not its limit plus the block
+/// it held before the reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_ends_a_hot_identitys_block_so_it_starts_as_a_new_identity() {
+    let server = TestServer::start(POLICIES).await;
+    spend_five_from_a_block(&server).await;
+    let reset = server
+        .client
+        .delete(server.url("/v1/state?policy=hot&key=acme"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(reset.status(), 200);
+    assert_eq!(
+        reset.json::<serde_json::Value>().await.expect("json"),
+        json!({"policy": "hot", "reset": true, "had_state": true})
+    );
+    assert_eq!(admitted_until_rejected(&server, "hot").await, 100);
+    server.stop().await;
+}
