@@ -330,9 +330,15 @@ impl Limiter {
             self.count(checks, &decided, false, now_ms);
             return decided;
         }
-        // Empty (no allocation) unless a check is sharded.
+        // Empty (no allocation) unless a check is sharded. Under a request
+        // id the first check's shard follows the id, not the turn, so every
+        // attempt meets the record its first attempt left there.
         let picks: Vec<Option<usize>> = if checks.iter().any(|c| c.plan.shards().len() > 1) {
-            checks.iter().map(Check::pick).collect()
+            let first_pick = |(i, c): (usize, &Check<'_>)| match (i, retry) {
+                (0, Some(retry)) => c.pick_for(retry.id),
+                _ => c.pick(),
+            };
+            checks.iter().enumerate().map(first_pick).collect()
         } else {
             Vec::new()
         };
@@ -345,12 +351,15 @@ impl Limiter {
         // A sharded request rejected by its shard tries the next one once
         // (docs/config.md, Shards): one more store call, only on rejection
         // (a rejection records no request id, so the spill may).
-        if let ([one], [Some(_)]) = (checks, picks.as_slice())
+        if let ([one], [Some(pick)]) = (checks, picks.as_slice())
             && one.cost > 0
             && !decided.by.is_degraded()
             && decided.decisions.first().is_some_and(|d| !d.allowed)
         {
-            let spilled = self.call(backend, checks, &picks, 1, retry).await;
+            let spilled = match retry {
+                None => self.call(backend, checks, &picks, 1, None).await,
+                Some(retry) => self.spill_recorded(backend, one, *pick, retry).await,
+            };
             if spilled.decisions.len() == 1 {
                 let store_us = match (decided.store_us, spilled.store_us) {
                     (Some(a), Some(b)) => Some(a + b),
@@ -452,6 +461,36 @@ impl Limiter {
                 Replay::Fresh
             },
         }
+    }
+
+    /// A sharded check under a request id, spilled: spent on the shard
+    /// after `pick`, its id recorded on `pick`'s, where the id sends every
+    /// attempt first (a cost-0 look there carries the record, all or
+    /// nothing with the spending). One decision, the spilled shard's.
+    async fn spill_recorded(
+        &self,
+        backend: &Backend,
+        one: &Check<'_>,
+        pick: usize,
+        retry: Retry<'_>,
+    ) -> Decided {
+        let (Some(home), Some(next)) = (one.shard(Some(pick), 0), one.shard(Some(pick), 1)) else {
+            return self
+                .call(backend, &[*one], &[Some(pick)], 1, Some(retry))
+                .await;
+        };
+        let guarded = [
+            one.peek().guarded(None, Some((home.0, &home.1))),
+            one.guarded(None, Some((next.0, &next.1))),
+        ];
+        self.metrics.store_requests.inc();
+        let mut decided = backend.decide(&guarded, Some(retry)).await;
+        if decided.decisions.len() == 2 {
+            decided.decisions.remove(0);
+        } else {
+            decided.decisions.clear();
+        }
+        decided
     }
 
     /// One all-or-nothing store call: leased checks under their share,

@@ -1,11 +1,13 @@
 //! Where two features meet on the HTTP doors: a hot identity's block
 //! against a refund and an operator's reset, a request id against shards.
-//! In-process on a manual clock (memory store), through real HTTP.
+//! In-process on a manual clock through real HTTP, on the memory store
+//! and, where the store matters, on a real Redis and a Redis Cluster.
 
 mod support;
 
 use serde_json::json;
 use support::TestServer;
+use tollgate_testkit::{RedisCluster, RedisServer};
 
 const POLICIES: &str = r#"
 policies:
@@ -85,4 +87,121 @@ async fn a_reset_ends_a_hot_identitys_block_so_it_starts_as_a_new_identity() {
     );
     assert_eq!(admitted_until_rejected(&server, "hot").await, 100);
     server.stop().await;
+}
+
+/// Four an hour over two shards of two.
+const SHARDED: &str = r#"
+policies:
+  - {name: sharded, algorithm: fixed_window, limit: 4, window: 1h, shards: 2}
+"#;
+
+/// docs/request-ids.md: a retry inside the window is answered admitted
+/// again and consumes nothing — on a sharded policy too, whose shards a
+/// request takes in turn: the id, not the turn, picks the shard its record
+/// is kept on, so the retry meets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_on_a_sharded_policy_is_replayed_not_charged_on_the_next_shard() {
+    let server = TestServer::start(SHARDED).await;
+    let attempt = r#"{"policy":"sharded","key":"acme","request_id":"order-1"}"#;
+    let (status, first) = server.check(attempt).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        first,
+        json!({"allowed": true, "policy": "sharded", "limit": 2, "remaining": 1, "retry_after_ms": 0, "reset_after_ms": 2_800_000})
+    );
+    let (status, retry) = server.check(attempt).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        retry,
+        json!({"allowed": true, "policy": "sharded", "limit": 2, "remaining": 1, "retry_after_ms": 0, "reset_after_ms": 2_800_000, "replayed": true})
+    );
+    // Charged once: three of the four are left.
+    assert_eq!(admitted_until_rejected(&server, "sharded").await, 3);
+    server.stop().await;
+}
+
+/// The same when the first attempt spilled (its shard was spent, the next
+/// one admitted it): the record stays where the id sends the retry first.
+/// `order-2` goes first to shard 0, which three requests without an id
+/// (shards 0, 1, 0 in turn) have spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_spilled_request_on_a_sharded_policy_is_replayed() {
+    let server = TestServer::start(SHARDED).await;
+    for _ in 0..3 {
+        let (_, spent) = server.check(r#"{"policy":"sharded","key":"acme"}"#).await;
+        assert_eq!(spent["allowed"], true, "{spent}");
+    }
+    let attempt = r#"{"policy":"sharded","key":"acme","request_id":"order-2"}"#;
+    let (status, first) = server.check(attempt).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        first,
+        json!({"allowed": true, "policy": "sharded", "limit": 2, "remaining": 0, "retry_after_ms": 0, "reset_after_ms": 2_800_000})
+    );
+    let (status, retry) = server.check(attempt).await;
+    assert_eq!(status, 200);
+    assert_eq!(retry["replayed"], true, "{retry}");
+    assert_eq!(retry["allowed"], true, "{retry}");
+    assert_eq!(admitted_until_rejected(&server, "sharded").await, 0);
+    // The id on another request is refused, wherever its shards stand.
+    let (status, other) = server
+        .check(r#"{"policy":"sharded","key":"acme","cost":2,"request_id":"order-2"}"#)
+        .await;
+    assert_eq!(status, 422, "{other}");
+    server.stop().await;
+}
+
+/// The spilled retry on Redis, one server and a Cluster: the record's
+/// shard and the spent one are two hash tags (two slots on a Cluster,
+/// decided in two phases, the record's first), and the retry meets the
+/// record all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_spilled_request_on_a_sharded_policy_is_replayed_on_redis() {
+    let redis = RedisServer::start().expect("redis-server (install redis-server)");
+    let cluster = RedisCluster::start(3).expect("a redis cluster (install redis-server)");
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let stores = [
+        format!(
+            "store: {{redis: {{url: \"{}\", rejected_cache: 0}}}}",
+            redis.url()
+        ),
+        format!(
+            "store: {{redis: {{cluster: [{}], rejected_cache: 0}}}}",
+            nodes.join(", ")
+        ),
+    ];
+    for store in stores {
+        let server = TestServer::start(&format!("{store}\n{SHARDED}")).await;
+        for _ in 0..3 {
+            let (_, spent) = server.check(r#"{"policy":"sharded","key":"acme"}"#).await;
+            assert_eq!(spent["allowed"], true, "{store}: {spent}");
+        }
+        let attempt = r#"{"policy":"sharded","key":"acme","request_id":"order-2"}"#;
+        let (_, first) = server.check(attempt).await;
+        assert_eq!(
+            (
+                &first["allowed"],
+                &first["remaining"],
+                first.get("replayed")
+            ),
+            (&json!(true), &json!(0), None),
+            "{store}: {first}"
+        );
+        let (_, retry) = server.check(attempt).await;
+        assert_eq!(
+            (&retry["allowed"], &retry["replayed"]),
+            (&json!(true), &json!(true)),
+            "{store}: {retry}"
+        );
+        assert_eq!(
+            admitted_until_rejected(&server, "sharded").await,
+            0,
+            "{store}"
+        );
+        let (status, other) = server
+            .check(r#"{"policy":"sharded","key":"acme","cost":2,"request_id":"order-2"}"#)
+            .await;
+        assert_eq!(status, 422, "{store}: {other}");
+        server.stop().await;
+    }
 }
