@@ -575,6 +575,11 @@ impl Limiter {
             };
             if check.plan.shadow() {
                 count_shadow(counters, decision);
+                // A replay is an admission answered from its record, shadow
+                // or not: counted as such, so fresh ones can be told apart.
+                if replayed && decision.allowed {
+                    counters.replayed.inc();
+                }
                 continue;
             }
             counters

@@ -205,3 +205,37 @@ async fn a_retry_of_a_spilled_request_on_a_sharded_policy_is_replayed_on_redis()
         server.stop().await;
     }
 }
+
+/// docs/request-ids.md: each replay counts in
+/// `tollgate_replayed_decisions_total{policy}` and, as an admission, in
+/// `tollgate_decisions_total{outcome="allowed"}` — for a policy in shadow
+/// mode too, so admissions less replays are the fresh ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_on_a_shadow_policy_counts_as_replayed_as_well_as_allowed() {
+    let server = TestServer::start(
+        "policies:\n  - {name: trial, algorithm: fixed_window, limit: 5, window: 1h, mode: shadow}\n",
+    )
+    .await;
+    let attempt = r#"{"policy":"trial","key":"acme","request_id":"job-9"}"#;
+    let (_, first) = server.check(attempt).await;
+    assert_eq!(
+        first,
+        json!({"allowed": true, "policy": "trial", "limit": 5, "remaining": 4, "retry_after_ms": 0, "reset_after_ms": 2_800_000, "shadow": true, "would_allow": true})
+    );
+    let (_, retry) = server.check(attempt).await;
+    assert_eq!(
+        retry,
+        json!({"allowed": true, "policy": "trial", "limit": 5, "remaining": 4, "retry_after_ms": 0, "reset_after_ms": 2_800_000, "shadow": true, "would_allow": true, "replayed": true})
+    );
+    let metrics = server.text("/metrics").await;
+    let series = |s: &str| support::metric(&metrics, s);
+    assert_eq!(
+        (
+            series(r#"tollgate_decisions_total{policy="trial",outcome="allowed"}"#),
+            series(r#"tollgate_decisions_total{policy="trial",outcome="shadow"}"#),
+            series(r#"tollgate_replayed_decisions_total{policy="trial"}"#),
+        ),
+        (Some(2.0), Some(0.0), Some(1.0))
+    );
+    server.stop().await;
+}
