@@ -426,9 +426,15 @@ impl Limiter {
                     true => checks[i].peek(),
                 })
                 .collect();
-            let decided = self
+            let mut decided = self
                 .decide_on(store, &group, if rejected { None } else { id })
                 .await;
+            if rejected {
+                would_get(
+                    &at.iter().map(|&i| checks[i].cost).collect::<Vec<_>>(),
+                    &mut decided,
+                );
+            }
             if decided.replay == Replay::Mismatch {
                 return decided;
             }
@@ -651,6 +657,26 @@ fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
         DecidedBy::FailClosed => 3,
     };
     if rank(b) > rank(a) { b } else { a }
+}
+
+/// A later store's peeks, after an earlier store rejected the request,
+/// as what each check's cost alone would get (docs/http-api.md, Batches):
+/// a cost above what is left is rejected, its wait the time until the
+/// quota is fully restored — never early, as the store was only peeked
+/// (late by at most that) — or none when the cost is above the limit.
+/// `fail_open` claims nothing is left and admits: left as it is.
+fn would_get(costs: &[u64], decided: &mut Decided) {
+    if decided.by == DecidedBy::FailOpen {
+        return;
+    }
+    for (&cost, decision) in costs.iter().zip(decided.decisions.iter_mut()) {
+        let left = u64::try_from(decision.remaining).unwrap_or(0);
+        if decision.allowed && cost > left {
+            decision.allowed = false;
+            decision.retry_after_ms =
+                (cost <= decision.limit).then_some(decision.reset_after_ms.max(1));
+        }
+    }
 }
 
 /// The whole request's digest, as its request id's records hold it.

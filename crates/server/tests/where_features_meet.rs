@@ -239,3 +239,78 @@ async fn a_replay_on_a_shadow_policy_counts_as_replayed_as_well_as_allowed() {
     );
     server.stop().await;
 }
+
+/// Two stores: `r` on this instance's memory (decided first), `g` on a
+/// real Redis (decided after, and only peeked once `r` rejected).
+fn two_stores(redis: &RedisServer) -> String {
+    format!(
+        r#"server: {{trusted_proxies: [127.0.0.1]}}
+stores:
+  local: memory
+  global: {{redis: {{url: "{}", rejected_cache: 0}}}}
+policies:
+  - {{name: r, algorithm: fixed_window, limit: 1, window: 1s, scope: instance, identity: [{{header: X-Tenant}}]}}
+  - {{name: g, algorithm: token_bucket, capacity: 1, refill: {{tokens: 1, per: 1h}}, scope: global, identity: [{{header: X-Tenant}}]}}
+"#,
+        redis.url()
+    )
+}
+
+/// docs/http-api.md: in a batch each decision says what that check alone
+/// would get, and forward auth's `Retry-After` is the longest wait among
+/// the violated policies, never early. A request spanning stores whose
+/// first store rejects only peeks at the later ones; a later check whose
+/// cost no longer fits is still rejected, with a wait, and named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_store_that_cannot_admit_is_named_and_waited_for_after_an_earlier_one_rejects() {
+    let redis = RedisServer::start().expect("redis-server (install redis-server)");
+    let server = TestServer::start(&two_stores(&redis)).await;
+    for policy in ["r", "g"] {
+        let (_, spent) = server
+            .check(&format!(
+                r#"{{"policy":"{policy}","key":{{"x-tenant":"acme"}}}}"#
+            ))
+            .await;
+        assert_eq!(spent["allowed"], true, "{spent}");
+    }
+    let denied = server
+        .client
+        .get(server.url("/v1/authorize"))
+        .header("x-original-method", "GET")
+        .header("x-original-uri", "/orders")
+        .header("x-tenant", "acme")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(denied.status(), 429);
+    let retry_after: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    let problem: serde_json::Value = denied.json().await.expect("json");
+    assert_eq!(problem["violated-policies"], json!(["r", "g"]), "{problem}");
+    let (_, batch) = server
+        .check(r#"{"checks":[{"policy":"r","key":{"x-tenant":"acme"}},{"policy":"g","key":{"x-tenant":"acme"}}]}"#)
+        .await;
+    assert_eq!(batch["allowed"], false, "{batch}");
+    assert_eq!(batch["decisions"][1]["allowed"], false, "{batch}");
+    let batch_wait = batch["decisions"][1]["retry_after_ms"]
+        .as_u64()
+        .expect("a wait");
+    // g's own wait, asked after both: neither answer was early.
+    let (_, alone) = server
+        .check(r#"{"policy":"g","key":{"x-tenant":"acme"}}"#)
+        .await;
+    assert_eq!(alone["allowed"], false, "{alone}");
+    let g_wait = alone["retry_after_ms"].as_u64().expect("a wait");
+    assert!(
+        batch_wait >= g_wait,
+        "batch said {batch_wait} ms, g alone {g_wait} ms"
+    );
+    assert!(
+        retry_after * 1000 >= g_wait,
+        "Retry-After {retry_after} s, g alone {g_wait} ms"
+    );
+    server.stop().await;
+}
