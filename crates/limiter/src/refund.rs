@@ -7,7 +7,7 @@
 //! its policy's limit.
 
 use tollgate_core::{Clock, Taken};
-use tollgate_store::{Check as StoreCheck, StoreError};
+use tollgate_store::{Check as StoreCheck, RequestId, StoreError};
 
 use crate::backend::Backend;
 use crate::limiter::Limiter;
@@ -20,11 +20,37 @@ impl Limiter {
     /// was fuller than that: a refund of what was never taken gives
     /// nothing). Not counted as a decision.
     pub async fn refund(&self, check: &Check<'_>) -> Result<u64, StoreError> {
+        self.refund_request(check, None).await
+    }
+
+    /// [`Limiter::refund`] of the work admitted under request id `id`:
+    /// the id's record kept with this check's policy and identity (a single
+    /// check's, or a batch's first) is forgotten first, so a retry of the
+    /// work under it is charged again rather than replayed for nothing.
+    pub async fn refund_request(
+        &self,
+        check: &Check<'_>,
+        id: Option<&RequestId>,
+    ) -> Result<u64, StoreError> {
         let store = check.plan.store();
         let backend = self
             .backends
             .get(store)
             .ok_or_else(|| StoreError::Config(format!("no store {store}")))?;
+        if let Some(id) = id {
+            // Where the record is kept: a sharded plan's on the id's shard.
+            match check.shard(check.pick_for(id), 0) {
+                Some((policy, identity)) => {
+                    backend.forget_request_id(policy, &identity, id).await?;
+                }
+                None => {
+                    let policy = check.plan.policy();
+                    backend
+                        .forget_request_id(policy, check.identity, id)
+                        .await?;
+                }
+            }
+        }
         if check.cost == 0 {
             return Ok(0);
         }

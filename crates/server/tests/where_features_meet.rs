@@ -314,3 +314,68 @@ async fn a_later_store_that_cannot_admit_is_named_and_waited_for_after_an_earlie
     );
     server.stop().await;
 }
+
+/// A retried request's id, its refund, and the retry after it, on `store`
+/// (a `store:` line, or none for memory): the refund names the id, which
+/// forgets it, so the retry of the work is charged again — once — rather
+/// than replayed for nothing (docs/http-api.md, Refunds).
+async fn retry_after_refund_on(store: &str) {
+    let server = TestServer::start(&format!(
+        "{store}\npolicies:\n  - {{name: jobs, algorithm: fixed_window, limit: 3, window: 1h}}\n  - {{name: spread, algorithm: fixed_window, limit: 4, window: 1h, shards: 2}}\n"
+    ))
+    .await;
+    for (policy, limit) in [("jobs", 3), ("spread", 2)] {
+        let attempt = format!(r#"{{"policy":"{policy}","key":"acme","request_id":"job-1"}}"#);
+        let (_, first) = server.check(&attempt).await;
+        assert_eq!(
+            (
+                &first["allowed"],
+                &first["remaining"],
+                first.get("replayed")
+            ),
+            (&json!(true), &json!(limit - 1), None),
+            "{store} {policy}: {first}"
+        );
+        let (status, refund) = server
+            .check(&format!(
+                r#"{{"policy":"{policy}","key":"acme","refund":true,"request_id":"job-1"}}"#
+            ))
+            .await;
+        assert_eq!(status, 200, "{store} {policy}: {refund}");
+        assert_eq!(refund["refunded"], 1, "{store} {policy}: {refund}");
+        // The work is tried again under its id: charged, not replayed.
+        let (_, again) = server.check(&attempt).await;
+        assert_eq!(
+            (
+                &again["allowed"],
+                &again["remaining"],
+                again.get("replayed")
+            ),
+            (&json!(true), &json!(limit - 1), None),
+            "{store} {policy}: {again}"
+        );
+        // And that attempt's own retry is replayed, as any.
+        let (_, replay) = server.check(&attempt).await;
+        assert_eq!(
+            (&replay["remaining"], &replay["replayed"]),
+            (&json!(limit - 1), &json!(true)),
+            "{store} {policy}: {replay}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_under_a_request_id_makes_its_retry_charged_again_on_memory() {
+    retry_after_refund_on("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_under_a_request_id_makes_its_retry_charged_again_on_redis() {
+    let redis = RedisServer::start().expect("redis-server (install redis-server)");
+    retry_after_refund_on(&format!(
+        "store: {{redis: {{url: \"{}\", rejected_cache: 0}}}}",
+        redis.url()
+    ))
+    .await;
+}
