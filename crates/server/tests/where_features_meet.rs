@@ -379,3 +379,50 @@ async fn a_refund_under_a_request_id_makes_its_retry_charged_again_on_redis() {
     ))
     .await;
 }
+
+/// Forward auth's `Idempotency-Key` on a sharded policy: the retry is
+/// replayed (`Tollgate-Replayed: true`) and charged nothing, whichever
+/// shard the round robin stands at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_auth_retry_on_a_sharded_policy_is_replayed() {
+    let server = TestServer::start(
+        "server: {trusted_proxies: [127.0.0.1], request_id_header: Idempotency-Key}\npolicies:\n  - {name: sharded, algorithm: fixed_window, limit: 4, window: 1h, shards: 2, identity: [{header: X-Tenant}]}\n",
+    )
+    .await;
+    let authorize = |key: Option<&'static str>| {
+        let mut req = server
+            .client
+            .post(server.url("/v1/authorize"))
+            .header("x-original-method", "POST")
+            .header("x-original-uri", "/orders")
+            .header("x-tenant", "acme");
+        if let Some(key) = key {
+            req = req.header("idempotency-key", key);
+        }
+        req.send()
+    };
+    let mut answers = Vec::new();
+    for key in [Some("order-1"), Some("order-1"), None, None, None, None] {
+        let answer = authorize(key).await.expect("request");
+        answers.push((
+            answer.status().as_u16(),
+            answer
+                .headers()
+                .get("tollgate-replayed")
+                .map(|v| v.to_str().expect("ascii").to_owned()),
+        ));
+    }
+    // The attempt and its replay, then the three units left, then a 429.
+    assert_eq!(
+        answers,
+        [
+            (200, None),
+            (200, Some("true".to_owned())),
+            (200, None),
+            (200, None),
+            (200, None),
+            (429, None),
+        ]
+    );
+    server.stop().await;
+}
