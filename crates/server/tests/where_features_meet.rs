@@ -426,3 +426,31 @@ async fn a_forward_auth_retry_on_a_sharded_policy_is_replayed() {
     );
     server.stop().await;
 }
+
+/// docs/request-ids.md, Batches: a batch's id is recorded with its first
+/// enforced check — a shadow policy in front (here one keeping no ids)
+/// changes nothing about how its retries are charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_records_its_id_with_its_first_enforced_check_not_a_shadow_one() {
+    let server = TestServer::start(
+        "policies:\n  - {name: trial, algorithm: fixed_window, limit: 5, window: 1h, mode: shadow, retry_window: \"off\"}\n  - {name: api, algorithm: fixed_window, limit: 5, window: 1h}\n",
+    )
+    .await;
+    let batch =
+        r#"{"checks":[{"policy":"trial","key":"a"},{"policy":"api","key":"a"}],"request_id":"k1"}"#;
+    let (_, first) = server.check(batch).await;
+    assert_eq!(first.get("replayed"), None, "{first}");
+    let (_, retry) = server.check(batch).await;
+    assert_eq!(
+        retry,
+        json!({"allowed": true, "replayed": true, "decisions": [
+            {"allowed": true, "policy": "trial", "limit": 5, "remaining": 4, "retry_after_ms": 0, "reset_after_ms": 2_800_000, "shadow": true, "would_allow": true, "replayed": true},
+            {"allowed": true, "policy": "api", "limit": 5, "remaining": 4, "retry_after_ms": 0, "reset_after_ms": 2_800_000, "replayed": true}]})
+    );
+    // The record is api's: the same id on api alone is another request.
+    let (status, _) = server
+        .check(r#"{"policy":"api","key":"a","request_id":"k1"}"#)
+        .await;
+    assert_eq!(status, 422);
+    server.stop().await;
+}
