@@ -66,12 +66,16 @@ impl MemoryStore {
         };
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
-        let Some(records) = table.records.find_mut(hash, |r| r.is(hash, &check)) else {
+        let Ok(mut entry) = table.records.find_entry(hash, |r| r.is(hash, &check)) else {
             return;
         };
+        let records = entry.get_mut();
         let before = records.ids.len();
         records.ids.retain(|r| r.id != *id);
         let gone = before - records.ids.len();
+        if records.ids.is_empty() {
+            entry.remove();
+        }
         table.ids -= gone;
     }
 
