@@ -298,7 +298,7 @@ impl Limiter {
     }
 
     /// One store's all-or-nothing call, observed and counted.
-    async fn decide_on(
+    pub(crate) async fn decide_on(
         &self,
         store: usize,
         checks: &[Check<'_>],
@@ -394,79 +394,6 @@ impl Limiter {
         self.observe_store(store, &decided);
         self.count(checks, &decided, replayed, now_ms);
         decided
-    }
-
-    /// Checks on several stores, store by store in order; after a
-    /// rejection the later stores only peek (cost 0, not counted). Under a
-    /// request id each store keeps its own record, so a request rejected
-    /// by a later store has its retry charged there only; it reads
-    /// replayed when every store replayed it.
-    async fn decide_across(
-        &self,
-        checks: &[Check<'_>],
-        id: Option<(&RequestId, RequestDigest)>,
-    ) -> Decided {
-        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
-        let mut by = DecidedBy::Shared;
-        let mut error = None;
-        let mut store_us: Option<u64> = None;
-        let mut rejected = false;
-        let mut replayed = id.is_some();
-        for store in 0..self.backends.len() {
-            let at: Vec<usize> = (0..checks.len())
-                .filter(|&i| checks[i].plan.store() == store)
-                .collect();
-            if at.is_empty() {
-                continue;
-            }
-            let group: Vec<Check<'_>> = at
-                .iter()
-                .map(|&i| match rejected {
-                    false => checks[i],
-                    true => checks[i].peek(),
-                })
-                .collect();
-            let mut decided = self
-                .decide_on(store, &group, if rejected { None } else { id })
-                .await;
-            if rejected {
-                would_get(
-                    &at.iter().map(|&i| checks[i].cost).collect::<Vec<_>>(),
-                    &mut decided,
-                );
-            }
-            if decided.replay == Replay::Mismatch {
-                return decided;
-            }
-            replayed &= decided.replay == Replay::Replayed;
-            if decided.decisions.len() != at.len() {
-                return Decided {
-                    decisions: Vec::new(),
-                    store_us,
-                    ..decided
-                };
-            }
-            rejected |= !decided.decisions.iter().all(|d| d.allowed);
-            by = worse(by, decided.by);
-            error = error.or(decided.error);
-            if let Some(ms) = decided.store_us {
-                store_us = Some(store_us.unwrap_or(0) + ms);
-            }
-            for (&i, decision) in at.iter().zip(decided.decisions) {
-                decisions[i] = Some(decision);
-            }
-        }
-        Decided {
-            decisions: decisions.into_iter().flatten().collect(),
-            by,
-            error,
-            store_us,
-            replay: if replayed {
-                Replay::Replayed
-            } else {
-                Replay::Fresh
-            },
-        }
     }
 
     /// A sharded check under a request id, spilled: spent on the shard
@@ -649,7 +576,7 @@ impl Limiter {
 
 /// The more degraded of two ways of deciding, for a request decided on
 /// several stores: what its answer must say.
-fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
+pub(crate) fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
     let rank = |d: DecidedBy| match d {
         DecidedBy::Shared => 0,
         DecidedBy::FailOpen => 1,
@@ -657,26 +584,6 @@ fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
         DecidedBy::FailClosed => 3,
     };
     if rank(b) > rank(a) { b } else { a }
-}
-
-/// A later store's peeks, after an earlier store rejected the request,
-/// as what each check's cost alone would get (docs/http-api.md, Batches):
-/// a cost above what is left is rejected, its wait the time until the
-/// quota is fully restored — never early, as the store was only peeked
-/// (late by at most that) — or none when the cost is above the limit.
-/// `fail_open` claims nothing is left and admits: left as it is.
-fn would_get(costs: &[u64], decided: &mut Decided) {
-    if decided.by == DecidedBy::FailOpen {
-        return;
-    }
-    for (&cost, decision) in costs.iter().zip(decided.decisions.iter_mut()) {
-        let left = u64::try_from(decision.remaining).unwrap_or(0);
-        if decision.allowed && cost > left {
-            decision.allowed = false;
-            decision.retry_after_ms =
-                (cost <= decision.limit).then_some(decision.reset_after_ms.max(1));
-        }
-    }
 }
 
 /// The whole request's digest, as its request id's records hold it.
