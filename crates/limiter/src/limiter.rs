@@ -156,6 +156,13 @@ impl Limiter {
         self.decide_request(checks, None, None).await
     }
 
+    /// A look at `check`'s state (cost 0), for an answer that is not a
+    /// decision — an operator's `GET /v1/state`, what a refund left: not
+    /// timed as a decided request, sampled, traced or counted.
+    pub async fn peek(&self, check: Check<'_>) -> Decided {
+        self.decide_checks(&[check.peek()], None).await
+    }
+
     /// [`Limiter::decide`] under a request id (`Idempotency-Key`): on each
     /// store the id is recorded with the store's first check, under that
     /// check's plan's retry rule (none when it keeps no ids), for the whole

@@ -454,3 +454,39 @@ async fn a_batch_records_its_id_with_its_first_enforced_check_not_a_shadow_one()
     assert_eq!(status, 422);
     server.stop().await;
 }
+
+/// docs/metrics.md: `tollgate_decision_duration_seconds` times the
+/// limiter deciding a request; a refund is not a decision
+/// (docs/http-api.md, Refunds), nor is an operator's look at one identity
+/// (`GET /v1/state`): neither is counted there, as neither is in
+/// `tollgate_decisions_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_and_a_state_look_are_not_timed_as_decisions() {
+    let server = TestServer::start(
+        "policies:\n  - {name: jobs, algorithm: fixed_window, limit: 3, window: 1h}\n",
+    )
+    .await;
+    let (_, spent) = server
+        .check(r#"{"policy":"jobs","key":"acme","cost":2}"#)
+        .await;
+    assert_eq!(spent["remaining"], 1, "{spent}");
+    let (_, refund) = server
+        .check(r#"{"policy":"jobs","key":"acme","refund":true}"#)
+        .await;
+    assert_eq!(refund["refunded"], 1, "{refund}");
+    let state: serde_json::Value =
+        serde_json::from_str(&server.text("/v1/state?policy=jobs&key=acme").await).expect("json");
+    assert_eq!(state["remaining"], 2, "{state}");
+    let metrics = server.text("/metrics").await;
+    assert_eq!(
+        (
+            support::metric(&metrics, "tollgate_decision_duration_seconds_count"),
+            support::metric(
+                &metrics,
+                r#"tollgate_decisions_total{policy="jobs",outcome="allowed"}"#
+            ),
+        ),
+        (Some(1.0), Some(1.0))
+    );
+    server.stop().await;
+}

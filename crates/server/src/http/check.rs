@@ -195,7 +195,7 @@ async fn refund_request(
         app.limiter.refund_request(&check, id).await.map_err(|_| {
             Problem::unavailable("the refund was not made: the store is unavailable")
         })?;
-    let decided = app.limiter.decide(&[check.peek()]).await;
+    let decided = app.limiter.peek(check).await;
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;
