@@ -88,15 +88,15 @@ impl Limiter {
 /// as what each check's cost alone would get (docs/http-api.md, Batches):
 /// a cost above what is left is rejected, its wait the time until the
 /// quota is fully restored — never early, as the store was only peeked
-/// (late by at most that) — or none when the cost is above the limit.
-/// `fail_open` claims nothing is left and admits: left as it is.
+/// (late by at most that) — or none when the cost is above the limit. A
+/// degraded admission that claims nothing is left (`fail_open`: remaining
+/// and reset 0) admits any cost: left as it is.
 fn would_get(costs: &[u64], decided: &mut Decided) {
-    if decided.by == DecidedBy::FailOpen {
-        return;
-    }
+    let degraded = decided.by.is_degraded();
     for (&cost, decision) in costs.iter().zip(decided.decisions.iter_mut()) {
+        let claims_nothing = degraded && decision.remaining == 0 && decision.reset_after_ms == 0;
         let left = u64::try_from(decision.remaining).unwrap_or(0);
-        if decision.allowed && cost > left {
+        if decision.allowed && !claims_nothing && cost > left {
             decision.allowed = false;
             decision.retry_after_ms =
                 (cost <= decision.limit).then_some(decision.reset_after_ms.max(1));

@@ -490,3 +490,53 @@ async fn a_refund_and_a_state_look_are_not_timed_as_decisions() {
     );
     server.stop().await;
 }
+
+/// The same request spanning stores with the later store down: its
+/// `fail_open` check claims nothing is left and admits whatever the cost,
+/// so it is not reported rejected; a `local` check is told from its local
+/// budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_store_that_is_down_answers_by_its_failure_modes_after_an_earlier_one_rejects() {
+    let redis = RedisServer::start().expect("redis-server (install redis-server)");
+    let server = TestServer::start(&format!(
+        r#"stores:
+  local: memory
+  global: {{redis: {{url: "{}", timeout: 200ms, rejected_cache: 0}}}}
+policies:
+  - {{name: r, algorithm: fixed_window, limit: 1, window: 1h, scope: instance}}
+  - {{name: open, algorithm: fixed_window, limit: 10, window: 1h, scope: global, on_store_failure: fail_open}}
+  - {{name: share, algorithm: fixed_window, limit: 100, window: 1h, scope: global, on_store_failure: local, local_share_percent: 10}}
+"#,
+        redis.url()
+    ))
+    .await;
+    let (_, spent) = server.check(r#"{"policy":"r","key":"acme"}"#).await;
+    assert_eq!(spent["allowed"], true, "{spent}");
+    redis.pause().expect("SIGSTOP redis-server");
+    let (_, batch) = server
+        .check(r#"{"checks":[{"policy":"r","key":"acme"},{"policy":"open","key":"acme","cost":5},{"policy":"share","key":"acme","cost":11}]}"#)
+        .await;
+    redis.resume().expect("SIGCONT redis-server");
+    assert_eq!(batch["allowed"], false, "{batch}");
+    assert_eq!(batch["decisions"][0]["allowed"], false, "{batch}");
+    // fail_open admits the cost; the local share (10 of 100) can never
+    // take 11.
+    assert_eq!(
+        (
+            &batch["decisions"][1]["allowed"],
+            &batch["decisions"][2]["allowed"],
+            &batch["decisions"][2]["limit"],
+            &batch["decisions"][2]["retry_after_ms"],
+            &batch["decisions"][2]["path"],
+        ),
+        (
+            &json!(true),
+            &json!(false),
+            &json!(10),
+            &json!(null),
+            &json!("local")
+        ),
+        "{batch}"
+    );
+    server.stop().await;
+}
