@@ -11,8 +11,8 @@ use std::sync::Arc;
 use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
 use tollgate_store::{
     Admin, AtClock, Blocks, BreakerConfig, Check, Decide, Guarded, GuardedCheck, GuardedDecisions,
-    LeaseAsk, LeaseGrant, Ledger, MemoryStore, MemoryStoreConfig, RedisStore, Retry, StoreError,
-    StoreStats,
+    LeaseAsk, LeaseGrant, Ledger, MemoryStore, MemoryStoreConfig, RedisStore, RequestId, Retry,
+    StoreError, StoreStats,
 };
 
 /// How many keys the local fallback budgets may hold.
@@ -115,6 +115,16 @@ impl Backend {
         identity: &Identity,
     ) -> Result<bool, StoreError> {
         each!(self, s => Admin::forget(s, policy, identity).await)
+    }
+
+    /// Forgets one request id ([`Admin::forget_request_id`]).
+    pub(crate) async fn forget_request_id(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        id: &RequestId,
+    ) -> Result<(), StoreError> {
+        each!(self, s => Admin::forget_request_id(s, policy, identity, id).await)
     }
 
     /// Whether the store answers now ([`Admin::ping`]).

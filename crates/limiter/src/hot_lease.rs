@@ -194,23 +194,6 @@ impl HotLeases {
             .unwrap_or_default()
     }
 
-    /// Ends `identity`'s block now (a refund is coming) and hands over its
-    /// unspent units, to give back first. A block being taken stays; one
-    /// without a receipt has nothing to give back.
-    pub fn end(&self, identity: &Identity) -> Option<Unspent> {
-        let mut blocks = self.blocks.lock().ok()?;
-        if blocks.get(identity)?.taking {
-            return None;
-        }
-        let block = blocks.remove(identity)?;
-        let taken = block.taken.filter(|_| block.left > 0)?;
-        Some(Unspent {
-            identity: identity.clone(),
-            units: block.left,
-            taken,
-        })
-    }
-
     /// Ends every block now (the instance is stopping) and hands over
     /// their units, to give back.
     pub fn take_all_unspent(&self) -> Vec<Unspent> {
@@ -420,6 +403,29 @@ impl HotLeases {
     pub fn forget_refusal(&self, identity: &Identity) {
         if let Ok(mut refusals) = self.refusals.lock() {
             refusals.remove(identity);
+        }
+    }
+
+    /// Ends `identity`'s live block now and hands over its unspent units,
+    /// to give back: a refund or a reset changes the state they were
+    /// taken from, and a block kept past it would spend units that state
+    /// no longer counts as taken. A block being taken stays.
+    pub fn end(&self, identity: &Identity) -> Option<Unspent> {
+        let mut blocks = self.blocks.lock().ok()?;
+        if blocks.get(identity).is_none_or(|b| b.taking) {
+            return None;
+        }
+        let block = blocks.remove(identity)?;
+        match block.taken {
+            Some(taken) if block.left > 0 => Some(Unspent {
+                identity: identity.clone(),
+                units: block.left,
+                taken,
+            }),
+            _ => {
+                self.lost.inc_by(block.left);
+                None
+            }
         }
     }
 

@@ -52,6 +52,7 @@
 // The guarded Redis store's nested futures need a deeper layout query.
 #![recursion_limit = "256"]
 
+mod across;
 mod backend;
 mod blocks;
 mod decision_log;

@@ -156,6 +156,13 @@ impl Limiter {
         self.decide_request(checks, None, None).await
     }
 
+    /// A look at `check`'s state (cost 0), for an answer that is not a
+    /// decision — an operator's `GET /v1/state`, what a refund left: not
+    /// timed as a decided request, sampled, traced or counted.
+    pub async fn peek(&self, check: Check<'_>) -> Decided {
+        self.decide_checks(&[check.peek()], None).await
+    }
+
     /// [`Limiter::decide`] under a request id (`Idempotency-Key`): on each
     /// store the id is recorded with the store's first check, under that
     /// check's plan's retry rule (none when it keeps no ids), for the whole
@@ -298,7 +305,7 @@ impl Limiter {
     }
 
     /// One store's all-or-nothing call, observed and counted.
-    async fn decide_on(
+    pub(crate) async fn decide_on(
         &self,
         store: usize,
         checks: &[Check<'_>],
@@ -330,9 +337,15 @@ impl Limiter {
             self.count(checks, &decided, false, now_ms);
             return decided;
         }
-        // Empty (no allocation) unless a check is sharded.
+        // Empty (no allocation) unless a check is sharded. Under a request
+        // id the first check's shard follows the id, not the turn, so every
+        // attempt meets the record its first attempt left there.
         let picks: Vec<Option<usize>> = if checks.iter().any(|c| c.plan.shards().len() > 1) {
-            checks.iter().map(Check::pick).collect()
+            let first_pick = |(i, c): (usize, &Check<'_>)| match (i, retry) {
+                (0, Some(retry)) => c.pick_for(retry.id),
+                _ => c.pick(),
+            };
+            checks.iter().enumerate().map(first_pick).collect()
         } else {
             Vec::new()
         };
@@ -345,12 +358,15 @@ impl Limiter {
         // A sharded request rejected by its shard tries the next one once
         // (docs/config.md, Shards): one more store call, only on rejection
         // (a rejection records no request id, so the spill may).
-        if let ([one], [Some(_)]) = (checks, picks.as_slice())
+        if let ([one], [Some(pick)]) = (checks, picks.as_slice())
             && one.cost > 0
             && !decided.by.is_degraded()
             && decided.decisions.first().is_some_and(|d| !d.allowed)
         {
-            let spilled = self.call(backend, checks, &picks, 1, retry).await;
+            let spilled = match retry {
+                None => self.call(backend, checks, &picks, 1, None).await,
+                Some(retry) => self.spill_recorded(backend, one, *pick, retry).await,
+            };
             if spilled.decisions.len() == 1 {
                 let store_us = match (decided.store_us, spilled.store_us) {
                     (Some(a), Some(b)) => Some(a + b),
@@ -407,71 +423,34 @@ impl Limiter {
         }
     }
 
-    /// Checks on several stores, store by store in order; after a
-    /// rejection the later stores only peek (cost 0, not counted). Under a
-    /// request id each store keeps its own record, so a request rejected
-    /// by a later store has its retry charged there only; it reads
-    /// replayed when every store replayed it.
-    async fn decide_across(
+    /// A sharded check under a request id, spilled: spent on the shard
+    /// after `pick`, its id recorded on `pick`'s, where the id sends every
+    /// attempt first (a cost-0 look there carries the record, all or
+    /// nothing with the spending). One decision, the spilled shard's.
+    async fn spill_recorded(
         &self,
-        checks: &[Check<'_>],
-        id: Option<(&RequestId, RequestDigest)>,
+        backend: &Backend,
+        one: &Check<'_>,
+        pick: usize,
+        retry: Retry<'_>,
     ) -> Decided {
-        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
-        let mut by = DecidedBy::Shared;
-        let mut error = None;
-        let mut store_us: Option<u64> = None;
-        let mut rejected = false;
-        let mut replayed = id.is_some();
-        for store in 0..self.backends.len() {
-            let at: Vec<usize> = (0..checks.len())
-                .filter(|&i| checks[i].plan.store() == store)
-                .collect();
-            if at.is_empty() {
-                continue;
-            }
-            let group: Vec<Check<'_>> = at
-                .iter()
-                .map(|&i| match rejected {
-                    false => checks[i],
-                    true => checks[i].peek(),
-                })
-                .collect();
-            let decided = self
-                .decide_on(store, &group, if rejected { None } else { id })
+        let (Some(home), Some(next)) = (one.shard(Some(pick), 0), one.shard(Some(pick), 1)) else {
+            return self
+                .call(backend, &[*one], &[Some(pick)], 1, Some(retry))
                 .await;
-            if decided.replay == Replay::Mismatch {
-                return decided;
-            }
-            replayed &= decided.replay == Replay::Replayed;
-            if decided.decisions.len() != at.len() {
-                return Decided {
-                    decisions: Vec::new(),
-                    store_us,
-                    ..decided
-                };
-            }
-            rejected |= !decided.decisions.iter().all(|d| d.allowed);
-            by = worse(by, decided.by);
-            error = error.or(decided.error);
-            if let Some(ms) = decided.store_us {
-                store_us = Some(store_us.unwrap_or(0) + ms);
-            }
-            for (&i, decision) in at.iter().zip(decided.decisions) {
-                decisions[i] = Some(decision);
-            }
+        };
+        let guarded = [
+            one.peek().guarded(None, Some((home.0, &home.1))),
+            one.guarded(None, Some((next.0, &next.1))),
+        ];
+        self.metrics.store_requests.inc();
+        let mut decided = backend.decide(&guarded, Some(retry)).await;
+        if decided.decisions.len() == 2 {
+            decided.decisions.remove(0);
+        } else {
+            decided.decisions.clear();
         }
-        Decided {
-            decisions: decisions.into_iter().flatten().collect(),
-            by,
-            error,
-            store_us,
-            replay: if replayed {
-                Replay::Replayed
-            } else {
-                Replay::Fresh
-            },
-        }
+        decided
     }
 
     /// One all-or-nothing store call: leased checks under their share,
@@ -556,6 +535,11 @@ impl Limiter {
             };
             if check.plan.shadow() {
                 count_shadow(counters, decision);
+                // A replay is an admission answered from its record, shadow
+                // or not: counted as such, so fresh ones can be told apart.
+                if replayed && decision.allowed {
+                    counters.replayed.inc();
+                }
                 continue;
             }
             counters
@@ -619,7 +603,7 @@ impl Limiter {
 
 /// The more degraded of two ways of deciding, for a request decided on
 /// several stores: what its answer must say.
-fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
+pub(crate) fn worse(a: DecidedBy, b: DecidedBy) -> DecidedBy {
     let rank = |d: DecidedBy| match d {
         DecidedBy::Shared => 0,
         DecidedBy::FailOpen => 1,

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate_core::{Clock, Decision, Identity, Policy, split_policy};
 use tollgate_store::{
-    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, GuardedCheck, OnStoreFailure, local_policy,
+    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, GuardedCheck, OnStoreFailure, RequestId,
+    local_policy,
 };
 
 use crate::hot_lease::HotLeases;
@@ -249,6 +250,20 @@ impl<'a> Check<'a> {
     /// The shard this check tries first.
     pub(crate) fn pick(&self) -> Option<usize> {
         self.plan.pick()
+    }
+
+    /// The shard this check tries first under request id `id`: the same
+    /// for every attempt on every instance (FNV-1a of the id, stable across
+    /// processes), so a retry meets the record of its first attempt.
+    pub(crate) fn pick_for(&self, id: &RequestId) -> Option<usize> {
+        let n = self.plan.shards.len();
+        if n < 2 {
+            return None;
+        }
+        let hash = id.as_str().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        usize::try_from(hash % n as u64).ok()
     }
 
     /// The share to decide under, for a leased plan (its identity's demand

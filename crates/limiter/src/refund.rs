@@ -8,7 +8,7 @@
 //! the identity ends and goes back before the refund.
 
 use tollgate_core::{Clock, Taken};
-use tollgate_store::{Check as StoreCheck, StoreError};
+use tollgate_store::{Check as StoreCheck, RequestId, StoreError};
 
 use crate::backend::Backend;
 use crate::limiter::Limiter;
@@ -21,11 +21,37 @@ impl Limiter {
     /// was fuller than that: a refund of what was never taken gives
     /// nothing). Not counted as a decision.
     pub async fn refund(&self, check: &Check<'_>) -> Result<u64, StoreError> {
+        self.refund_request(check, None).await
+    }
+
+    /// [`Limiter::refund`] of the work admitted under request id `id`:
+    /// the id's record kept with this check's policy and identity (a single
+    /// check's, or a batch's first) is forgotten first, so a retry of the
+    /// work under it is charged again rather than replayed for nothing.
+    pub async fn refund_request(
+        &self,
+        check: &Check<'_>,
+        id: Option<&RequestId>,
+    ) -> Result<u64, StoreError> {
         let store = check.plan.store();
         let backend = self
             .backends
             .get(store)
             .ok_or_else(|| StoreError::Config(format!("no store {store}")))?;
+        if let Some(id) = id {
+            // Where the record is kept: a sharded plan's on the id's shard.
+            match check.shard(check.pick_for(id), 0) {
+                Some((policy, identity)) => {
+                    backend.forget_request_id(policy, &identity, id).await?;
+                }
+                None => {
+                    let policy = check.plan.policy();
+                    backend
+                        .forget_request_id(policy, check.identity, id)
+                        .await?;
+                }
+            }
+        }
         if check.cost == 0 {
             return Ok(0);
         }
@@ -33,17 +59,18 @@ impl Limiter {
         if let Some(hot) = check.plan.hot_lease()
             && let Some(unspent) = hot.end(check.identity)
         {
-            // The store counts a live block's units as spent: given back
-            // first (exactly, as at its end), the refund is bounded by what
-            // was really spent, not by what this instance still holds.
+            // The block's unspent units first, exactly (their take is
+            // known): the state then counts only what was spent, so the
+            // refund cannot hand back units the block still holds.
             let block = StoreCheck {
                 policy: check.plan.policy(),
                 identity: check.identity,
                 cost: unspent.units,
             };
-            let back = backend.give_back(block, unspent.taken).await;
-            hot.given_back(unspent.units, *back.as_ref().unwrap_or(&0));
-            back?;
+            self.metrics.store_requests.inc();
+            let returned = backend.give_back(block, unspent.taken).await;
+            hot.given_back(unspent.units, *returned.as_ref().unwrap_or(&0));
+            returned?;
         }
         let given = self.give_back_refund(backend, check).await?;
         if let Some(trace) = self.trace() {

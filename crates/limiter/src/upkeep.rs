@@ -19,8 +19,13 @@ impl Limiter {
             return Err(StoreError::Config(format!("no store {store}")));
         };
         if let Some(hot) = plan.hot_lease() {
-            // A block refused before the reset says nothing about after.
+            // A block refused before the reset says nothing about after;
+            // a block held was taken from the state now forgotten, and
+            // spent on would add to the fresh quota: its units are lost.
             hot.forget_refusal(identity);
+            if let Some(unspent) = hot.end(identity) {
+                hot.given_back(unspent.units, 0);
+            }
         }
         if plan.shards().is_empty() {
             return backend.forget(plan.policy(), identity).await;

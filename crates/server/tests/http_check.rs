@@ -537,18 +537,12 @@ async fn a_refund_gives_back_exactly_and_never_past_full_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refund_is_refused_in_a_batch_with_a_request_id_or_not_a_flag() {
+async fn a_refund_is_refused_in_a_batch_or_not_a_flag() {
     let server = TestServer::start(POLICIES).await;
-    for (body, detail) in [
-        (
-            r#"{"checks":[{"policy":"slow","key":"a"}],"refund":true}"#,
-            "refund: give policy, key and cost (the units to give back) of one check, not checks",
-        ),
-        (
-            r#"{"policy":"slow","key":"a","refund":true,"request_id":"r1"}"#,
-            "refund: a refund takes no request_id (it is not recorded; repeated, it gives back again, never past full)",
-        ),
-    ] {
+    for (body, detail) in [(
+        r#"{"checks":[{"policy":"slow","key":"a"}],"refund":true}"#,
+        "refund: give policy, key and cost (the units to give back) of one check, not checks",
+    )] {
         let (status, problem) = server.check(body).await;
         assert_eq!(
             (status, problem["detail"].as_str()),

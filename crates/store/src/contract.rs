@@ -17,7 +17,7 @@ use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
 use crate::fallback;
 use crate::{
     Check, CircuitState, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
-    MemoryStore, RedisStore, Replay, Retry, StoreError,
+    MemoryStore, RedisStore, Replay, RequestId, Retry, StoreError,
 };
 
 /// Deciding: every store decides a request's checks all-or-nothing, under
@@ -91,6 +91,17 @@ pub trait Admin: Send + Sync {
         policy: &Policy,
         identity: &Identity,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Forgets request id `id` recorded with `policy`'s state of
+    /// `identity` (a guarded store's local fallback's too), so a retry
+    /// under it is decided, and charged, afresh: a refund of the work it
+    /// admitted.
+    fn forget_request_id(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        id: &RequestId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// A bounded round trip: whether the store answers now.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -278,6 +289,16 @@ impl Admin for MemoryStore {
         Ok(MemoryStore::forget(self, policy, identity))
     }
 
+    async fn forget_request_id(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        id: &RequestId,
+    ) -> Result<(), StoreError> {
+        MemoryStore::forget_request_id(self, policy, identity, id);
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
@@ -299,6 +320,16 @@ impl Admin for Guarded<RedisStore> {
     async fn forget(&self, policy: &Policy, identity: &Identity) -> Result<bool, StoreError> {
         let local = self.forget_local(policy, identity);
         Ok(self.shared().forget(policy, identity).await? || local)
+    }
+
+    async fn forget_request_id(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        id: &RequestId,
+    ) -> Result<(), StoreError> {
+        self.forget_local_request_id(policy, identity, id);
+        self.shared().forget_request_id(policy, identity, id).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -323,6 +354,15 @@ impl Admin for Guarded<RedisStore> {
 impl Admin for AtClock {
     async fn forget(&self, policy: &Policy, identity: &Identity) -> Result<bool, StoreError> {
         self.store.forget(policy, identity).await
+    }
+
+    async fn forget_request_id(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        id: &RequestId,
+    ) -> Result<(), StoreError> {
+        self.store.forget_request_id(policy, identity, id).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -154,6 +154,17 @@ impl<S: Store> Guarded<S> {
         self.local.forget(policy, identity)
     }
 
+    /// Forgets request id `id` recorded by the local fallback with
+    /// `policy`'s state of `identity`.
+    pub fn forget_local_request_id(
+        &self,
+        policy: &Policy,
+        identity: &tollgate_core::Identity,
+        id: &crate::RequestId,
+    ) {
+        self.local.forget_request_id(policy, identity, id);
+    }
+
     /// Expires idle local-fallback keys.
     pub fn sweep(&self) {
         self.local.sweep();

@@ -585,3 +585,33 @@ async fn vectors_hold_under_fresh_ids_on_every_store() {
     let topology = Topology::standalone();
     vectors_hold_under_fresh_ids(&topology.store().await).await;
 }
+
+#[test]
+fn a_forgotten_memory_id_is_decided_afresh_and_others_are_kept() {
+    let memory = Memory::new(MemoryStoreConfig {
+        max_keys: 16,
+        shards: 1,
+    });
+    memory.clock.set(T0);
+    let policy = window("refunded", 10);
+    let acme = Identity::value("acme");
+    let job = id("job-1");
+    let checks = [check(&policy, &acme, 1)];
+    let decide = || {
+        memory
+            .store
+            .decide_once_now(&checks, retry(&job, &checks))
+            .expect("room")
+    };
+    assert_eq!(seen(&decide()), (vec![(true, 9)], Replay::Fresh));
+    assert_eq!(seen(&decide()), (vec![(true, 9)], Replay::Replayed));
+    // Another id, or another key's, is not touched.
+    memory.store.forget_request_id(&policy, &acme, &id("job-2"));
+    memory
+        .store
+        .forget_request_id(&policy, &Identity::value("other"), &job);
+    assert_eq!(seen(&decide()), (vec![(true, 9)], Replay::Replayed));
+    memory.store.forget_request_id(&policy, &acme, &job);
+    assert_eq!(seen(&decide()), (vec![(true, 8)], Replay::Fresh));
+    assert_eq!(seen(&decide()), (vec![(true, 8)], Replay::Replayed));
+}

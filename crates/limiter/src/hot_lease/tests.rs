@@ -282,3 +282,20 @@ fn refusals_are_bounded() {
     assert!(hot.refuse(&late, 25, &refused(), 300_000).is_some());
     assert_eq!(hot.refusals_held(), 1);
 }
+
+#[test]
+fn ending_a_block_hands_over_its_unspent_units_once_and_leaves_one_being_taken() {
+    let hot = leases(rule());
+    let id = Identity::value("hot");
+    hot.keep(&id, 5, 1, (&taken(60), TAKEN), 1_000);
+    assert!(hot.spend(&id, 1, 1_001).is_some());
+    let ended = hot.end(&id).expect("a live block");
+    assert_eq!((ended.units, ended.taken), (3, TAKEN));
+    assert!(hot.end(&id).is_none(), "ended once");
+    assert!(hot.spend(&id, 1, 1_002).is_none(), "no block left to spend");
+    assert_eq!(unspent(&hot, u64::MAX), Vec::<(String, u64)>::new());
+    let other = Identity::value("taking");
+    assert!(hot.begin_taking(&other, 2_000));
+    assert!(hot.end(&other).is_none(), "a block being taken stays");
+    assert!(!hot.begin_taking(&other, 2_001), "still being taken");
+}

@@ -82,7 +82,7 @@ where
     };
     let id = id.as_ref();
     if parsed.refund == Some(true) {
-        return refund_request(app, &live_config, &parsed, id.is_some(), max_key)
+        return refund_request(app, &live_config, &parsed, id, max_key)
             .await
             .unwrap_or_else(|p| refuse(app, p));
     }
@@ -178,7 +178,7 @@ async fn refund_request(
     app: &App,
     live_config: &LiveConfig,
     parsed: &CheckBody<'_>,
-    with_id: bool,
+    id: Option<&RequestId>,
     max_key: usize,
 ) -> Result<Response, Problem> {
     let (Some(name), Some(key), None) = (&parsed.policy, &parsed.key, &parsed.checks) else {
@@ -186,21 +186,16 @@ async fn refund_request(
             "refund: give policy, key and cost (the units to give back) of one check, not checks",
         ));
     };
-    if with_id {
-        return Err(Problem::unprocessable(
-            "refund: a refund takes no request_id (it is not recorded; repeated, it gives back again, never past full)",
-        ));
-    }
     let live = live_config
         .policy(name)
         .ok_or_else(|| unknown_policy(name))?;
     let identity = key.identity(max_key)?;
     let check = Check::new(&live.plan, &identity, parsed.cost.unwrap_or(1));
     let refunded =
-        app.limiter.refund(&check).await.map_err(|_| {
+        app.limiter.refund_request(&check, id).await.map_err(|_| {
             Problem::unavailable("the refund was not made: the store is unavailable")
         })?;
-    let decided = app.limiter.decide(&[check.peek()]).await;
+    let decided = app.limiter.peek(check).await;
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;

@@ -107,8 +107,7 @@ pub(super) async fn peek_state(
         Ok(target) => target,
         Err(refusal) => return *refusal,
     };
-    let peek = Check::new(&live.plan, &identity, 0).uncounted();
-    let decided = app.limiter.decide(&[peek]).await;
+    let decided = app.limiter.peek(Check::new(&live.plan, &identity, 0)).await;
     match decided.decisions.first() {
         Some(decision) => {
             let mut body = String::with_capacity(160);

@@ -50,6 +50,35 @@ impl Records {
 }
 
 impl MemoryStore {
+    /// Forgets request id `id` recorded with `policy`'s state of
+    /// `identity` (a refund of the work it admitted: its retry is charged
+    /// again). Nothing when it is not recorded there.
+    pub fn forget_request_id(
+        &self,
+        policy: &tollgate_core::Policy,
+        identity: &tollgate_core::Identity,
+        id: &RequestId,
+    ) {
+        let check = Check {
+            policy,
+            identity,
+            cost: 0,
+        };
+        let hash = self.hash(&check);
+        let mut table = self.shard(hash).0.lock();
+        let Ok(mut entry) = table.records.find_entry(hash, |r| r.is(hash, &check)) else {
+            return;
+        };
+        let records = entry.get_mut();
+        let before = records.ids.len();
+        records.ids.retain(|r| r.id != *id);
+        let gone = before - records.ids.len();
+        if records.ids.is_empty() {
+            entry.remove();
+        }
+        table.ids -= gone;
+    }
+
     /// Decides every check all-or-nothing under a request id, now. See
     /// [`Store::decide_once`]: the id is looked up and recorded with the
     /// first check's key under the same locks as the decision.

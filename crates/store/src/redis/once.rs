@@ -181,6 +181,27 @@ impl RedisStore {
         .await
     }
 
+    /// Forgets request id `id` recorded with `policy`'s state of
+    /// `identity` (a refund of the work it admitted: its retry is charged
+    /// again). Nothing when it is not recorded there.
+    pub async fn forget_request_id(
+        &self,
+        policy: &tollgate_core::Policy,
+        identity: &tollgate_core::Identity,
+        id: &request_id::RequestId,
+    ) -> Result<(), StoreError> {
+        let records = key::record_key(&self.key(policy, identity));
+        self.timed(async {
+            self.shared
+                .connection
+                .query(::redis::cmd("HDEL").arg(records).arg(id.as_str()))
+                .await
+                .map(drop)
+                .map_err(connection::from_redis)
+        })
+        .await
+    }
+
     /// One check under a request id, batched with other single checks
     /// under ids (crate::redis::batch); never answered from the
     /// rejected-until cache, since a replay admits.
