@@ -151,8 +151,8 @@ async fn headers_that_flood_or_repeat_or_cost_nothing_never_get_past_a_limit() {
     assert_eq!(stack.upstream.count(), 5);
 
     // More headers than server.max_headers: tollgate's HTTP layer answers
-    // a bare 431, and Caddy passes it on: never the application, with or
-    // without an API key.
+    // a bare 431, and Caddy gives it the example's problem: never the
+    // application, with or without an API key.
     let deluge = padding(300);
     for (path, extra) in [
         ("/login", deluge.clone()),
@@ -160,7 +160,17 @@ async fn headers_that_flood_or_repeat_or_cost_nothing_never_get_past_a_limit() {
         ("/api/orders", deluge.clone()),
     ] {
         let (status, body) = raw([127, 0, 0, 14], caddy, &post(path, &extra)).await;
-        assert_eq!((status, body.as_str()), (431, ""), "{path}");
+        assert_eq!(status, 431, "{path}: {body}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).expect("problem+json"),
+            serde_json::json!({
+                "type": "about:blank",
+                "title": "Request Header Fields Too Large",
+                "status": 431,
+                "detail": "the rate limiter could not check this request: its headers are too many or too large"
+            }),
+            "{path}"
+        );
     }
     assert_eq!(stack.upstream.count(), 5, "the deluge never reached it");
 
