@@ -269,24 +269,13 @@ async fn a_capture_of_rls_traffic_with_refunds_replays_to_the_same_answers() {
     assert_eq!(capture.lines().count(), 6, "{capture}");
     assert!(!capture.contains("acme"), "captured raw: {capture}");
 
-    let mut replay = std::process::Command::new(support::tollgate_bin())
-        .args(["replay", "--config"])
-        .arg(rls._dir.path().join("tollgate.yaml"))
-        .env("TOLLGATE_IDENTITY_KEY", TRACE_KEY)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate replay");
-    std::io::Write::write_all(&mut replay.stdin.take().expect("stdin"), capture.as_bytes())
-        .expect("feed the capture");
-    let out = replay.wait_with_output().expect("replay output");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, _) = support::replay_capture(
+        &rls._dir.path().join("tollgate.yaml"),
+        TRACE_KEY,
+        &[],
+        &capture,
     );
-    let replayed: Vec<(i32, u32)> = String::from_utf8_lossy(&out.stdout)
+    let replayed: Vec<(i32, u32)> = stdout
         .lines()
         .map(|line| {
             let d: serde_json::Value = serde_json::from_str(line).expect("a decision line");

@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 use support::{TollgateProcess, tollgate_bin};
@@ -109,28 +108,8 @@ async fn a_capture_from_serve_replays_to_the_same_outcomes_without_raw_identitie
         assert!(event["t_ms"].is_u64(), "{line}");
     }
 
-    let mut replay = Command::new(tollgate_bin())
-        .args(["replay", "--config"])
-        .arg(&config)
-        .env("TOLLGATE_IDENTITY_KEY", KEY)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate replay");
-    replay
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(capture.as_bytes())
-        .expect("feed the capture");
-    let out = replay.wait_with_output().expect("replay output");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replayed: Vec<(Value, Value)> = String::from_utf8_lossy(&out.stdout)
+    let (stdout, _) = support::replay_capture(&config, KEY, &[], &capture);
+    let replayed: Vec<(Value, Value)> = stdout
         .lines()
         .map(|line| {
             let d: Value = serde_json::from_str(line).expect("a decision line");
@@ -165,26 +144,10 @@ async fn check(client: &reqwest::Client, base: &str, body: String) -> Value {
     support::check_json(client, base, body).await
 }
 
-/// `tollgate replay` of `capture` on `config`: its output lines as JSON.
+/// `tollgate replay --summary` of `capture` on `config`: its output lines
+/// as JSON.
 fn replay_lines(config: &std::path::Path, capture: &str) -> Vec<Value> {
-    let mut replay = Command::new(tollgate_bin())
-        .args(["replay", "--summary", "--config"])
-        .arg(config)
-        .env("TOLLGATE_IDENTITY_KEY", KEY)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate replay");
-    replay
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(capture.as_bytes())
-        .expect("feed the capture");
-    let out = replay.wait_with_output().expect("replay output");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (stdout, stderr) = support::replay_capture(config, KEY, &["--summary"], capture);
     assert_eq!(
         stderr,
         // A check counts by its own decision: search in the refused batch
@@ -192,7 +155,7 @@ fn replay_lines(config: &std::path::Path, capture: &str) -> Vec<Value> {
         "api: offered 3 (cost 5), admitted 2 (cost 4), rejected 1 (cost 1), refunded 1 (units 2)\n\
          search: offered 3 (cost 3), admitted 3 (cost 3), rejected 0 (cost 0)\n"
     );
-    String::from_utf8_lossy(&out.stdout)
+    stdout
         .lines()
         .map(|line| serde_json::from_str(line).expect("a decision line"))
         .collect()

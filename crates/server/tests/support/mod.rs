@@ -161,6 +161,39 @@ pub fn tollgate_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tollgate")
 }
 
+/// `tollgate replay ARGS... --config CONFIG` of a capture made under the
+/// identity key `identity_key`, fed `input`; it must succeed. Its stdout
+/// and stderr.
+pub fn replay_capture(
+    config: &Path,
+    identity_key: &str,
+    args: &[&str],
+    input: &str,
+) -> (String, String) {
+    use std::io::Write;
+    let mut replay = Command::new(tollgate_bin())
+        .arg("replay")
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env("TOLLGATE_IDENTITY_KEY", identity_key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate replay");
+    replay
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("feed the capture");
+    let out = replay.wait_with_output().expect("replay output");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
 /// A `tollgate serve` process; killed on drop.
 pub struct TollgateProcess {
     pub child: Child,
