@@ -4,125 +4,22 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::T0;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tollgate::{App, ServeConfig, serve_app, serve_grpc};
-use tollgate_core::ManualClock;
-use tonic::transport::Channel;
+use support::rls::Rls;
 
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 
-/// tollgate with `config` (store, policies) and one envoyproxy/ratelimit
-/// file, its gRPC service on loopback, its clock manual.
-struct Rls {
-    client: RateLimitServiceClient<Channel>,
-    app: Arc<App>,
-    /// The HTTP listener's base URL (`/v1/check`, `/metrics`).
-    http: String,
-    _dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    stop_http: Option<oneshot::Sender<()>>,
-}
-
 impl Rls {
-    async fn start(config: &str, rules: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("rules.yaml"), rules).expect("write rules");
-        let path = dir.path().join("tollgate.yaml");
-        std::fs::write(
-            &path,
-            format!(
-                "server: {{watch_interval_ms: 0}}\n{config}envoy_ratelimit_configs: [rules.yaml]\n"
-            ),
-        )
-        .expect("write config");
-        let config = ServeConfig::load_with_env(&path, |_| None).expect("config loads");
-        let app = Arc::new(
-            App::open(config, path, Arc::new(ManualClock::new(T0)))
-                .await
-                .expect("store opens"),
-        );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = format!("http://{}", listener.local_addr().expect("addr"));
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(serve_grpc(Arc::clone(&app), listener, async {
-            let _ = rx.await;
-        }));
-        let client = RateLimitServiceClient::connect(addr)
-            .await
-            .expect("connect");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let http = format!("http://{}", listener.local_addr().expect("addr"));
-        let (http_tx, http_rx) = oneshot::channel::<()>();
-        tokio::spawn(serve_app(Arc::clone(&app), listener, async {
-            let _ = http_rx.await;
-        }));
-        Self {
-            client,
-            app,
-            http,
-            stop_http: Some(http_tx),
-            _dir: dir,
-            stop: Some(tx),
-        }
-    }
-
-    /// One call of `descriptors`: the overall code and each (code,
-    /// remaining), or the gRPC error's code.
-    async fn call(
-        &mut self,
-        descriptors: Vec<RateLimitDescriptor>,
-    ) -> Result<(i32, Vec<(i32, u32)>), tonic::Code> {
-        let r = self
-            .client
-            .should_rate_limit(RateLimitRequest {
-                domain: "api".to_owned(),
-                descriptors,
-                hits_addend: 0,
-            })
-            .await
-            .map_err(|s| s.code())?
-            .into_inner();
-        let statuses = r
-            .statuses
-            .iter()
-            .map(|s| (s.code, s.limit_remaining))
-            .collect();
-        Ok((r.overall_code, statuses))
-    }
-
-    /// `POST /v1/check` of `body`: the answer.
-    async fn check(&self, body: &str) -> serde_json::Value {
-        support::check_json(&reqwest::Client::new(), &self.http, body.to_owned()).await
-    }
-
     async fn ask(&mut self, descriptors: &[Desc]) -> Result<(i32, Vec<(i32, u32)>), tonic::Code> {
         self.call(descriptors.iter().map(Desc::proto).collect())
             .await
-    }
-}
-
-impl Drop for Rls {
-    fn drop(&mut self) {
-        for tx in [self.stop.take(), self.stop_http.take()]
-            .into_iter()
-            .flatten()
-        {
-            let _ = tx.send(());
-        }
     }
 }
 

@@ -5,79 +5,16 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::T0;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tollgate::{App, ServeConfig, serve_grpc};
-use tollgate_core::ManualClock;
-use tonic::transport::Channel;
+use support::rls::Rls;
 
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 
-/// tollgate with one envoyproxy/ratelimit file, its gRPC service on
-/// loopback, its clock manual (a Redis store keeps its own).
-struct Rls {
-    client: RateLimitServiceClient<Channel>,
-    _app: Arc<App>,
-    _dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-}
-
 impl Rls {
-    async fn start(store: &str, rules: &str) -> Self {
-        Self::start_with(store, rules, "", |_| None).await
-    }
-
-    /// [`Rls::start`] with more `server` settings (`, trace: {…}`) and
-    /// `env` for its variables.
-    async fn start_with(
-        store: &str,
-        rules: &str,
-        server: &str,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("rules.yaml"), rules).expect("write rules");
-        let path = dir.path().join("tollgate.yaml");
-        std::fs::write(
-            &path,
-            format!(
-                "server: {{watch_interval_ms: 0{server}}}\n{store}envoy_ratelimit_configs: [rules.yaml]\n"
-            ),
-        )
-        .expect("write config");
-        let config = ServeConfig::load_with_env(&path, env).expect("config loads");
-        let app = Arc::new(
-            App::open(config, path, Arc::new(ManualClock::new(T0)))
-                .await
-                .expect("store opens"),
-        );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = format!("http://{}", listener.local_addr().expect("addr"));
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(serve_grpc(Arc::clone(&app), listener, async {
-            let _ = rx.await;
-        }));
-        let client = RateLimitServiceClient::connect(addr)
-            .await
-            .expect("connect");
-        Self {
-            client,
-            _app: app,
-            _dir: dir,
-            stop: Some(tx),
-        }
-    }
-
     /// One call of `descriptors` (key, hits, is_negative_hits), each
     /// `key=acme`: the overall code and each (code, remaining).
     async fn ask(&mut self, descriptors: &[(&str, u64, bool)]) -> (i32, Vec<(i32, u32)>) {
@@ -93,22 +30,7 @@ impl Rls {
                 ..RateLimitDescriptor::default()
             })
             .collect();
-        let r = self
-            .client
-            .should_rate_limit(RateLimitRequest {
-                domain: "api".to_owned(),
-                descriptors,
-                hits_addend: 0,
-            })
-            .await
-            .expect("answered")
-            .into_inner();
-        let statuses = r
-            .statuses
-            .iter()
-            .map(|s| (s.code, s.limit_remaining))
-            .collect();
-        (r.overall_code, statuses)
+        self.call(descriptors).await.expect("answered")
     }
 
     async fn hit(&mut self, key: &str, hits: u64) -> (i32, u32) {
@@ -121,14 +43,6 @@ impl Rls {
         let (overall, statuses) = self.ask(&[(key, hits, true)]).await;
         assert_eq!(overall, statuses[0].0);
         statuses[0]
-    }
-}
-
-impl Drop for Rls {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
     }
 }
 
@@ -257,7 +171,7 @@ async fn a_capture_of_rls_traffic_with_refunds_replays_to_the_same_answers() {
     );
     // Six lines: a request's descriptors decided together are one line,
     // a refund one of its own.
-    let capture_path = rls._dir.path().join("capture.jsonl");
+    let capture_path = rls.dir.path().join("capture.jsonl");
     let mut capture = String::new();
     for _ in 0..2_000 {
         capture = std::fs::read_to_string(&capture_path).unwrap_or_default();
@@ -270,7 +184,7 @@ async fn a_capture_of_rls_traffic_with_refunds_replays_to_the_same_answers() {
     assert!(!capture.contains("acme"), "captured raw: {capture}");
 
     let (stdout, _) = support::replay_capture(
-        &rls._dir.path().join("tollgate.yaml"),
+        &rls.dir.path().join("tollgate.yaml"),
         TRACE_KEY,
         &[],
         &capture,

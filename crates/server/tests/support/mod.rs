@@ -2,6 +2,8 @@
 //! manual clock over real loopback HTTP, or as a real process.
 #![allow(dead_code)]
 
+pub mod rls;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
