@@ -69,6 +69,16 @@ async fn store_errors(server: &TestServer) -> f64 {
         .sum()
 }
 
+/// Resumes a paused Redis once a real cool-down (1 s) has passed. The
+/// tests pass the cool-down on their own clock at once, but a connection
+/// the outage started opening times out on the real one (300 ms): a probe
+/// sent sooner would join that opening and fail with it, which a real
+/// cool-down never allows.
+async fn resume_after_a_real_cool_down(redis: &RedisServer) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    redis.resume().expect("SIGCONT");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_store_is_answered_by_each_policys_failure_mode_and_recovers_exactly() {
     let redis = RedisServer::start().expect("redis-server");
@@ -161,7 +171,7 @@ async fn a_paused_store_is_answered_by_each_policys_failure_mode_and_recovers_ex
         Some(1.0)
     );
 
-    redis.resume().expect("SIGCONT");
+    resume_after_a_real_cool_down(&redis).await;
     // After the cool-down, one probe goes through and closes the circuit.
     server.clock.advance(1_000);
     let (_, resumed) = server.check(r#"{"policy":"open","key":"steady"}"#).await;
@@ -482,7 +492,7 @@ async fn an_open_circuit_cools_down_on_the_monotonic_clock_whatever_the_wall_clo
         Some(1.0),
         "five timeouts opened the circuit"
     );
-    redis.resume().expect("SIGCONT");
+    resume_after_a_real_cool_down(&redis).await;
     // The wall clock steps back 30 s; the cool-down (1 s) then passes on
     // the monotonic clock alone.
     let now_ms = tollgate_core::Clock::now_ms(&*server.clock);

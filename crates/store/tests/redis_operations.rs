@@ -294,31 +294,29 @@ async fn script_flush_mid_traffic_is_invisible() {
         .expect("all-or-nothing after SCRIPT FLUSH");
 }
 
-#[tokio::test]
-async fn a_redis_restart_mid_traffic_loses_no_decision_after_the_restart_window() {
+/// The connection Redis closed when it died is found closed before a
+/// command is queued on it, so the first decision after the restart goes
+/// on a fresh connection instead of failing. (A runtime of its own, as a
+/// server has: the connection's driver notices the close while this
+/// thread waits for the restart.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_costs_no_decision_once_it_answers() {
     let mut topology = Topology::standalone();
     let store = topology.store().await;
     let policy = roomy();
     decide_n(&store, &policy, 50).await.expect("decides");
-    if let Topology::Standalone(server) = &mut topology {
-        server.restart().expect("restarts on the same port");
+    for restart in 0..3 {
+        if let Topology::Standalone(server) = &mut topology {
+            server.restart().expect("restarts on the same port");
+        }
+        decide_n(&store, &policy, 1)
+            .await
+            .unwrap_or_else(|e| panic!("the first decision after restart {restart}: {e}"));
+        // Scripts were loaded again on the fresh connection.
+        decide_n(&store, &policy, 50)
+            .await
+            .expect("decides after the restart");
     }
-    // The restart window: calls may fail while the connection comes back
-    // (bounded in count, not in time).
-    let mut failures = 0;
-    while let Err(e) = decide_n(&store, &policy, 1).await {
-        assert!(
-            matches!(e, StoreError::Unavailable(_) | StoreError::Timeout { .. }),
-            "{e}"
-        );
-        failures += 1;
-        assert!(failures < 100, "no decision after the restart: {e}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    // Then every decision succeeds: scripts were reloaded transparently.
-    decide_n(&store, &policy, 200)
-        .await
-        .expect("decides after the restart");
 }
 
 #[tokio::test]

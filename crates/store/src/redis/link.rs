@@ -16,6 +16,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -66,12 +67,31 @@ impl Link {
     /// One command; an error reply comes back as `Err`. An error that says
     /// the connection is gone (or, for Sentinel, that the master moved)
     /// closes it, and a new one starts opening at once.
+    ///
+    /// A connection found closed before the command could be queued (the
+    /// server restarted, or dropped it while it sat idle) sent nothing, so
+    /// the command goes once more on a fresh connection: a restart costs no
+    /// decision on each connection that was idle through it.
     pub async fn query(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, RedisError> {
-        let (number, mut connection) = self.connection().await?;
-        let reply = connection
-            .req_packed_command(cmd)
-            .await
-            .and_then(Value::extract_error);
+        let (number, connection) = self.connection().await?;
+        let reply = match send(connection, cmd).await {
+            Sent::Unsent(_) => {
+                self.close(number);
+                let (number, connection) = self.connection().await?;
+                return self.answered(number, send(connection, cmd).await.reply());
+            }
+            sent => sent.reply(),
+        };
+        self.answered(number, reply)
+    }
+
+    /// Passes `reply` on, first closing connection `number` when the
+    /// error says it is gone (and opening the next one at once).
+    fn answered(
+        self: &Arc<Self>,
+        number: u64,
+        reply: Result<Value, RedisError>,
+    ) -> Result<Value, RedisError> {
         if let Err(e) = &reply
             && gone(e)
         {
@@ -172,6 +192,37 @@ impl Link {
         if matches!(&*state, State::Open(open, _) if *open == number) {
             *state = State::Closed;
         }
+    }
+}
+
+/// What became of a command given to a connection.
+enum Sent {
+    /// The connection had already closed: the command never left.
+    Unsent(RedisError),
+    /// The command was queued; this is the reply, or why there is none.
+    Queued(Result<Value, RedisError>),
+}
+
+impl Sent {
+    fn reply(self) -> Result<Value, RedisError> {
+        match self {
+            Self::Unsent(e) => Err(e),
+            Self::Queued(reply) => reply,
+        }
+    }
+}
+
+/// Sends `cmd` on `connection`. A connection whose driver has ended
+/// (the server closed it) refuses the command on the first poll, before
+/// anything is queued. An error after that first poll may follow a
+/// command the server ran, so it is never sent again.
+async fn send(mut connection: MultiplexedConnection, cmd: &Cmd) -> Sent {
+    let mut call = std::pin::pin!(connection.req_packed_command(cmd));
+    let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(Err(e)) if e.is_connection_dropped() => Sent::Unsent(e),
+        Poll::Ready(reply) => Sent::Queued(reply.and_then(Value::extract_error)),
+        Poll::Pending => Sent::Queued(call.await.and_then(Value::extract_error)),
     }
 }
 
