@@ -1,7 +1,10 @@
-//! Guards on the repository's shape, run by `cargo test`: no source file
-//! over 700 lines, no function over 120, no cycle between the server's
-//! top-level modules. Each reads the sources from disk; a failure names
-//! every offender and says how to fix it.
+//! Guards on the repository's shape, run by `cargo test`: no source or
+//! test file over 700 lines, no source function over 120, no cycle between
+//! the server's top-level modules. Each reads the files from disk; a
+//! failure names every offender and says how to fix it.
+//!
+//! The function guard reads `src` only: several integration tests are one
+//! scenario of more than 120 lines each, not split yet.
 //!
 //! What was already too long, or already a cycle, when a guard came in is
 //! listed (files and cycles below, functions in `long_functions.txt`
@@ -22,10 +25,10 @@ use modules::{Graph, Seen};
 const MAX_FILE_LINES: usize = 700;
 const MAX_FUNCTION_LINES: usize = 120;
 
-/// Source files over [`MAX_FILE_LINES`] when the guard came in, with their
-/// length then; each is being split by concern. A listed file may shrink
-/// but not grow; once within the limit (or gone) its entry must go. This
-/// list must end empty.
+/// Source or test files over [`MAX_FILE_LINES`] when the guard came in,
+/// with their length then; each is being split by concern. A listed file
+/// may shrink but not grow; once within the limit (or gone) its entry must
+/// go. This list must end empty.
 const LONG_FILES: &[(&str, usize)] = &[];
 
 /// Functions over [`MAX_FUNCTION_LINES`] when the guard came in, in a file
@@ -38,11 +41,11 @@ const LONG_FUNCTIONS: &str = "long_functions.txt";
 const KNOWN_CYCLES: &[&str] = &[];
 
 #[test]
-fn no_source_file_is_over_700_lines() {
+fn no_source_or_test_file_is_over_700_lines() {
     let root = workspace_root();
     let mut failures = Vec::new();
     let mut seen = BTreeSet::new();
-    for file in source_files(&root) {
+    for file in source_files(&root).into_iter().chain(test_files(&root)) {
         let lines = read(&root, &file).lines().count();
         let tolerated = LONG_FILES.iter().find(|(path, _)| *path == file);
         if let Some((_, listed)) = tolerated {
@@ -298,11 +301,22 @@ fn workspace_root() -> PathBuf {
 
 /// Every `crates/*/src/**/*.rs`, relative to `root` with `/`, sorted.
 fn source_files(root: &Path) -> Vec<String> {
+    crate_files(root, "src")
+}
+
+/// Every `crates/*/tests/**/*.rs` (integration tests and their support
+/// code), relative to `root` with `/`, sorted.
+fn test_files(root: &Path) -> Vec<String> {
+    crate_files(root, "tests")
+}
+
+/// Every `crates/*/{folder}/**/*.rs`, relative to `root` with `/`, sorted.
+fn crate_files(root: &Path, folder: &str) -> Vec<String> {
     let mut files = Vec::new();
     for krate in read_dir(&root.join("crates")) {
-        let src = krate.join("src");
-        if src.is_dir() {
-            collect_rust_files(&src, &mut files);
+        let dir = krate.join(folder);
+        if dir.is_dir() {
+            collect_rust_files(&dir, &mut files);
         }
     }
     let mut files: Vec<String> = files.iter().map(|f| relative(root, f)).collect();
