@@ -1,7 +1,8 @@
 //! A request whose checks span stores: decided store by store in the
 //! config's order (local, regional, global), all or nothing within each;
 //! once one store rejects, the later ones are only peeked at, and what
-//! each check there would get is told from the peek.
+//! each check there would get is told from the peek (and counted as its
+//! verdict).
 
 use tollgate_core::Decision;
 use tollgate_store::{DecidedBy, Replay, RequestDigest, RequestId};
@@ -48,6 +49,12 @@ impl Limiter {
                     &at.iter().map(|&i| checks[i].cost).collect::<Vec<_>>(),
                     &mut decided,
                 );
+                // Peeks count nothing; each check's verdict is counted as
+                // a batch's checks on one store are.
+                if decided.decisions.len() == at.len() {
+                    let verdicts: Vec<Check<'_>> = at.iter().map(|&i| checks[i]).collect();
+                    self.count_verdicts(&verdicts, &decided);
+                }
             }
             if decided.replay == Replay::Mismatch {
                 return decided;

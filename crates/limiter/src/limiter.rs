@@ -517,6 +517,12 @@ impl Limiter {
         }
     }
 
+    /// Counts what `checks` would get after an earlier store rejected
+    /// their request (`decided` is their peek, read as their verdicts).
+    pub(crate) fn count_verdicts(&self, checks: &[Check<'_>], decided: &Decided) {
+        self.count(checks, decided, false, self.clock.now_ms());
+    }
+
     /// Records each counted check's outcome: its policy's counters, its
     /// hot identity, and degraded or rejected decisions in the log.
     fn count(&self, checks: &[Check<'_>], decided: &Decided, replayed: bool, now_ms: u64) {

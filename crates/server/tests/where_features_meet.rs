@@ -312,6 +312,25 @@ async fn a_later_store_that_cannot_admit_is_named_and_waited_for_after_an_earlie
         retry_after * 1000 >= g_wait,
         "Retry-After {retry_after} s, g alone {g_wait} ms"
     );
+    // Each check's verdict is counted, on whichever store: g's in the
+    // authorize and the batch as well as alone.
+    let text = support::metrics_text(&server.client, &server.url("")).await;
+    let counted = |policy: &str, outcome: &str| {
+        support::metric(
+            &text,
+            &format!(r#"tollgate_decisions_total{{policy="{policy}",outcome="{outcome}"}}"#),
+        )
+    };
+    assert_eq!(
+        [
+            counted("r", "allowed"),
+            counted("r", "rejected"),
+            counted("g", "allowed"),
+            counted("g", "rejected"),
+        ],
+        [Some(1.0), Some(2.0), Some(1.0), Some(3.0)],
+        "{text}"
+    );
     server.stop().await;
 }
 

@@ -125,6 +125,21 @@ pub fn wall_ms() -> u64 {
 /// a few ms before now: rounded to the nearest second). `None` when
 /// rejected or not answered.
 pub async fn admitted_window(client: &reqwest::Client, base: &str, body: &str) -> Option<u64> {
+    match decided_window(client, base, body).await? {
+        (true, window) => Some(window),
+        (false, _) => None,
+    }
+}
+
+/// [`admitted_window`] for admissions and rejections alike: whether the
+/// check was admitted, and the end of the window it was decided in (a
+/// fixed window's rejection resets when its window ends, as an admission
+/// does). `None` when not answered.
+pub async fn decided_window(
+    client: &reqwest::Client,
+    base: &str,
+    body: &str,
+) -> Option<(bool, u64)> {
     let response = client
         .post(format!("{base}/v1/check"))
         .body(body.to_owned())
@@ -132,11 +147,8 @@ pub async fn admitted_window(client: &reqwest::Client, base: &str, body: &str) -
         .await
         .ok()?;
     let answer = response.json::<serde_json::Value>().await.ok()?;
-    if answer["allowed"] != true {
-        return None;
-    }
     let reset = answer["reset_after_ms"].as_u64().expect("reset_after_ms");
-    Some((wall_ms() + reset + 500) / 1000)
+    Some((answer["allowed"] == true, (wall_ms() + reset + 500) / 1000))
 }
 
 /// `tollgate explain --json ARGS... --config CONFIG`, which must succeed.
