@@ -379,12 +379,16 @@ impl Limiter {
             }
         }
         let replayed = decided.replay == Replay::Replayed;
-        // Decided without the store, but a check with no failure mode makes
-        // its protocol answer an error (fail_closed answers regardless):
-        // record the store's fault, not decisions nobody will see.
+        // Decided without the store, but a verdict with no failure mode
+        // makes its protocol answer an error (fail_closed answers
+        // regardless): record the store's fault, not decisions nobody will
+        // see. A look or a shadow limit (uncounted) never makes the answer
+        // an error: answered as fail_open answers, it is a degraded decision.
         let unanswered = decided.by.is_degraded()
             && decided.by != DecidedBy::FailClosed
-            && checks.iter().any(|c| c.plan.on_failure().is_none());
+            && checks
+                .iter()
+                .any(|c| c.counted && c.plan.on_failure().is_none());
         if unanswered {
             self.observe_store(
                 store,

@@ -484,6 +484,23 @@ async fn a_shadow_limit_never_turns_a_store_failure_into_an_error() {
     let metrics = rls.app.metrics.encode();
     let failures = r#"tollgate_rls_store_failures_total{path="fail_open"}"#;
     assert_eq!(support::metric(&metrics, failures), Some(6.0));
+    // Each store call answered by a failure mode is a degraded decision,
+    // the shadow rule's three among them (a policy in `mode: shadow` is
+    // decided in a call of its own); the UNAVAILABLE answer is not.
+    let degraded = |path: &str, outcome: &str| {
+        support::metric(
+            &metrics,
+            &format!(r#"tollgate_degraded_decisions_total{{path="{path}",outcome="{outcome}"}}"#),
+        )
+    };
+    assert_eq!(
+        (
+            degraded("fail_open", "allowed"),
+            degraded("fail_closed", "rejected")
+        ),
+        (Some(6.0), Some(1.0)),
+        "{metrics}"
+    );
 }
 
 /// A value matching both an exact rule and a wildcard listed before it is
