@@ -8,13 +8,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::rls::Rls;
-
-const OK: i32 = Code::Ok as i32;
-const OVER: i32 = Code::OverLimit as i32;
+use support::rls::{OK, OVER, Rls};
 
 impl Rls {
     async fn ask(&mut self, descriptors: &[Desc]) -> Result<(i32, Vec<(i32, u32)>), tonic::Code> {

@@ -7,12 +7,8 @@ mod support;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::rls::Rls;
-
-const OK: i32 = Code::Ok as i32;
-const OVER: i32 = Code::OverLimit as i32;
+use support::rls::{OK, OVER, Rls};
 
 impl Rls {
     /// One call of `descriptors` (key, hits, is_negative_hits), each

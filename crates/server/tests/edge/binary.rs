@@ -9,7 +9,7 @@ use rcgen::KeyPair;
 
 use crate::harness::*;
 use crate::pki::*;
-use crate::support::{TollgateProcess, tollgate_bin};
+use crate::support::{TollgateProcess, metric, tollgate_bin};
 
 #[test]
 fn validate_refuses_bad_tls_files_naming_the_file() {
@@ -161,7 +161,7 @@ fn tokens_never_appear_in_debug_logs_or_metrics() {
                 &metrics,
                 &format!("tollgate_unauthorized_requests_total{{endpoint=\"{endpoint}\"}}")
             ),
-            1,
+            Some(1.0),
             "{endpoint}"
         );
     }

@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::harness::*;
 use crate::pki::*;
-use crate::support::{TollgateProcess, envoy_binary, free_port, tollgate_bin};
+use crate::support::{TollgateProcess, envoy_binary, free_port, metric, tollgate_bin};
 
 /// Spawns `tollgate serve` on `config` with `env`; returns the process and
 /// its gRPC address (from its second stdout line).
@@ -240,15 +240,15 @@ async fn envoy_calls_tollgate_over_tls_with_the_check_token_as_initial_metadata(
             &metrics,
             "tollgate_unauthorized_requests_total{endpoint=\"rls\"}"
         ),
-        1
+        Some(1.0)
     );
     assert_eq!(
         metric(&metrics, "tollgate_rls_requests_total{code=\"ok\"}"),
-        5
+        Some(5.0)
     );
     assert_eq!(
         metric(&metrics, "tollgate_rls_requests_total{code=\"over_limit\"}"),
-        1
+        Some(1.0)
     );
     drop(envoy);
 }

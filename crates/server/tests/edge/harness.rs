@@ -100,14 +100,6 @@ pub async fn assert_unauthorized(request: reqwest::RequestBuilder, var: &str) {
     );
 }
 
-pub fn metric(text: &str, line_start: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {line_start} in:\n{text}"))
-}
-
 pub fn body_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| panic!("not JSON: {text:?}"))
 }

@@ -7,6 +7,7 @@ use tonic::transport::Endpoint;
 
 use crate::harness::*;
 use crate::pki::*;
+use crate::support::metric;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_over_https_gives_the_exact_decision_and_plain_http_is_refused() {
@@ -41,16 +42,16 @@ async fn check_over_https_gives_the_exact_decision_and_plain_http_is_refused() {
     assert_eq!(body_json(&body)["remaining"], 8);
     // Both failed handshakes are counted (by the worker, maybe just after
     // the client saw its connection close: polled, bounded).
-    let mut failures = 0;
+    let mut failures = None;
     for _ in 0..200 {
         let (_, _, metrics) = answer(client.get(format!("{}/metrics", server.http))).await;
         failures = metric(&metrics, "tollgate_tls_handshake_failures_total");
-        if failures == 2 {
+        if failures == Some(2.0) {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(failures, 2);
+    assert_eq!(failures, Some(2.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,6 +135,6 @@ async fn grpc_over_tls_answers_and_the_check_token_guards_should_rate_limit() {
             &metrics,
             "tollgate_unauthorized_requests_total{endpoint=\"rls\"}"
         ),
-        3
+        Some(3.0)
     );
 }

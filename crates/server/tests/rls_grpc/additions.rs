@@ -16,7 +16,7 @@ descriptors:
       unit: minute
       requests_per_unit: 2
 ";
-    let mut rls = Rls::start(
+    let mut rls = Rls::start_files(
         "server: {watch_interval_ms: 0, grpc_response_headers: true}\nenvoy_ratelimit_configs: [api.yaml]\n",
         &[("api.yaml", file)],
     )
@@ -89,7 +89,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000}
     tollgate: {algorithm: gcra, capacity: 50}
 ";
-    let mut rls = Rls::start(config, &[("api.yaml", file)]).await;
+    let mut rls = Rls::start_files(config, &[("api.yaml", file)]).await;
     let r = rls.ask("api", vec![desc(&[("ip", "10.0.0.1")])]).await;
     assert_eq!(r.overall_code, OK);
     // 50 at 1000/s refills within a second: 1000 a second, not "50 a second".
@@ -130,7 +130,7 @@ descriptors:
   - key: counter
     tollgate: {algorithm: sliding_window, limit: 10, window: 100ms}
 ";
-    let mut rls = Rls::start(
+    let mut rls = Rls::start_files(
         "server: {watch_interval_ms: 0, grpc_response_headers: true}\nenvoy_ratelimit_configs: [api.yaml]\n",
         &[("api.yaml", file)],
     )
@@ -207,7 +207,7 @@ policies:
     capacity: 3
     refill: {tokens: 1, per: 1s}
 ";
-    let mut rls = Rls::start(config, &[("api.yaml", file)]).await;
+    let mut rls = Rls::start_files(config, &[("api.yaml", file)]).await;
     // A burst of 20, refilled 5 per second (docs/design.md §3's worked example).
     let r = rls.ask_hits("api", vec![desc(&[("burst", "k")])], 17).await;
     assert_eq!(brief(&r.statuses[0]), (OK, 5, SECOND, 3));
@@ -268,7 +268,7 @@ async fn the_grpc_health_service_reports_serving() {
     use tonic_health::pb::health_client::HealthClient;
     let rls = Rls::envoy_only(&[EXAMPLE_1]).await;
     let mut health = HealthClient::new(
-        Channel::from_shared(rls.addr.clone())
+        Channel::from_shared(rls.grpc.clone())
             .expect("uri")
             .connect()
             .await

@@ -2,6 +2,7 @@
 //! decides as the README says.
 
 use crate::harness::*;
+use crate::support::metric;
 
 pub const EXAMPLE_1: &str = "domain: mongo_cps
 descriptors:
@@ -201,7 +202,7 @@ async fn example_5_unlimited_answers_ok_with_max_remaining() {
             &m,
             "tollgate_rls_hits_total{domain=\"internal\",key=\"ldap\",outcome=\"unlimited\"}"
         ),
-        1_000_000
+        Some(1_000_000.0)
     );
 }
 
@@ -252,21 +253,21 @@ async fn example_6_shadow_mode_decides_and_counts_but_answers_ok() {
             &m,
             &format!("tollgate_rls_hits_total{{{key},outcome=\"within_limit\"}}")
         ),
-        10
+        Some(10.0)
     );
     assert_eq!(
         metric(
             &m,
             &format!("tollgate_rls_hits_total{{{key},outcome=\"shadow_mode\"}}")
         ),
-        3
+        Some(3.0)
     );
     assert_eq!(
         metric(
             &m,
             &format!("tollgate_rls_hits_total{{{key},outcome=\"over_limit\"}}")
         ),
-        0
+        Some(0.0)
     );
 }
 
@@ -444,7 +445,7 @@ descriptors:
             &m,
             "tollgate_rls_hits_total{domain=\"example10\",key=\"route.http_method.subject_id\",outcome=\"within_limit\"}"
         ),
-        61
+        Some(61.0)
     );
 }
 

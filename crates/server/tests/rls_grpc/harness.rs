@@ -1,75 +1,20 @@
-//! tollgate with envoyproxy/ratelimit files, its gRPC service on loopback
-//! and its clock manual, and the readers of its answers the tests share.
-
-use std::sync::Arc;
+//! What the gRPC tests share beside [`Rls`] (the harness every RLS test
+//! target starts): a config of envoyproxy/ratelimit files alone, and the
+//! readers of its answers.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tollgate::{App, ServeConfig, serve_grpc};
-use tollgate_core::ManualClock;
-use tonic::transport::Channel;
 
-use crate::support::T0;
+pub use crate::support::rls::{OK, OVER, Rls};
 
-pub const OK: i32 = Code::Ok as i32;
-pub const OVER: i32 = Code::OverLimit as i32;
 pub const SECOND: i32 = 1;
 pub const MINUTE: i32 = 2;
 pub const HOUR: i32 = 3;
 pub const DAY: i32 = 4;
 
-/// tollgate with envoyproxy/ratelimit files, its gRPC service on loopback.
-pub struct Rls {
-    pub client: RateLimitServiceClient<Channel>,
-    pub addr: String,
-    pub app: Arc<App>,
-    pub clock: Arc<ManualClock>,
-    pub dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-}
-
 impl Rls {
-    /// `tollgate_yaml` is the main config; `files` are written beside it.
-    pub async fn start(tollgate_yaml: &str, files: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in files {
-            let path = dir.path().join(name);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(path, text).expect("write");
-        }
-        let config_path = dir.path().join("tollgate.yaml");
-        std::fs::write(&config_path, tollgate_yaml).expect("write config");
-        let config = ServeConfig::load(&config_path).expect("config loads");
-        let clock = Arc::new(ManualClock::new(T0));
-        let app = Arc::new(
-            App::open(config, config_path, clock.clone())
-                .await
-                .expect("store opens"),
-        );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = format!("http://{}", listener.local_addr().expect("addr"));
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(serve_grpc(Arc::clone(&app), listener, async {
-            let _ = rx.await;
-        }));
-        let client = RateLimitServiceClient::connect(addr.clone())
-            .await
-            .expect("connect");
-        Self {
-            client,
-            addr,
-            app,
-            clock,
-            dir,
-            stop: Some(tx),
-        }
-    }
-
     /// A config holding only envoyproxy/ratelimit files (one per domain).
     pub async fn envoy_only(files: &[&str]) -> Self {
         let named: Vec<(String, &str)> = files
@@ -78,21 +23,11 @@ impl Rls {
             .map(|(i, f)| (format!("ratelimit/config{i}.yaml"), *f))
             .collect();
         let refs: Vec<(&str, &str)> = named.iter().map(|(n, f)| (n.as_str(), *f)).collect();
-        Self::start(
+        Self::start_files(
             "server: {watch_interval_ms: 0}\nenvoy_ratelimit_configs: [ratelimit]\n",
             &refs,
         )
         .await
-    }
-
-    pub async fn call(
-        &mut self,
-        request: RateLimitRequest,
-    ) -> Result<RateLimitResponse, tonic::Status> {
-        self.client
-            .should_rate_limit(request)
-            .await
-            .map(tonic::Response::into_inner)
     }
 
     pub async fn ask(
@@ -100,7 +35,7 @@ impl Rls {
         domain: &str,
         descriptors: Vec<RateLimitDescriptor>,
     ) -> RateLimitResponse {
-        self.call(request(domain, descriptors, 0))
+        self.send(request(domain, descriptors, 0))
             .await
             .expect("answered")
     }
@@ -111,7 +46,7 @@ impl Rls {
         descriptors: Vec<RateLimitDescriptor>,
         hits: u32,
     ) -> RateLimitResponse {
-        self.call(request(domain, descriptors, hits))
+        self.send(request(domain, descriptors, hits))
             .await
             .expect("answered")
     }
@@ -132,14 +67,6 @@ impl Rls {
 
     pub fn metrics(&self) -> String {
         self.app.metrics.encode()
-    }
-}
-
-impl Drop for Rls {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
     }
 }
 
@@ -181,12 +108,4 @@ pub fn reset_ms(s: &DescriptorStatus) -> u64 {
         .expect("duration_until_reset");
     u64::try_from(d.seconds).expect("seconds") * 1000
         + u64::try_from(d.nanos).expect("nanos") / 1_000_000
-}
-
-pub fn metric(text: &str, line_start: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {line_start} in:\n{text}"))
 }

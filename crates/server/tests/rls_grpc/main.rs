@@ -2,7 +2,8 @@
 //! documented config examples, loaded unchanged, decide as its README says;
 //! every request field is honoured; bad requests are refused.
 //!
-//! `harness` starts tollgate's gRPC service; each other module is one concern.
+//! `support::rls` starts tollgate's gRPC service, `harness` holds what these
+//! tests share beside it; each other module is one concern.
 
 #[path = "../support/mod.rs"]
 mod support;

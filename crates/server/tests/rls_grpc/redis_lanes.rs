@@ -25,7 +25,7 @@ async fn on_redis_each_worker_decides_through_its_own_lane() {
         redis.url()
     );
     // The first connection (worker 0 of 2: connections are dealt in turn).
-    let mut rls = Rls::start(&config, &[("d.yaml", file)]).await;
+    let mut rls = Rls::start_files(&config, &[("d.yaml", file)]).await;
     let opened = redis_clients(&redis);
     let mut remaining = 1000;
     let mut ask = async |client: &mut RateLimitServiceClient<Channel>| {
@@ -44,7 +44,7 @@ async fn on_redis_each_worker_decides_through_its_own_lane() {
     }
     assert_eq!(redis_clients(&redis), opened + 1);
     // A second connection goes to worker 1: its own lane.
-    let mut second = RateLimitServiceClient::connect(rls.addr.clone())
+    let mut second = RateLimitServiceClient::connect(rls.grpc.clone())
         .await
         .expect("connect");
     for _ in 0..20 {
@@ -52,7 +52,7 @@ async fn on_redis_each_worker_decides_through_its_own_lane() {
     }
     assert_eq!(redis_clients(&redis), opened + 2);
     // A third goes to worker 0 again, and its lane.
-    let mut third = RateLimitServiceClient::connect(rls.addr.clone())
+    let mut third = RateLimitServiceClient::connect(rls.grpc.clone())
         .await
         .expect("connect");
     for _ in 0..20 {
