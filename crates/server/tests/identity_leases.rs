@@ -16,6 +16,8 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,7 +60,10 @@ policies:
 /// Admissions (or rejections) per window (its end, in s since the epoch,
 /// as the regional redises on this machine date it), per tenant and
 /// region.
-type Tally = Arc<Mutex<BTreeMap<u64, BTreeMap<(String, usize), u64>>>>;
+type Windows = BTreeMap<u64, BTreeMap<(String, usize), u64>>;
+
+/// [`Windows`] as the driver's tasks fill them.
+type Tally = Arc<Mutex<Windows>>;
 
 /// Admissions, and rejections: a window in which a tenant was never
 /// rejected shows what the driver asked, not what its share allowed.
@@ -216,19 +221,22 @@ fn set_offset(file: &Path, offset: &str) {
     std::fs::rename(&next, file).expect("replace the offset file");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_through_every_fault() {
-    let mut global = RedisServer::start().expect("the global redis");
-    let global_addr = format!("127.0.0.1:{}", global.port())
-        .parse()
-        .expect("global address");
-    let far = Delay {
-        min: Duration::from_millis(30),
-        max: Duration::from_millis(80),
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let clock_file = dir.path().join("faketime");
-    set_offset(&clock_file, "+0");
+/// The three regions, kept up until the test ends, and what `explain`
+/// printed for eu's lease.
+struct Regions {
+    redises: Vec<RedisServer>,
+    links: Vec<DelayProxy>,
+    processes: Vec<TollgateProcess>,
+    bases: Vec<String>,
+    converge_ms: u64,
+    calls_a_second: f64,
+}
+
+/// Starts each region in turn: its redis, its link to the global redis
+/// (`far` away), its `tollgate serve` (us's under libfaketime reading
+/// `clock_file`); eu's lease is checked as `explain` prints it on the way,
+/// before its process starts.
+fn start_regions(dir: &Path, global_addr: SocketAddr, far: Delay, clock_file: &Path) -> Regions {
     let (mut redises, mut links, mut processes, mut bases) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut converge_ms = 0;
@@ -236,26 +244,10 @@ async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_thro
     for region in REGIONS {
         let redis = RedisServer::start().expect("a region's redis");
         let link = DelayProxy::start(global_addr, far).expect("a region's link");
-        let path = dir.path().join(format!("{region}.yaml"));
+        let path = dir.join(format!("{region}.yaml"));
         std::fs::write(&path, config(&redis.url(), &link.url())).expect("write config");
         if region == "eu" {
-            let scope = explain_json(&path, &["--region", "eu"])["policies"][0]["scope"].clone();
-            assert_eq!(scope["bound"]["admitted_at_most"], LIMIT);
-            let lease = &scope["lease"];
-            assert_eq!(
-                lease["floors"],
-                serde_json::json!({"ap": 4, "eu": 3, "us": 3})
-            );
-            assert_eq!(lease["spare"], SPARE);
-            assert_eq!(lease["per_identity"], true);
-            assert_eq!(lease["max_identities"], 1000);
-            assert_eq!(lease["identities_per_call"], 100);
-            calls_a_second =
-                lease["ledger_calls_per_second_per_instance"]["up_to_identities_per_call"]
-                    .as_f64()
-                    .expect("calls a second");
-            assert_eq!(calls_a_second, 4.0, "1 call every 250ms");
-            converge_ms = lease["converges_within_ms"].as_u64().expect("convergence");
+            (calls_a_second, converge_ms) = explained_lease(&path);
         }
         let clock_env;
         let mut env = vec![("TOLLGATE_REGION", region)];
@@ -277,6 +269,157 @@ async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_thro
         redises.push(redis);
         links.push(link);
     }
+    Regions {
+        redises,
+        links,
+        processes,
+        bases,
+        converge_ms,
+        calls_a_second,
+    }
+}
+
+/// Asserts eu's lease as `tollgate explain` prints it, and returns the two
+/// figures the run is held to: its ledger calls a second and the
+/// convergence it promises.
+fn explained_lease(path: &Path) -> (f64, u64) {
+    let scope = explain_json(path, &["--region", "eu"])["policies"][0]["scope"].clone();
+    assert_eq!(scope["bound"]["admitted_at_most"], LIMIT);
+    let lease = &scope["lease"];
+    assert_eq!(
+        lease["floors"],
+        serde_json::json!({"ap": 4, "eu": 3, "us": 3})
+    );
+    assert_eq!(lease["spare"], SPARE);
+    assert_eq!(lease["per_identity"], true);
+    assert_eq!(lease["max_identities"], 1000);
+    assert_eq!(lease["identities_per_call"], 100);
+    let calls_a_second = lease["ledger_calls_per_second_per_instance"]["up_to_identities_per_call"]
+        .as_f64()
+        .expect("calls a second");
+    assert_eq!(calls_a_second, 4.0, "1 call every 250ms");
+    let converge_ms = lease["converges_within_ms"].as_u64().expect("convergence");
+    (calls_a_second, converge_ms)
+}
+
+/// Many small, one big: 200 small tenants in eu, c busy in us. The
+/// ledger's calls are counted once a and b have let go (a term). The
+/// phase's windows, the ledger calls counted and over how many seconds.
+async fn many_small_one_big(
+    global: &RedisServer,
+    small: &AtomicBool,
+    busy: &Busy,
+    tallies: &Tallies,
+    eu_base: &str,
+    calls_a_second: f64,
+) -> (Range<u64>, u64, f64) {
+    let (us, c) = (1, TENANTS[2]);
+    small.store(true, Ordering::Relaxed);
+    *busy.lock().expect("busy") = vec![(c, us)];
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let calls_before = global.script_calls().expect("INFO commandstats");
+    let counted_from = wall_ms();
+    let big = phase(&[(c, us)], 6, busy).await;
+    let calls = global.script_calls().expect("INFO commandstats") - calls_before;
+    let seconds = (wall_ms() - counted_from) as f64 / 1000.0;
+    small.store(false, Ordering::Relaxed);
+    assert_steady(
+        tallies,
+        big.start..big.end,
+        c,
+        us,
+        "one big beside many small",
+    );
+    // Only us has an identity over its floor: one instance's calls; the
+    // small tenants cost the ledger nothing (25% slack for a loaded
+    // machine's keeper running late and early).
+    let printed = calls_a_second * seconds;
+    assert!(
+        (calls as f64) <= printed * 1.25 + 2.0,
+        "{calls} ledger calls in {seconds:.1}s, above the printed {calls_a_second}/s for one instance"
+    );
+    let eu_metrics = metrics_text(&reqwest::Client::new(), eu_base).await;
+    assert_eq!(
+        metric(
+            &eu_metrics,
+            r#"tollgate_lease_identities{policy="api",region="eu"}"#
+        ),
+        Some(0.0),
+        "the small tenants hold no lease entry"
+    );
+    let small_admitted: u64 = {
+        let tally = tallies.admitted.lock().expect("tally");
+        big.clone()
+            .flat_map(|w| tally.get(&w).into_iter().flat_map(|m| m.iter()))
+            .filter(|((t, _), _)| t.starts_with("small-"))
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    assert!(small_admitted > 0, "the small tenants were admitted");
+    (big, calls, seconds)
+}
+
+/// One line a window, for the benchmark: phase, window, a b c in each
+/// region; then the ledger's calls a second.
+fn print_windows(tally: &Windows, phases: &[(&str, Range<u64>)], calls: u64, seconds: f64) {
+    for (name, range) in phases {
+        for w in range.clone() {
+            let of = |t: &str, r: usize| {
+                tally
+                    .get(&w)
+                    .and_then(|m| m.get(&(t.to_owned(), r)))
+                    .copied()
+                    .unwrap_or(0)
+            };
+            let row: Vec<String> = TENANTS
+                .iter()
+                .flat_map(|t| (0..3).map(move |r| (*t, r)))
+                .map(|(t, r)| of(t, r).to_string())
+                .collect();
+            eprintln!("window\t{name}\t{w}\t{}", row.join("\t"));
+        }
+    }
+    eprintln!("ledger\tcalls_per_second\t{:.2}", calls as f64 / seconds);
+}
+
+/// The bound: no tenant above its limit in any window, all regions
+/// together (the small tenants included).
+fn assert_no_tenant_over_its_limit(tally: &Windows) {
+    for (window, counts) in tally.iter() {
+        let mut per_tenant: BTreeMap<&str, u64> = BTreeMap::new();
+        for ((tenant, _), n) in counts {
+            *per_tenant.entry(tenant.as_str()).or_default() += n;
+        }
+        for (tenant, total) in per_tenant {
+            assert!(
+                total <= LIMIT,
+                "window {window}: {tenant} admitted {total} > {LIMIT}: {counts:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_through_every_fault() {
+    let mut global = RedisServer::start().expect("the global redis");
+    let global_addr = format!("127.0.0.1:{}", global.port())
+        .parse()
+        .expect("global address");
+    let far = Delay {
+        min: Duration::from_millis(30),
+        max: Duration::from_millis(80),
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock_file = dir.path().join("faketime");
+    set_offset(&clock_file, "+0");
+    let Regions {
+        redises,
+        links,
+        processes,
+        bases,
+        converge_ms,
+        calls_a_second,
+    } = start_regions(dir.path(), global_addr, far, &clock_file);
     let (eu, us) = (0, 1);
     let (a, b, c) = (TENANTS[0], TENANTS[1], TENANTS[2]);
     let busy: Busy = Arc::new(Mutex::new(Vec::new()));
@@ -295,50 +438,8 @@ async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_thro
     assert_steady(&tallies, two.start + 1..two.end, b, us, "two tenants");
     phases.push(("two tenants", two));
 
-    // Many small, one big: 200 small tenants in eu, c busy in us. The
-    // ledger's calls are counted once a and b have let go (a term).
-    small.store(true, Ordering::Relaxed);
-    *busy.lock().expect("busy") = vec![(c, us)];
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let calls_before = global.script_calls().expect("INFO commandstats");
-    let counted_from = wall_ms();
-    let big = phase(&[(c, us)], 6, &busy).await;
-    let calls = global.script_calls().expect("INFO commandstats") - calls_before;
-    let seconds = (wall_ms() - counted_from) as f64 / 1000.0;
-    small.store(false, Ordering::Relaxed);
-    assert_steady(
-        &tallies,
-        big.start..big.end,
-        c,
-        us,
-        "one big beside many small",
-    );
-    // Only us has an identity over its floor: one instance's calls; the
-    // small tenants cost the ledger nothing (25% slack for a loaded
-    // machine's keeper running late and early).
-    let printed = calls_a_second * seconds;
-    assert!(
-        (calls as f64) <= printed * 1.25 + 2.0,
-        "{calls} ledger calls in {seconds:.1}s, above the printed {calls_a_second}/s for one instance"
-    );
-    let eu_metrics = metrics_text(&reqwest::Client::new(), &bases[eu]).await;
-    assert_eq!(
-        metric(
-            &eu_metrics,
-            r#"tollgate_lease_identities{policy="api",region="eu"}"#
-        ),
-        Some(0.0),
-        "the small tenants hold no lease entry"
-    );
-    let small_admitted: u64 = {
-        let tally = tally.lock().expect("tally");
-        big.clone()
-            .flat_map(|w| tally.get(&w).into_iter().flat_map(|m| m.iter()))
-            .filter(|((t, _), _)| t.starts_with("small-"))
-            .map(|(_, n)| *n)
-            .sum()
-    };
-    assert!(small_admitted > 0, "the small tenants were admitted");
+    let (big, calls, seconds) =
+        many_small_one_big(&global, &small, &busy, &tallies, &bases[eu], calls_a_second).await;
     phases.push(("many small, one big", big));
 
     // c moves from us to eu: within the printed convergence (plus a
@@ -401,40 +502,8 @@ async fn each_tenant_leases_its_own_spare_where_it_is_busy_within_its_bound_thro
     }
 
     let tally = tally.lock().expect("tally");
-    for (name, range) in &phases {
-        // One line a window, for the benchmark: phase, window, a b c in
-        // each region.
-        for w in range.clone() {
-            let of = |t: &str, r: usize| {
-                tally
-                    .get(&w)
-                    .and_then(|m| m.get(&(t.to_owned(), r)))
-                    .copied()
-                    .unwrap_or(0)
-            };
-            let row: Vec<String> = TENANTS
-                .iter()
-                .flat_map(|t| (0..3).map(move |r| (*t, r)))
-                .map(|(t, r)| of(t, r).to_string())
-                .collect();
-            eprintln!("window\t{name}\t{w}\t{}", row.join("\t"));
-        }
-    }
-    eprintln!("ledger\tcalls_per_second\t{:.2}", calls as f64 / seconds);
-    // The bound: no tenant above its limit in any window, all regions
-    // together (the small tenants included).
-    for (window, counts) in tally.iter() {
-        let mut per_tenant: BTreeMap<&str, u64> = BTreeMap::new();
-        for ((tenant, _), n) in counts {
-            *per_tenant.entry(tenant.as_str()).or_default() += n;
-        }
-        for (tenant, total) in per_tenant {
-            assert!(
-                total <= LIMIT,
-                "window {window}: {tenant} admitted {total} > {LIMIT}: {counts:?}"
-            );
-        }
-    }
+    print_windows(&tally, &phases, calls, seconds);
+    assert_no_tenant_over_its_limit(&tally);
     drop(tally);
     let _ = (redises, processes, links);
 }

@@ -162,6 +162,26 @@ async fn share_reaches(
     None
 }
 
+/// Whether a window admitted floor + grant: only a grant admits that many.
+fn spent_the_grant(tally: &Tally) -> bool {
+    let tally = tally.lock().expect("tally");
+    tally.values().any(|n| *n == FLOOR + SPARE)
+}
+
+/// Waits up to 10 s for a window that spent floor + grant, and asserts
+/// one did: the share `/metrics` shows is also what decisions admit.
+async fn assert_a_window_spends_the_grant(tally: &Tally) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !spent_the_grant(tally) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        spent_the_grant(tally),
+        "no window spent floor + grant: {:?}",
+        tally.lock().expect("tally")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wall_clock_stepped_back_mid_lease_ends_the_grant_a_term_after_its_last_renewal() {
     let regional = RedisServer::start().expect("eu's redis");
@@ -203,20 +223,7 @@ async fn a_wall_clock_stepped_back_mid_lease_ends_the_grant_a_term_after_its_las
         "no grant above the floor: {}",
         metrics_text(&client, base).await
     );
-    // Only floor + grant admits that many in a window.
-    let spent_the_grant = |tally: &Tally| {
-        let tally = tally.lock().expect("tally");
-        tally.values().any(|n| *n == FLOOR + SPARE)
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !spent_the_grant(&tally) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        spent_the_grant(&tally),
-        "no window spent floor + grant: {:?}",
-        tally.lock().expect("tally")
-    );
+    assert_a_window_spends_the_grant(&tally).await;
 
     // The ledger stops answering and the wall clock steps back 30 s. The
     // last renewal answered was sent before now: its grant ends within a

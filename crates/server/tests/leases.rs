@@ -12,7 +12,9 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,7 +47,10 @@ policies:
 
 /// Admissions per region per window (the window's end, in s since the
 /// epoch, as Redis's clock on this machine dates it).
-type Tally = Arc<Mutex<BTreeMap<u64, BTreeMap<&'static str, u64>>>>;
+type Windows = BTreeMap<u64, BTreeMap<&'static str, u64>>;
+
+/// [`Windows`] as the driver's tasks fill them.
+type Tally = Arc<Mutex<Windows>>;
 
 /// Which regions the driver sends to.
 type Busy = Arc<Mutex<Vec<&'static str>>>;
@@ -146,17 +151,20 @@ fn admitted(tally: &Tally, windows: std::ops::Range<u64>, region: &str) -> Vec<u
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_every_fault() {
-    let global = RedisServer::start().expect("the global redis");
-    let global_addr = format!("127.0.0.1:{}", global.port())
-        .parse()
-        .expect("global address");
-    let far = Delay {
-        min: Duration::from_millis(30),
-        max: Duration::from_millis(80),
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
+/// The three regions, kept up until the test ends: each region's redis,
+/// link to the global redis and config, and its two processes (a's first).
+struct Regions {
+    redises: Vec<RedisServer>,
+    links: Vec<DelayProxy>,
+    paths: Vec<PathBuf>,
+    bases: Bases,
+    spawned: Vec<TollgateProcess>,
+}
+
+/// Starts each region in turn: its redis, its link to the global redis
+/// (`far` away), its two `tollgate serve`s; a's lease is checked as
+/// `explain` prints it on the way, before its processes start.
+fn start_regions(dir: &Path, global_addr: SocketAddr, far: Delay) -> Regions {
     let mut redises = Vec::new();
     let mut links = Vec::new();
     let mut paths = Vec::new();
@@ -169,33 +177,10 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
         // first renewal after every region is up (below), not by the first
         // process's: a new ledger's term and rest then cover the first phase.
         link.set_link(Link::BlackHole);
-        let path = dir.path().join(format!("{region}.yaml"));
+        let path = dir.join(format!("{region}.yaml"));
         std::fs::write(&path, config(&redis.url(), &link.url())).expect("write config");
         if region == "a" {
-            let scope = explain_json(&path, &["--region", "a"])["policies"][0]["scope"].clone();
-            assert_eq!(scope["name"], "leased");
-            assert_eq!(scope["bound"]["admitted_at_most"], LIMIT);
-            assert_eq!(
-                scope["lease"],
-                serde_json::json!({
-                    "floors": {"a": FLOOR, "b": FLOOR, "c": FLOOR},
-                    "floor_percent": 50,
-                    "spare": SPARE,
-                    "term_ms": 1000,
-                    "renew_ms": 250,
-                    "rest_ms": 1000,
-                    "converges_within_ms": 3150,
-                    "this_region": "a",
-                    "floor_here": FLOOR,
-                    "per_identity": true,
-                    "max_identities": 1000,
-                    "identities_per_call": 100,
-                    "ledger_calls_per_second_per_instance": {
-                        "up_to_identities_per_call": 4.0,
-                        "at_max_identities": 40.0,
-                    },
-                })
-            );
+            assert_explained_lease(&path);
         }
         for _ in 0..2 {
             let process = spawn(region, &path);
@@ -209,6 +194,84 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
         links.push(link);
         paths.push(path);
     }
+    Regions {
+        redises,
+        links,
+        paths,
+        bases,
+        spawned,
+    }
+}
+
+/// Asserts a's lease, in full, as `tollgate explain` prints it: the
+/// figures the phases below are held to.
+fn assert_explained_lease(path: &Path) {
+    let scope = explain_json(path, &["--region", "a"])["policies"][0]["scope"].clone();
+    assert_eq!(scope["name"], "leased");
+    assert_eq!(scope["bound"]["admitted_at_most"], LIMIT);
+    assert_eq!(
+        scope["lease"],
+        serde_json::json!({
+            "floors": {"a": FLOOR, "b": FLOOR, "c": FLOOR},
+            "floor_percent": 50,
+            "spare": SPARE,
+            "term_ms": 1000,
+            "renew_ms": 250,
+            "rest_ms": 1000,
+            "converges_within_ms": 3150,
+            "this_region": "a",
+            "floor_here": FLOOR,
+            "per_identity": true,
+            "max_identities": 1000,
+            "identities_per_call": 100,
+            "ledger_calls_per_second_per_instance": {
+                "up_to_identities_per_call": 4.0,
+                "at_max_identities": 40.0,
+            },
+        })
+    );
+}
+
+/// One line a window, for bench/leases.sh: phase, window, a b c.
+fn print_windows(tally: &Windows, phases: &[(&str, &Range<u64>)]) {
+    for &(name, range) in phases {
+        for w in range.clone() {
+            let of = |r: &str| tally.get(&w).and_then(|m| m.get(r)).copied().unwrap_or(0);
+            eprintln!("window\t{name}\t{w}\t{}\t{}\t{}", of("a"), of("b"), of("c"));
+        }
+    }
+}
+
+/// Every window of the run: all regions together within the bound
+/// explain printed.
+fn assert_within_the_bound(tally: &Windows) {
+    for (window, regions) in tally.iter() {
+        let total: u64 = regions.values().sum();
+        assert!(
+            total <= LIMIT,
+            "window {window} admitted {total} > {LIMIT}: {regions:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_every_fault() {
+    let global = RedisServer::start().expect("the global redis");
+    let global_addr = format!("127.0.0.1:{}", global.port())
+        .parse()
+        .expect("global address");
+    let far = Delay {
+        min: Duration::from_millis(30),
+        max: Duration::from_millis(80),
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Regions {
+        redises,
+        links,
+        paths,
+        bases,
+        mut spawned,
+    } = start_regions(dir.path(), global_addr, far);
     let busy: Busy = Arc::new(Mutex::new(Vec::new()));
     let tally: Tally = Arc::new(Mutex::new(BTreeMap::new()));
     let tasks = drive(&bases, &busy, &tally);
@@ -296,28 +359,19 @@ async fn three_regions_share_a_leased_limit_by_demand_within_its_bound_through_e
 
     // Every window of every phase: within the bound explain printed.
     let tally = tally.lock().expect("tally");
-    for (name, range) in [
-        ("start", &start),
-        ("in a", &in_a),
-        ("a restarted", &a_restarted),
-        ("in b", &in_b),
-        ("spread", &spread),
-        ("c cut off", &cut),
-        ("global restarted", &restarted),
-    ] {
-        // One line a window, for bench/leases.sh: phase, window, a b c.
-        for w in range.clone() {
-            let of = |r: &str| tally.get(&w).and_then(|m| m.get(r)).copied().unwrap_or(0);
-            eprintln!("window\t{name}\t{w}\t{}\t{}\t{}", of("a"), of("b"), of("c"));
-        }
-    }
-    for (window, regions) in tally.iter() {
-        let total: u64 = regions.values().sum();
-        assert!(
-            total <= LIMIT,
-            "window {window} admitted {total} > {LIMIT}: {regions:?}"
-        );
-    }
+    print_windows(
+        &tally,
+        &[
+            ("start", &start),
+            ("in a", &in_a),
+            ("a restarted", &a_restarted),
+            ("in b", &in_b),
+            ("spread", &spread),
+            ("c cut off", &cut),
+            ("global restarted", &restarted),
+        ],
+    );
+    assert_within_the_bound(&tally);
     drop(tally);
     let _ = (redises, spawned);
 }

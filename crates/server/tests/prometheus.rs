@@ -48,6 +48,35 @@ async fn post(client: &reqwest::Client, base: &str, body: &str) -> u16 {
         .as_u16()
 }
 
+/// The process series say what /proc says of the same process: its
+/// threads, its start time and its open-files limit.
+fn assert_process_series_match_proc(text: &str, pid: u32) {
+    assert_eq!(
+        metric(text, "process_threads"),
+        Some(stat_field(pid, 20) as f64)
+    );
+    let boot: u64 = std::fs::read_to_string("/proc/stat")
+        .expect("/proc/stat")
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .expect("btime")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert_eq!(
+        metric(text, "process_start_time_seconds"),
+        Some(boot as f64 + stat_field(pid, 22) as f64 / 100.0)
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let soft: f64 = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))
+        .and_then(|l| l.split_ascii_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("Max open files");
+    assert_eq!(metric(text, "process_max_fds"), Some(soft));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_server_exports_counters_build_process_and_http_series() {
     let dir = tempfile::tempdir().expect("dir");
@@ -145,32 +174,7 @@ async fn a_memory_server_exports_counters_build_process_and_http_series() {
         "a raw path became a label:\n{text}"
     );
 
-    // The process series say what /proc says of the same process.
-    let pid = process.child.id();
-    assert_eq!(
-        metric(&text, "process_threads"),
-        Some(stat_field(pid, 20) as f64)
-    );
-    let boot: u64 = std::fs::read_to_string("/proc/stat")
-        .expect("/proc/stat")
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .expect("btime")
-        .trim()
-        .parse()
-        .expect("a number");
-    assert_eq!(
-        metric(&text, "process_start_time_seconds"),
-        Some(boot as f64 + stat_field(pid, 22) as f64 / 100.0)
-    );
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-    let soft: f64 = limits
-        .lines()
-        .find_map(|l| l.strip_prefix("Max open files"))
-        .and_then(|l| l.split_ascii_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .expect("Max open files");
-    assert_eq!(metric(&text, "process_max_fds"), Some(soft));
+    assert_process_series_match_proc(&text, process.child.id());
 
     // Renamed since-start counts keep no old name; a memory-only server
     // has no circuit, store latency, errors or cache series, and no

@@ -198,16 +198,17 @@ const AT: [&str; 17] = [
     "5:62", "2:3", "2:3", "2:3", "1:1",
 ];
 
-#[test]
-fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// The configs `tollgate validate` must refuse, one a case: the YAML, the
+/// region in TOLLGATE_REGION (if any) and the message; [`AT`] holds where
+/// each case's fault is.
+fn refused_cases() -> [(String, Option<&'static str>, &'static str); AT.len()] {
     let policy = |scope: &str| {
         format!("  - {{name: p, algorithm: fixed_window, limit: 2, window: 1s, scope: {scope}}}\n")
     };
     let two_stores =
         "stores:\n  local: memory\n  global: {redis: {url: \"redis://127.0.0.1:1\"}}\n";
     let two_regional = "stores:\n  regional: {redis: {url: \"redis://127.0.0.1:1\"}}\n  global: {redis: {url: \"redis://127.0.0.1:2\"}}\n";
-    for (i, (yaml, env, message)) in [
+    [
         (
             format!("{two_stores}policies:\n  - {{name: p, algorithm: fixed_window, limit: 2, window: 1s}}\n"),
             None,
@@ -294,9 +295,12 @@ fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
             "config: region: \"z\" is not among regions (a)",
         ),
     ]
-    .into_iter()
-    .enumerate()
-    {
+}
+
+#[test]
+fn scopes_are_refused_with_the_reason_when_the_config_cannot_keep_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (i, (yaml, env, message)) in refused_cases().into_iter().enumerate() {
         let path = dir.path().join(format!("case-{i}.yaml"));
         std::fs::write(&path, &yaml).expect("write");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));

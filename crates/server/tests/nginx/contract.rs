@@ -55,6 +55,45 @@ async fn clients_see_ratelimit_fields_until_the_limit_then_the_full_429_contract
     assert_eq!(rejected.one("content-type"), "application/problem+json");
     assert_eq!(rejected.one("cache-control"), "no-store");
 
+    assert_the_429_states_its_wait(&rejected, elapsed_ms);
+
+    // A forged X-Forwarded-For does not make alice someone else: nginx
+    // appends the address it saw, and tollgate believes only the hop that
+    // its trusted proxy (nginx, 127.0.0.1) vouches for.
+    let forged = Answer::of(
+        alice
+            .post(&login)
+            .header("X-Forwarded-For", "203.0.113.7")
+            .body(form),
+    )
+    .await;
+    assert_eq!(forged.status, 429, "{}", forged.body);
+    assert_eq!(forged.json()["violated-policies"], json!(["login"]));
+
+    // Another client address has its own log.
+    let bob = client_at([127, 0, 0, 3]);
+    let answer = Answer::of(bob.post(&login).body("user=bob&password=x")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        sf_list(answer.one("ratelimit")),
+        vec![member("login", &[("r", 4), ("t", 600)])]
+    );
+
+    // The upstream saw exactly the six admitted attempts, bodies intact
+    // (the auth subrequest never took them), and none of the rejected ones.
+    let attempt = |body: &str| Seen {
+        method: "POST".into(),
+        uri: "/login".into(),
+        body: body.into(),
+    };
+    let mut expected = vec![attempt(form); 5];
+    expected.push(attempt("user=bob&password=x"));
+    assert_eq!(stack.upstream.seen(), expected);
+}
+
+/// The rejection's body, Retry-After and RateLimit fields, each agreeing
+/// with the wait its detail states, which the attempts' `elapsed_ms` bounds.
+fn assert_the_429_states_its_wait(rejected: &Answer, elapsed_ms: u64) {
     // The body is tollgate's problem+json, byte for byte what it put in
     // Tollgate-Problem; its detail states the exact wait in ms.
     let body = rejected.json();
@@ -107,39 +146,6 @@ async fn clients_see_ratelimit_fields_until_the_limit_then_the_full_429_contract
         (retry_after..=LOGIN_WINDOW_MS / 1000).contains(&reset),
         "t={reset}, Retry-After {retry_after}"
     );
-
-    // A forged X-Forwarded-For does not make alice someone else: nginx
-    // appends the address it saw, and tollgate believes only the hop that
-    // its trusted proxy (nginx, 127.0.0.1) vouches for.
-    let forged = Answer::of(
-        alice
-            .post(&login)
-            .header("X-Forwarded-For", "203.0.113.7")
-            .body(form),
-    )
-    .await;
-    assert_eq!(forged.status, 429, "{}", forged.body);
-    assert_eq!(forged.json()["violated-policies"], json!(["login"]));
-
-    // Another client address has its own log.
-    let bob = client_at([127, 0, 0, 3]);
-    let answer = Answer::of(bob.post(&login).body("user=bob&password=x")).await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    assert_eq!(
-        sf_list(answer.one("ratelimit")),
-        vec![member("login", &[("r", 4), ("t", 600)])]
-    );
-
-    // The upstream saw exactly the six admitted attempts, bodies intact
-    // (the auth subrequest never took them), and none of the rejected ones.
-    let attempt = |body: &str| Seen {
-        method: "POST".into(),
-        uri: "/login".into(),
-        body: body.into(),
-    };
-    let mut expected = vec![attempt(form); 5];
-    expected.push(attempt("user=bob&password=x"));
-    assert_eq!(stack.upstream.seen(), expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
