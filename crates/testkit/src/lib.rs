@@ -355,17 +355,7 @@ impl RedisCluster {
     pub fn start(masters: usize) -> Result<Self, HarnessError> {
         let mut nodes = Vec::with_capacity(masters);
         for _ in 0..masters {
-            let bus = free_port()?.to_string();
-            nodes.push(RedisServer::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-                "--cluster-port",
-                &bus,
-            ])?);
+            nodes.push(Self::start_node()?);
         }
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
@@ -379,6 +369,29 @@ impl RedisCluster {
         let cluster = Self { nodes };
         cluster.wait_until_ok()?;
         Ok(cluster)
+    }
+
+    /// One cluster-enabled server. Its bus port is picked as its client
+    /// port is, so it may be taken before the server binds it too: then
+    /// both are picked again.
+    fn start_node() -> Result<RedisServer, HarnessError> {
+        let mut attempts = 0;
+        loop {
+            let bus = free_port()?.to_string();
+            match RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--cluster-port",
+                &bus,
+            ]) {
+                Err(HarnessError::PortTaken(_)) if attempts < 5 => attempts += 1,
+                started => return started,
+            }
+        }
     }
 
     /// Its masters, in the order they were started.
