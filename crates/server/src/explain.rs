@@ -553,6 +553,9 @@ pub fn policy_json(serve: &ServePolicy, stores: &Stores) -> Value {
     if m.trailing_slash == crate::matching::TrailingSlash::Ignore {
         v["match"]["trailing_slash"] = json!("ignore");
     }
+    if m.format_suffix == crate::matching::FormatSuffix::Ignore {
+        v["match"]["format_suffix"] = json!("ignore");
+    }
     v["identity"] = json!(
         serve
             .identity

@@ -1,8 +1,13 @@
 //! Which requests a policy applies to: methods, a path prefix or pattern,
 //! and a host. An absent part matches everything. Paths arrive normalized
-//! ([`crate::request_path::normalize`]); whether case and a trailing slash
-//! matter is the policy's choice, and its canonical path follows that
-//! choice so that spellings it matches alike also share one bucket.
+//! ([`crate::request_path::normalize`]); whether case, a trailing slash and
+//! a format suffix (`/login.json`) matter is the policy's choice, and its
+//! canonical path follows that choice so that spellings it matches alike
+//! also share one bucket. `GET` takes `HEAD` too: HTTP defines HEAD as GET
+//! without the body (RFC 9110 §9.3.2), and routers answer it with the GET
+//! handler, so a GET limit a HEAD skipped would be no limit. Every door that
+//! matches a request asks [`Matcher::matches`]: this file is the one
+//! definition.
 
 use std::borrow::Cow;
 
@@ -141,6 +146,47 @@ impl TrailingSlash {
     }
 }
 
+/// Whether a format suffix on the last segment makes a path different
+/// (`match.format_suffix`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FormatSuffix {
+    /// `/login.json` and `/login` are different paths.
+    #[default]
+    Strict,
+    /// `/login.json`, `/login.xml` and `/login` are one path: Rails (and
+    /// Django REST framework's `format_suffix_patterns`) route them to one
+    /// handler, answering in the format the suffix names.
+    Ignore,
+}
+
+impl FormatSuffix {
+    /// Its name in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FormatSuffix::Strict => "strict",
+            FormatSuffix::Ignore => "ignore",
+        }
+    }
+}
+
+/// The longest format suffix taken off a path, dot excluded: Rails' formats
+/// (`json`, `xml`, `html`, `csv`, `atom`…) are all far shorter.
+const MAX_FORMAT_SUFFIX: usize = 10;
+
+/// `path` without a format suffix (`.json`) on its last segment, if it has
+/// one: a dot that does not start the segment, then 1 to
+/// [`MAX_FORMAT_SUFFIX`] ASCII letters or digits to the end. One suffix
+/// only, as Rails' `(.:format)` takes one.
+fn without_format_suffix(path: &str) -> Option<&str> {
+    let last = path.rfind('/').map_or(0, |slash| slash + 1);
+    let dot = last + path[last..].rfind('.')?;
+    let suffix = &path[dot + 1..];
+    (dot > last
+        && (1..=MAX_FORMAT_SUFFIX).contains(&suffix.len())
+        && suffix.bytes().all(|b| b.is_ascii_alphanumeric()))
+    .then(|| &path[..dot])
+}
+
 /// `path` without one trailing slash, except the root.
 fn without_trailing_slash(path: &str) -> &str {
     match path.strip_suffix('/') {
@@ -183,6 +229,8 @@ pub struct Matcher {
     pub case_insensitive: bool,
     /// `match.trailing_slash`.
     pub trailing_slash: TrailingSlash,
+    /// `match.format_suffix`.
+    pub format_suffix: FormatSuffix,
 }
 
 impl Matcher {
@@ -190,19 +238,13 @@ impl Matcher {
     /// ([`crate::request_path::normalize`]); `host` may carry a port and a
     /// trailing dot (`api.example.com.:8443` is `api.example.com`).
     pub fn matches(&self, method: &str, path: &str, host: &str) -> bool {
-        let method_ok = self
-            .methods
-            .as_ref()
-            .is_none_or(|ms| ms.iter().any(|m| m.eq_ignore_ascii_case(method)));
-        let prefix_ok = self
-            .path_prefix
-            .as_ref()
-            .is_none_or(|prefix| self.prefix_matches(prefix, path));
-        let pattern_ok = self
-            .path
-            .as_ref()
-            .is_none_or(|p| p.matches_with(path, self.case_insensitive, self.trailing_slash));
-        if !(method_ok && prefix_ok && pattern_ok) {
+        if !self.method_matches(method) {
+            return false;
+        }
+        let path_ok = self.path_matches(path)
+            || (self.format_suffix == FormatSuffix::Ignore
+                && without_format_suffix(self.without_slash(path)).is_some_and(|stem| self.path_matches(stem)));
+        if !path_ok {
             return false;
         }
         if let Some(want) = &self.host {
@@ -231,6 +273,37 @@ impl Matcher {
         true
     }
 
+    /// Whether `method` is one of `methods`; `HEAD` is whenever `GET` is.
+    fn method_matches(&self, method: &str) -> bool {
+        self.methods.as_ref().is_none_or(|ms| {
+            ms.iter().any(|m| {
+                m.eq_ignore_ascii_case(method)
+                    || (m == "GET" && method.eq_ignore_ascii_case("HEAD"))
+            })
+        })
+    }
+
+    /// Whether `path` fits `path_prefix` and `path` as written.
+    fn path_matches(&self, path: &str) -> bool {
+        let prefix_ok = self
+            .path_prefix
+            .as_ref()
+            .is_none_or(|prefix| self.prefix_matches(prefix, path));
+        prefix_ok
+            && self
+                .path
+                .as_ref()
+                .is_none_or(|p| p.matches_with(path, self.case_insensitive, self.trailing_slash))
+    }
+
+    /// `path` without its trailing slash when this policy disregards it.
+    fn without_slash<'p>(&self, path: &'p str) -> &'p str {
+        match self.trailing_slash {
+            TrailingSlash::Ignore => without_trailing_slash(path),
+            TrailingSlash::Strict => path,
+        }
+    }
+
     /// Under `trailing_slash: ignore`, `path_prefix: /api/` also takes
     /// `/api`: the prefix's own path with its slash dropped.
     fn prefix_matches(&self, prefix: &str, path: &str) -> bool {
@@ -243,15 +316,17 @@ impl Matcher {
 
     /// The path as this policy tells paths apart, for the `path` identity
     /// part: lower-cased under `case_insensitive`, without a trailing slash
-    /// (except the root) under `trailing_slash: ignore`. Without it,
-    /// `/LOGIN` and `/login` would match one limit but spend from two
-    /// buckets — 2^5 buckets for the spellings of `login`. Borrows when
-    /// nothing changes.
+    /// (except the root) under `trailing_slash: ignore`, without a format
+    /// suffix under `format_suffix: ignore`. Without it, `/LOGIN` and
+    /// `/login` would match one limit but spend from two buckets — 2^5
+    /// buckets for the spellings of `login`. Borrows when nothing changes.
     pub fn canonical_path<'p>(&self, path: &'p str) -> Cow<'p, str> {
-        let path = match self.trailing_slash {
-            TrailingSlash::Ignore => without_trailing_slash(path),
-            TrailingSlash::Strict => path,
-        };
+        let mut path = self.without_slash(path);
+        if self.format_suffix == FormatSuffix::Ignore
+            && let Some(stem) = without_format_suffix(path)
+        {
+            path = stem;
+        }
         if self.case_insensitive && path.bytes().any(|b| b.is_ascii_uppercase()) {
             Cow::Owned(path.to_ascii_lowercase())
         } else {
@@ -269,192 +344,4 @@ impl Matcher {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn patterns_match_whole_segments() {
-        let p = PathPattern::parse("/orders/{id}").expect("valid");
-        assert!(p.matches("/orders/42"));
-        assert!(!p.matches("/orders/42/items"));
-        assert!(!p.matches("/orders/"));
-        assert!(!p.matches("/orders"));
-        let rest = PathPattern::parse("/static/{*file}").expect("valid");
-        assert!(rest.matches("/static/a/b.css"));
-        assert!(rest.matches("/static/"));
-        assert!(!rest.matches("/other/a"));
-        let root = PathPattern::parse("/").expect("valid");
-        assert!(root.matches("/"));
-        assert!(!root.matches("/a"));
-    }
-
-    #[test]
-    fn bad_patterns_are_refused() {
-        assert!(PathPattern::parse("orders").is_err());
-        assert!(PathPattern::parse("/a/{*rest}/b").is_err());
-        assert!(PathPattern::parse("/a/x{id}").is_err());
-        assert!(PathPattern::parse("/a/{}").is_err());
-    }
-
-    #[test]
-    fn hosts_match_exactly_or_by_subdomain() {
-        let m = Matcher {
-            host: Some("*.example.com".into()),
-            ..Matcher::default()
-        };
-        assert!(m.matches("GET", "/", "api.example.com"));
-        assert!(m.matches("GET", "/", "api.example.com:8443"));
-        assert!(!m.matches("GET", "/", "example.com"));
-        assert!(!m.matches("GET", "/", "evilexample.com"));
-        let exact = Matcher {
-            host: Some("api.example.com".into()),
-            methods: Some(vec!["POST".into()]),
-            ..Matcher::default()
-        };
-        assert!(exact.matches("post", "/", "API.example.com"));
-        assert!(!exact.matches("GET", "/", "api.example.com"));
-    }
-
-    #[test]
-    fn a_fully_qualified_host_is_the_same_host() {
-        let exact = Matcher {
-            host: Some("api.example.com".into()),
-            ..Matcher::default()
-        };
-        assert!(exact.matches("GET", "/", "api.example.com."));
-        assert!(exact.matches("GET", "/", "API.example.com.:8443"));
-        assert!(!exact.matches("GET", "/", "api.example.com.."));
-        let wild = Matcher {
-            host: Some("*.example.com".into()),
-            ..Matcher::default()
-        };
-        assert!(wild.matches("GET", "/", "api.example.com."));
-        assert!(!wild.matches("GET", "/", "example.com."));
-        assert!(!wild.matches("GET", "/", "é.example.coé"));
-    }
-
-    fn with_path(pattern: &str) -> Matcher {
-        Matcher {
-            path: Some(PathPattern::parse(pattern).expect("valid")),
-            ..Matcher::default()
-        }
-    }
-
-    fn with_prefix(prefix: &str) -> Matcher {
-        Matcher {
-            path_prefix: Some(prefix.into()),
-            ..Matcher::default()
-        }
-    }
-
-    #[test]
-    fn paths_are_case_sensitive_and_slash_strict_by_default() {
-        let login = with_path("/login");
-        assert!(login.matches("GET", "/login", ""));
-        assert!(!login.matches("GET", "/LOGIN", ""));
-        assert!(!login.matches("GET", "/login/", ""));
-        let api = with_prefix("/api/");
-        assert!(api.matches("GET", "/api/x", ""));
-        assert!(!api.matches("GET", "/API/x", ""));
-        assert!(!api.matches("GET", "/api", ""));
-        assert_eq!(login.canonical_path("/LOGIN/"), "/LOGIN/");
-        assert!(matches!(login.canonical_path("/LOGIN/"), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn case_insensitive_compares_literals_and_prefixes_in_any_case() {
-        let login = Matcher {
-            case_insensitive: true,
-            ..with_path("/Login/{id}")
-        };
-        assert!(login.matches("GET", "/login/Ab", ""));
-        assert!(login.matches("GET", "/LOGIN/ab", ""));
-        assert!(!login.matches("GET", "/logout/ab", ""));
-        assert!(!login.matches("GET", "/login/ab/", ""));
-        let api = Matcher {
-            case_insensitive: true,
-            ..with_prefix("/api/")
-        };
-        assert!(api.matches("GET", "/API/orders", ""));
-        assert!(api.matches("GET", "/Api/", ""));
-        assert!(!api.matches("GET", "/apx/", ""));
-        assert!(!api.matches("GET", "/ap", ""));
-        // Non-ASCII letters are compared as they are.
-        let cafe = Matcher {
-            case_insensitive: true,
-            ..with_path("/café")
-        };
-        assert!(cafe.matches("GET", "/CAFé", ""));
-        assert!(!cafe.matches("GET", "/CAFÉ", ""));
-    }
-
-    #[test]
-    fn trailing_slash_ignore_matches_with_or_without_it() {
-        let login = Matcher {
-            trailing_slash: TrailingSlash::Ignore,
-            ..with_path("/login")
-        };
-        assert!(login.matches("GET", "/login", ""));
-        assert!(login.matches("GET", "/login/", ""));
-        assert!(!login.matches("GET", "/login//", ""));
-        let slashed = Matcher {
-            trailing_slash: TrailingSlash::Ignore,
-            ..with_path("/login/")
-        };
-        assert!(slashed.matches("GET", "/login", ""));
-        assert!(slashed.matches("GET", "/login/", ""));
-        let order = Matcher {
-            trailing_slash: TrailingSlash::Ignore,
-            ..with_path("/orders/{id}")
-        };
-        assert!(order.matches("GET", "/orders/42/", ""));
-        assert!(!order.matches("GET", "/orders/", ""));
-        let root = Matcher {
-            trailing_slash: TrailingSlash::Ignore,
-            ..with_path("/")
-        };
-        assert!(root.matches("GET", "/", ""));
-        assert!(!root.matches("GET", "/a", ""));
-        let api = Matcher {
-            trailing_slash: TrailingSlash::Ignore,
-            ..with_prefix("/api/")
-        };
-        assert!(api.matches("GET", "/api", ""));
-        assert!(api.matches("GET", "/api/", ""));
-        assert!(api.matches("GET", "/api/x", ""));
-        assert!(!api.matches("GET", "/apix", ""));
-        let both = Matcher {
-            trailing_slash: TrailingSlash::Ignore,
-            case_insensitive: true,
-            ..with_prefix("/api/")
-        };
-        assert!(both.matches("GET", "/API", ""));
-    }
-
-    #[test]
-    fn the_canonical_path_is_one_bucket_for_spellings_matched_alike() {
-        let m = Matcher {
-            case_insensitive: true,
-            trailing_slash: TrailingSlash::Ignore,
-            ..with_path("/login")
-        };
-        for spelling in ["/login", "/LOGIN", "/LoGiN/", "/login/"] {
-            assert_eq!(m.canonical_path(spelling), "/login", "{spelling}");
-        }
-        assert_eq!(m.canonical_path("/"), "/");
-        assert!(matches!(
-            m.canonical_path("/login/"),
-            Cow::Borrowed("/login")
-        ));
-        let cased = Matcher {
-            case_insensitive: true,
-            ..Matcher::default()
-        };
-        assert_eq!(cased.canonical_path("/A/B/"), "/a/b/");
-        let slash = Matcher {
-            trailing_slash: TrailingSlash::Ignore,
-            ..Matcher::default()
-        };
-        assert_eq!(slash.canonical_path("/A/B/"), "/A/B");
-    }
-}
+mod tests;

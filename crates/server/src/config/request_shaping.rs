@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, Policy, describe};
 
 use super::{field_error, whole_number};
-use crate::matching::{Matcher, PathPattern, TrailingSlash};
+use crate::matching::{FormatSuffix, Matcher, PathPattern, TrailingSlash};
 use crate::request_path::normalize;
 
 /// One part of an identity, taken from the request being limited.
@@ -277,13 +277,24 @@ fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, Confi
                 })?;
             }
             "trailing_slash" => {
-                matcher.trailing_slash = parse_trailing_slash(policy, &field, value)?;
+                matcher.trailing_slash = if ignore_or_strict(policy, &field, value)? {
+                    TrailingSlash::Ignore
+                } else {
+                    TrailingSlash::Strict
+                };
+            }
+            "format_suffix" => {
+                matcher.format_suffix = if ignore_or_strict(policy, &field, value)? {
+                    FormatSuffix::Ignore
+                } else {
+                    FormatSuffix::Strict
+                };
             }
             _ => {
                 return Err(field_error(
                     policy,
                     &field,
-                    "unknown field (expected: methods, path_prefix, path, host, case_insensitive, trailing_slash)",
+                    "unknown field (expected: methods, path_prefix, path, host, case_insensitive, trailing_slash, format_suffix)",
                 ));
             }
         }
@@ -321,15 +332,12 @@ fn parse_methods(policy: &Policy, field: &str, value: &Value) -> Result<Vec<Stri
     Ok(methods)
 }
 
-/// `match.trailing_slash`: `ignore` or `strict`.
-fn parse_trailing_slash(
-    policy: &Policy,
-    field: &str,
-    value: &Value,
-) -> Result<TrailingSlash, ConfigError> {
+/// `match.trailing_slash` and `match.format_suffix`: `ignore` (true) or
+/// `strict`.
+fn ignore_or_strict(policy: &Policy, field: &str, value: &Value) -> Result<bool, ConfigError> {
     match value.as_str() {
-        Some("ignore") => Ok(TrailingSlash::Ignore),
-        Some("strict") => Ok(TrailingSlash::Strict),
+        Some("ignore") => Ok(true),
+        Some("strict") => Ok(false),
         Some(other) => Err(field_error(
             policy,
             field,

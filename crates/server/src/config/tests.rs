@@ -1,5 +1,5 @@
 use super::*;
-use crate::matching::TrailingSlash;
+use crate::matching::{FormatSuffix, TrailingSlash};
 
 fn with_match(m: &str) -> Result<ServeConfig, String> {
     let yaml = format!(
@@ -37,6 +37,22 @@ fn match_path_options_are_read() {
     assert!(m.matches("GET", "/API", ""));
     let strict = matcher("{ path: /login, trailing_slash: strict }");
     assert_eq!(strict.trailing_slash, TrailingSlash::Strict);
+}
+
+#[test]
+fn match_format_suffix_is_read_and_strict_by_default() {
+    assert_eq!(matcher("{ path: /login }").format_suffix, FormatSuffix::Strict);
+    let m = matcher("{ path: /login, format_suffix: ignore }");
+    assert_eq!(m.format_suffix, FormatSuffix::Ignore);
+    assert!(m.matches("POST", "/login.json", ""));
+    assert_eq!(
+        matcher("{ path: /login, format_suffix: strict }").format_suffix,
+        FormatSuffix::Strict
+    );
+    assert_eq!(
+        refusal("{ format_suffix: true }"),
+        r#"policy "x": match.format_suffix: must be ignore or strict, got boolean true"#
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use tollgate_core::{Limits, format_duration_ms};
 
 use crate::config::{IdentityPart, ServePolicy};
-use crate::matching::{Matcher, TrailingSlash};
+use crate::matching::{FormatSuffix, Matcher, TrailingSlash};
 
 /// `match:` in words, each condition as the config writes it; a policy with
 /// none limits every request.
@@ -32,6 +32,9 @@ pub(super) fn match_text(m: &Matcher) -> String {
     }
     if m.trailing_slash == TrailingSlash::Ignore {
         parts.push("trailing_slash ignore".to_owned());
+    }
+    if m.format_suffix == FormatSuffix::Ignore {
+        parts.push("format_suffix ignore".to_owned());
     }
     parts.join("; ")
 }
