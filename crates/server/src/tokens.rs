@@ -8,13 +8,20 @@
 //!
 //! Only a BLAKE3 hash of each token is kept, and a presented token is
 //! hashed and compared in constant time, so neither memory dumps, `Debug`
-//! output nor response timing give a token away. `/v1/authorize` is not
-//! guarded here: its `Authorization` header belongs to the client being
-//! limited (`server.trusted_proxies` guards who may call it).
+//! output nor response timing give a token away. `/v1/authorize` carries
+//! its token in [`AUTHORIZE_TOKEN_HEADER`], not `Authorization`: that
+//! header belongs to the client being limited, and the proxy forwards it
+//! as it is. The proxy sets its own header over any a client sent, so a
+//! client cannot forge it; without it any local process could describe a
+//! login from any address and lock that address out.
 
 use std::fmt;
 
-use hyper::http::{HeaderMap, HeaderValue, header};
+use hyper::http::{HeaderMap, HeaderValue};
+
+/// The header the proxy sends `/v1/authorize`'s token in, as
+/// `Bearer <token>` (examples/nginx.conf and examples/Caddyfile set it).
+pub const AUTHORIZE_TOKEN_HEADER: &str = "tollgate-authorization";
 
 /// A token shorter than this is refused at load: it could be guessed.
 pub const MIN_TOKEN_BYTES: usize = 16;
@@ -28,11 +35,18 @@ pub enum Guarded {
     Admin,
     /// `/metrics`.
     Metrics,
+    /// `/v1/authorize`, its token in [`AUTHORIZE_TOKEN_HEADER`].
+    Authorize,
 }
 
 impl Guarded {
     /// Every group.
-    pub const ALL: [Guarded; 3] = [Guarded::Check, Guarded::Admin, Guarded::Metrics];
+    pub const ALL: [Guarded; 4] = [
+        Guarded::Check,
+        Guarded::Admin,
+        Guarded::Metrics,
+        Guarded::Authorize,
+    ];
 
     /// The environment variable holding this group's token.
     pub const fn env(self) -> &'static str {
@@ -40,6 +54,7 @@ impl Guarded {
             Guarded::Check => "TOLLGATE_CHECK_TOKEN",
             Guarded::Admin => "TOLLGATE_ADMIN_TOKEN",
             Guarded::Metrics => "TOLLGATE_METRICS_TOKEN",
+            Guarded::Authorize => "TOLLGATE_AUTHORIZE_TOKEN",
         }
     }
 
@@ -49,6 +64,15 @@ impl Guarded {
             Guarded::Check => "check",
             Guarded::Admin => "admin",
             Guarded::Metrics => "metrics",
+            Guarded::Authorize => "authorize",
+        }
+    }
+
+    /// The header its token comes in.
+    pub const fn header(self) -> &'static str {
+        match self {
+            Guarded::Authorize => AUTHORIZE_TOKEN_HEADER,
+            Guarded::Check | Guarded::Admin | Guarded::Metrics => "authorization",
         }
     }
 
@@ -126,17 +150,18 @@ impl fmt::Debug for Token {
     }
 }
 
-/// The tokens of the three endpoint groups; `None` leaves a group open.
+/// The tokens of the endpoint groups; `None` leaves a group open.
 #[derive(Clone, Default)]
 pub struct EndpointTokens {
     check: Option<Token>,
     admin: Option<Token>,
     metrics: Option<Token>,
+    authorize: Option<Token>,
 }
 
 impl EndpointTokens {
-    /// Reads `TOLLGATE_CHECK_TOKEN`, `TOLLGATE_ADMIN_TOKEN` and
-    /// `TOLLGATE_METRICS_TOKEN` through `env`.
+    /// Reads `TOLLGATE_CHECK_TOKEN`, `TOLLGATE_ADMIN_TOKEN`,
+    /// `TOLLGATE_METRICS_TOKEN` and `TOLLGATE_AUTHORIZE_TOKEN` through `env`.
     pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Self, TokenError> {
         let read = |group: Guarded| {
             env(group.env())
@@ -147,6 +172,7 @@ impl EndpointTokens {
             check: read(Guarded::Check)?,
             admin: read(Guarded::Admin)?,
             metrics: read(Guarded::Metrics)?,
+            authorize: read(Guarded::Authorize)?,
         })
     }
 
@@ -155,6 +181,7 @@ impl EndpointTokens {
             Guarded::Check => self.check.as_ref(),
             Guarded::Admin => self.admin.as_ref(),
             Guarded::Metrics => self.metrics.as_ref(),
+            Guarded::Authorize => self.authorize.as_ref(),
         }
     }
 
@@ -189,15 +216,14 @@ impl EndpointTokens {
         }
     }
 
-    /// [`Self::admits`] for an HTTP request's headers.
+    /// [`Self::admits`] for an HTTP request's headers: the group's
+    /// [`Guarded::header`].
     #[inline]
     pub fn admits_headers(&self, group: Guarded, headers: &HeaderMap) -> bool {
         self.token(group).is_none()
             || self.admits(
                 group,
-                headers
-                    .get(header::AUTHORIZATION)
-                    .map(HeaderValue::as_bytes),
+                headers.get(group.header()).map(HeaderValue::as_bytes),
             )
     }
 }
@@ -209,6 +235,7 @@ impl fmt::Debug for EndpointTokens {
             .field("check", &state(&self.check))
             .field("admin", &state(&self.admin))
             .field("metrics", &state(&self.metrics))
+            .field("authorize", &state(&self.authorize))
             .finish()
     }
 }
@@ -227,8 +254,12 @@ fn bearer(authorization: &[u8]) -> Option<&[u8]> {
 /// The detail of a 401 and of a gRPC `UNAUTHENTICATED`: what the endpoint
 /// needs, in tollgate's words; never what the client sent.
 pub fn needs_token(group: Guarded) -> String {
+    let header = match group {
+        Guarded::Authorize => "Tollgate-Authorization",
+        Guarded::Check | Guarded::Admin | Guarded::Metrics => "Authorization",
+    };
     format!(
-        "this endpoint needs `Authorization: Bearer <token>` ({})",
+        "this endpoint needs `{header}: Bearer <token>` ({})",
         group.env()
     )
 }
@@ -307,12 +338,13 @@ mod tests {
         let tokens = tokens(Some(TOKEN)).expect("valid token");
         assert_eq!(tokens.require(&[]), Ok(()));
         assert_eq!(tokens.require(&[Guarded::Check]), Ok(()));
-        let refused = tokens.require(&[Guarded::Check, Guarded::Admin, Guarded::Metrics]);
+        let refused = tokens.require(&Guarded::ALL);
         assert_eq!(
             refused.map_err(|e| e.to_string()),
             Err("server.require_tokens names admin, but TOLLGATE_ADMIN_TOKEN is not set: set it to a random token of at least 16 bytes (e.g. `openssl rand -hex 32`), or take admin out of the list to leave those endpoints open".to_owned())
         );
         assert_eq!(Guarded::from_name("metrics"), Some(Guarded::Metrics));
+        assert_eq!(Guarded::from_name("authorize"), Some(Guarded::Authorize));
         assert_eq!(Guarded::from_name("Admin"), None);
     }
 
@@ -322,10 +354,35 @@ mod tests {
         let shown = format!("{tokens:?}");
         assert_eq!(
             shown,
-            "EndpointTokens { check: \"set\", admin: \"unset\", metrics: \"unset\" }"
+            "EndpointTokens { check: \"set\", admin: \"unset\", metrics: \"unset\", authorize: \"unset\" }"
         );
         let hash = blake3::hash(TOKEN.as_bytes()).to_hex().to_string();
         assert!(!shown.contains(&hash));
         assert_eq!(format!("{:?}", tokens.check), "Some(Token(<redacted>))");
+    }
+
+    #[test]
+    fn the_authorize_token_is_read_from_its_own_header_never_the_clients_authorization() {
+        let tokens = EndpointTokens::from_env(|name| {
+            (name == "TOLLGATE_AUTHORIZE_TOKEN").then(|| TOKEN.to_owned())
+        })
+        .expect("valid token");
+        assert!(tokens.guards(Guarded::Authorize));
+        let with = |name: &str, value: String| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                hyper::http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                HeaderValue::from_str(&value).expect("value"),
+            );
+            tokens.admits_headers(Guarded::Authorize, &headers)
+        };
+        assert!(with("Tollgate-Authorization", format!("Bearer {TOKEN}")));
+        assert!(!with("Authorization", format!("Bearer {TOKEN}")));
+        assert!(!with("Tollgate-Authorization", TOKEN.to_owned()));
+        assert!(!tokens.admits_headers(Guarded::Authorize, &HeaderMap::new()));
+        assert_eq!(
+            needs_token(Guarded::Authorize),
+            "this endpoint needs `Tollgate-Authorization: Bearer <token>` (TOLLGATE_AUTHORIZE_TOKEN)"
+        );
     }
 }

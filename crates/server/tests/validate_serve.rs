@@ -150,7 +150,7 @@ fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
         (
             format!("server: {{require_tokens: [root]}}\n{POLICY}"),
             vec![],
-            "config: server: require_tokens: unknown endpoint group \"root\" (expected: check, admin, metrics)",
+            "config: server: require_tokens: unknown endpoint group \"root\" (expected: check, admin, metrics, authorize)",
             above_policy("server: {require_tokens: [root]}", 10),
         ),
         (

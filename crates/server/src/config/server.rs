@@ -461,7 +461,7 @@ fn token_groups<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Guarded>, 
     for name in &names {
         let group = Guarded::from_name(name).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "require_tokens: unknown endpoint group {name:?} (expected: check, admin, metrics)"
+                "require_tokens: unknown endpoint group {name:?} (expected: check, admin, metrics, authorize)"
             ))
         })?;
         if !groups.contains(&group) {

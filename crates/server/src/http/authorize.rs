@@ -12,11 +12,12 @@ use tollgate_store::DecidedBy;
 use super::request::{Forwarded, RequestFault, cost_of, identity_of};
 use super::request_id::{self, REPLAYED_HEADER};
 use super::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
-use super::{refuse, replayed};
+use super::{refuse, replayed, unauthorized};
 use crate::app::App;
 use crate::config::ServerSettings;
 use crate::limiter::{Check, Decided};
 use crate::live::LivePolicy;
+use crate::tokens::Guarded;
 
 /// The endpoint's path.
 const AUTHORIZE: &str = "/v1/authorize";
@@ -49,6 +50,16 @@ pub(super) async fn authorize_request<B>(
     req: http::Request<B>,
 ) -> Response {
     let live_config = app.live.load();
+    // The proxy's own token (never the client's Authorization): without
+    // it, any process that reaches the listener could describe a login
+    // from any address and lock that address out.
+    if !live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Authorize, req.headers())
+    {
+        return unauthorized(app, Guarded::Authorize, "authorize");
+    }
     let settings = &live_config.config.server;
     let (parts, _body) = req.into_parts();
     // Below `/v1/authorize/` is the original path (Envoy ext_authz).
