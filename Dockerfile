@@ -1,7 +1,11 @@
 # tollgate as a static binary in an empty image. See docs/deploy.md.
 #
 #   docker build -t tollgate .
-#   docker run --rm -p 8080:8080 -v "$PWD/examples:/etc/tollgate:ro" tollgate
+#   docker run --rm -p 8080:8080 -e TOLLGATE_CHECK_TOKEN=… -e TOLLGATE_ADMIN_TOKEN=… \
+#     -e TOLLGATE_METRICS_TOKEN=… -e TOLLGATE_AUTHORIZE_TOKEN=… tollgate
+#
+# It serves deploy/container/tollgate.yaml on 0.0.0.0:8080, which requires
+# all four tokens (random, 16 bytes or more): it does not start open.
 #
 # The builder is Alpine's Rust, whose native target is
 # x86_64-unknown-linux-musl (no `rustup target add`), linked with
@@ -32,8 +36,9 @@ FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/tollgate /tollgate
-# A config to start with; mount yours over /etc/tollgate.
-COPY examples/tollgate.yaml /etc/tollgate/tollgate.yaml
+# A config to start with, every endpoint behind its token; mount yours
+# over /etc/tollgate.
+COPY deploy/container/tollgate.yaml /etc/tollgate/tollgate.yaml
 USER 65534:65534
 EXPOSE 8080
 ENTRYPOINT ["/tollgate"]

@@ -71,6 +71,17 @@ impl PathPattern {
         &self.text
     }
 
+    /// Whether the last segment is a literal (`/login`, not `/{id}` or
+    /// `/{*rest}`, which take any suffix anyway).
+    fn ends_in_literal(&self) -> bool {
+        matches!(self.segments.last(), Some(Segment::Literal(l)) if !l.is_empty())
+    }
+
+    /// Whether the pattern ends in `{*rest}`, which takes any tail.
+    fn ends_in_rest(&self) -> bool {
+        matches!(self.segments.last(), Some(Segment::Rest))
+    }
+
     /// Whether `path` fits exactly: case and a trailing slash count.
     pub fn matches(&self, path: &str) -> bool {
         self.matches_with(path, false, TrailingSlash::Strict)
@@ -212,6 +223,15 @@ fn has_prefix(path: &str, prefix: &str, case_insensitive: bool) -> bool {
     }
 }
 
+/// A spelling a match does not take ([`Matcher::respellings`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Respelling {
+    /// The spelling, made from the path as written (`/LOGIN`, `/login/`).
+    pub example: String,
+    /// The `match` option that takes it.
+    pub option: &'static str,
+}
+
 /// A policy's `match`: which requests it applies to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Matcher {
@@ -243,7 +263,8 @@ impl Matcher {
         }
         let path_ok = self.path_matches(path)
             || (self.format_suffix == FormatSuffix::Ignore
-                && without_format_suffix(self.without_slash(path)).is_some_and(|stem| self.path_matches(stem)));
+                && without_format_suffix(self.without_slash(path))
+                    .is_some_and(|stem| self.path_matches(stem)));
         if !path_ok {
             return false;
         }
@@ -332,6 +353,53 @@ impl Matcher {
         } else {
             Cow::Borrowed(path)
         }
+    }
+
+    /// The spellings of this match's path that it does not take, although
+    /// common routers serve them from the same handler (Express and
+    /// ASP.NET Core ignore case, many frameworks a trailing slash, Rails
+    /// and Django REST framework a format suffix), each with the option
+    /// that would take it. Empty when the match names no path.
+    pub fn respellings(&self) -> Vec<Respelling> {
+        let (text, slash, suffix) = match (&self.path, &self.path_prefix) {
+            (Some(pattern), _) => {
+                let text = pattern.as_str();
+                let slash = (text != "/" && !pattern.ends_in_rest()).then(|| {
+                    text.strip_suffix('/')
+                        .map_or_else(|| format!("{text}/"), str::to_owned)
+                });
+                let suffix = pattern.ends_in_literal().then(|| format!("{text}.json"));
+                (text, slash, suffix)
+            }
+            (None, Some(prefix)) => {
+                let slash = prefix
+                    .strip_suffix('/')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned);
+                (prefix.as_str(), slash, None)
+            }
+            (None, None) => return Vec::new(),
+        };
+        let mut found = Vec::new();
+        if !self.case_insensitive && text.bytes().any(|b| b.is_ascii_lowercase()) {
+            found.push(Respelling {
+                example: text.to_ascii_uppercase(),
+                option: "case_insensitive: true",
+            });
+        }
+        if let Some(example) = slash.filter(|_| self.trailing_slash == TrailingSlash::Strict) {
+            found.push(Respelling {
+                example,
+                option: "trailing_slash: ignore",
+            });
+        }
+        if let Some(example) = suffix.filter(|_| self.format_suffix == FormatSuffix::Strict) {
+            found.push(Respelling {
+                example,
+                option: "format_suffix: ignore",
+            });
+        }
+        found
     }
 
     /// The route a request matched, for the `route` identity part.

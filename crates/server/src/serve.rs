@@ -54,16 +54,18 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         announce_json,
     } = options;
     let config = ServeConfig::load_overridden(&config_path, &overrides)?;
-    for warning in config.warnings() {
+    let addr = listen.unwrap_or_else(|| config.server.listen.clone());
+    // On the listeners it will open: `--listen 0.0.0.0:8080` without
+    // tokens is the hazard the file alone does not show.
+    let grpc_addr = grpc_listen.or_else(|| config.server.grpc_listen.clone());
+    for warning in config.warnings_serving(&addr, grpc_addr.as_ref()) {
         tracing::warn!("{warning}");
     }
-    let addr = listen.unwrap_or_else(|| config.server.listen.clone());
     let scheme = if config.tls.is_some() {
         "https"
     } else {
         "http"
     };
-    let grpc_addr = grpc_listen.or_else(|| config.server.grpc_listen.clone());
     let stores = describe_stores(&config);
     let shared_stores = config
         .stores

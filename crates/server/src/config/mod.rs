@@ -7,6 +7,7 @@
 //! `stores`, `scope`, `policy_fields` (with `request_shaping` and `retry`).
 
 mod document;
+mod hazards;
 mod policy_fields;
 mod regions;
 mod request_shaping;
@@ -35,6 +36,7 @@ use tollgate_core::{
 };
 
 use crate::envoy_rules::{EnvoyRules, RuleKind};
+use crate::listen::ListenAddress;
 use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
@@ -256,10 +258,20 @@ impl ServeConfig {
         parse_doc(text, parse_yaml_named(text, source)?, env).map_err(|e| e.locate(text, source))
     }
 
-    /// What is valid but probably not meant: `validate` prints these,
-    /// `serve` logs them at start.
+    /// What is valid but probably not meant, or dangerous to serve on the
+    /// file's own listeners: `validate` prints these, a reload logs them.
     pub fn warnings(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
+        self.warnings_serving(&self.server.listen, self.server.grpc_listen.as_ref())
+    }
+
+    /// [`Self::warnings`] for serving on `http` and `grpc` (`serve`'s
+    /// `--listen` and `--grpc-listen` win over the file's).
+    pub fn warnings_serving(
+        &self,
+        http: &ListenAddress,
+        grpc: Option<&ListenAddress>,
+    ) -> Vec<String> {
+        let mut warnings = hazards::hazards(self, http, grpc);
         let matching: Vec<&str> = self
             .policies
             .iter()

@@ -41,7 +41,10 @@ fn match_path_options_are_read() {
 
 #[test]
 fn match_format_suffix_is_read_and_strict_by_default() {
-    assert_eq!(matcher("{ path: /login }").format_suffix, FormatSuffix::Strict);
+    assert_eq!(
+        matcher("{ path: /login }").format_suffix,
+        FormatSuffix::Strict
+    );
     let m = matcher("{ path: /login, format_suffix: ignore }");
     assert_eq!(m.format_suffix, FormatSuffix::Ignore);
     assert!(m.matches("POST", "/login.json", ""));

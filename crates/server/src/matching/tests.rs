@@ -282,3 +282,49 @@ fn path_parameters_take_any_case_and_a_trailing_slash_when_asked() {
     assert!(!search.matches("GET", "/api/search/x/y", ""));
     assert_eq!(search.canonical_path("/API/Search/X/"), "/api/search/x");
 }
+
+#[test]
+fn respellings_name_each_spelling_a_match_leaves_out_and_its_option() {
+    let shown = |m: &Matcher| -> Vec<(String, &str)> {
+        m.respellings()
+            .into_iter()
+            .map(|r| (r.example, r.option))
+            .collect()
+    };
+    assert_eq!(
+        shown(&with_path("/login")),
+        [
+            ("/LOGIN".to_owned(), "case_insensitive: true"),
+            ("/login/".to_owned(), "trailing_slash: ignore"),
+            ("/login.json".to_owned(), "format_suffix: ignore"),
+        ]
+    );
+    assert_eq!(
+        shown(&with_path("/api/search/{index}")),
+        [
+            ("/API/SEARCH/{INDEX}".to_owned(), "case_insensitive: true"),
+            ("/api/search/{index}/".to_owned(), "trailing_slash: ignore"),
+        ]
+    );
+    assert_eq!(
+        shown(&with_prefix("/api/")),
+        [
+            ("/API/".to_owned(), "case_insensitive: true"),
+            ("/api".to_owned(), "trailing_slash: ignore"),
+        ]
+    );
+    let hardened = Matcher {
+        case_insensitive: true,
+        trailing_slash: TrailingSlash::Ignore,
+        format_suffix: FormatSuffix::Ignore,
+        ..with_path("/login")
+    };
+    assert_eq!(shown(&hardened), []);
+    let exports = Matcher {
+        case_insensitive: true,
+        ..with_prefix("/api/exports")
+    };
+    assert_eq!(shown(&exports), []);
+    assert_eq!(shown(&with_path("/static/{*file}")).len(), 1);
+    assert_eq!(shown(&Matcher::default()), []);
+}

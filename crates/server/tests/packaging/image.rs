@@ -25,7 +25,16 @@ fn image_config() -> String {
 /// `/v1/authorize` is a 400.
 #[test]
 fn the_images_config_believes_the_quickstarts_curl_through_dockers_bridge() {
-    let config = ServeConfig::parse(&image_config(), |_| None).expect("the image's config loads");
+    // The image's config requires every endpoint group's token.
+    let tokens = |name: &str| {
+        name.ends_with("_TOKEN")
+            .then(|| format!("{name}-of-the-test"))
+    };
+    let config = ServeConfig::parse(&image_config(), tokens).expect("the image's config loads");
+    assert!(
+        ServeConfig::parse(&image_config(), |_| None).is_err(),
+        "the image's config refuses to serve 0.0.0.0 without its tokens"
+    );
     let gateway: std::net::IpAddr = "172.17.0.1".parse().expect("an address");
     let loopback: std::net::IpAddr = "127.0.0.1".parse().expect("an address");
     for peer in [gateway, loopback] {

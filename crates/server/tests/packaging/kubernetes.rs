@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tollgate::ServeConfig;
 
 use crate::files::root;
@@ -46,8 +46,8 @@ fn the_manifests_validate_against_the_kubernetes_schemas_with_unknown_fields_ref
         "the manifests do not validate:\n{text}"
     );
     assert!(!text.contains("ERROR"), "{text}");
-    // Every document was checked, not skipped: 4 in tollgate.yaml, 3 in redis.yaml.
-    assert_eq!(text.matches(" passed for resource ").count(), 7, "{text}");
+    // Every document was checked, not skipped: 5 in tollgate.yaml, 3 in redis.yaml.
+    assert_eq!(text.matches(" passed for resource ").count(), 8, "{text}");
 }
 
 #[test]
@@ -155,15 +155,24 @@ fn the_shipped_redis_is_the_config_maps_store_never_evicts_and_admits_only_tollg
 #[test]
 fn the_config_map_holds_a_config_tollgate_loads_with_the_secret_key() {
     let config = config_map_config(&manifests().config_map);
-    let env = |name: &str| (name == "TOLLGATE_IDENTITY_KEY").then(|| TEST_KEY.to_owned());
-    let loaded = ServeConfig::parse(&config, env)
+    let loaded = ServeConfig::parse(&config, |_| Some(TEST_KEY.to_owned()))
         .unwrap_or_else(|e| panic!("the ConfigMap's tollgate.yaml: {e}"));
     assert!(!loaded.policies.is_empty());
-    // The Secret the Deployment references is needed: without it, refused.
-    assert!(
-        ServeConfig::parse(&config, |_| None).is_err(),
-        "the config hashes a secret identity part, so it needs TOLLGATE_IDENTITY_KEY"
-    );
+    // The Secret the Deployment references is needed: without its identity
+    // key, or any of its tokens, refused.
+    for missing in [
+        "TOLLGATE_IDENTITY_KEY",
+        "TOLLGATE_CHECK_TOKEN",
+        "TOLLGATE_ADMIN_TOKEN",
+        "TOLLGATE_METRICS_TOKEN",
+        "TOLLGATE_AUTHORIZE_TOKEN",
+    ] {
+        let env = |name: &str| (name != missing).then(|| TEST_KEY.to_owned());
+        assert!(
+            ServeConfig::parse(&config, env).is_err(),
+            "the config serves without {missing}"
+        );
+    }
 }
 
 #[test]
@@ -273,4 +282,101 @@ fn the_service_selects_the_deployments_pods_on_its_port() {
     let target = &service["spec"]["ports"][0]["targetPort"];
     let port = &container(&deployment)["ports"][0];
     assert!(*target == port["name"] || *target == port["containerPort"]);
+}
+
+#[test]
+fn every_token_comes_from_the_secret_and_none_is_optional() {
+    let deployment = manifests().deployment;
+    let env = container(&deployment)["env"].as_array().expect("env");
+    for (var, key) in [
+        ("TOLLGATE_IDENTITY_KEY", "identity-key"),
+        ("TOLLGATE_CHECK_TOKEN", "check-token"),
+        ("TOLLGATE_ADMIN_TOKEN", "admin-token"),
+        ("TOLLGATE_METRICS_TOKEN", "metrics-token"),
+        ("TOLLGATE_AUTHORIZE_TOKEN", "authorize-token"),
+    ] {
+        let entry = env
+            .iter()
+            .find(|e| e["name"] == var)
+            .unwrap_or_else(|| panic!("{var} is set"));
+        let reference = &entry["valueFrom"]["secretKeyRef"];
+        assert_eq!(reference["name"], "tollgate", "{var}");
+        assert_eq!(reference["key"], key, "{var}");
+        assert!(
+            reference.get("optional").is_none(),
+            "{var} is optional: a Secret without it would start the pod open"
+        );
+    }
+}
+
+#[test]
+fn the_network_policy_admits_only_the_ingress_and_prometheus_to_tollgates_ports() {
+    let Manifests {
+        deployment,
+        network_policy,
+        ..
+    } = manifests();
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_selects(
+        &network_policy["spec"]["podSelector"]["matchLabels"],
+        labels,
+        "tollgate's NetworkPolicy",
+    );
+    assert_eq!(network_policy["spec"]["policyTypes"], json!(["Ingress"]));
+    let rules = network_policy["spec"]["ingress"]
+        .as_array()
+        .expect("ingress rules");
+    let ports_of = |rule: &Value| -> Vec<String> {
+        rule["ports"]
+            .as_array()
+            .expect("every rule names its ports")
+            .iter()
+            .map(|p| {
+                assert_eq!(p["protocol"], "TCP");
+                str_at(p, "/port")
+            })
+            .collect()
+    };
+    let peers_of = |rule: &Value| -> Vec<String> {
+        let from = rule["from"].as_array().expect("every rule names its peers");
+        from.iter()
+            .map(|peer| {
+                // Both selectors, each non-empty: one namespace's pods of one
+                // kind, never a whole namespace or every namespace's pods.
+                let pods = &peer["podSelector"]["matchLabels"];
+                let namespace = &peer["namespaceSelector"]["matchLabels"];
+                assert!(pods.as_object().is_some_and(|m| !m.is_empty()), "{peer}");
+                assert!(
+                    namespace.as_object().is_some_and(|m| !m.is_empty()),
+                    "{peer}"
+                );
+                assert!(peer.get("ipBlock").is_none(), "{peer}");
+                format!(
+                    "{}/{}",
+                    str_at(namespace, "/kubernetes.io~1metadata.name"),
+                    str_at(pods, "/app.kubernetes.io~1name")
+                )
+            })
+            .collect()
+    };
+    let rules: Vec<(Vec<String>, Vec<String>)> =
+        rules.iter().map(|r| (peers_of(r), ports_of(r))).collect();
+    assert_eq!(
+        rules,
+        [
+            (
+                vec!["ingress-nginx/ingress-nginx".to_owned()],
+                vec!["http".to_owned(), "grpc".to_owned()]
+            ),
+            (
+                vec!["monitoring/prometheus".to_owned()],
+                vec!["http".to_owned()]
+            ),
+        ]
+    );
+    // The ports it names are the container's.
+    let container = container(&deployment);
+    for name in ["http", "grpc"] {
+        assert_eq!(str_at(port_named(container, name), "/name"), name);
+    }
 }

@@ -11,6 +11,7 @@ pub struct Manifests {
     pub deployment: Value,
     pub service: Value,
     pub disruption_budget: Value,
+    pub network_policy: Value,
 }
 
 /// The documents of one manifest file, checked to be exactly `expected`
@@ -48,6 +49,7 @@ pub fn manifests() -> Manifests {
             ("v1", "ConfigMap"),
             ("v1", "Service"),
             ("policy/v1", "PodDisruptionBudget"),
+            ("networking.k8s.io/v1", "NetworkPolicy"),
         ],
     );
     Manifests {
@@ -55,6 +57,7 @@ pub fn manifests() -> Manifests {
         deployment: take("Deployment"),
         service: take("Service"),
         disruption_budget: take("PodDisruptionBudget"),
+        network_policy: take("NetworkPolicy"),
     }
 }
 
