@@ -213,8 +213,9 @@ async fn headers_that_flood_or_repeat_or_cost_nothing_never_get_past_a_limit() {
 async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
     let stack = Stack::start().await;
     let tollgate = stack.tollgate_addr();
-    // Straight at /v1/authorize from 127.0.0.2, not in trusted_proxies:
-    // every description of a login is refused, however it is spelled.
+    // Straight at /v1/authorize from 127.0.0.2, not in trusted_proxies,
+    // even with the authorize token (stolen, say): every description of a
+    // login is refused, however it is spelled.
     for (uri, method) in [
         ("/login", "POST"),
         ("//login", "POST"),
@@ -225,7 +226,7 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
         let request = format!(
             "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-Method: {method}\r\nX-Forwarded-Uri: {uri}\r\nConnection: close\r\n\r\n"
         );
-        let (status, body) = raw([127, 0, 0, 2], tollgate, &request).await;
+        let (status, body) = raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request)).await;
         assert_eq!(status, 400, "{uri}: {body}");
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&body).expect("problem+json"),
@@ -241,13 +242,22 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
     // anyone: the call describes itself (GET /v1/authorize), which no
     // policy matches.
     let request = "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Original-Method: POST\r\nX-Original-URI: /login\r\nConnection: close\r\n\r\n";
-    assert_eq!(raw([127, 0, 0, 2], tollgate, request).await.0, 200);
+    assert_eq!(
+        raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request))
+            .await
+            .0,
+        200
+    );
     // Describing itself, the caller is limited as the client it is: its own
     // address, five logins.
     let mut statuses = Vec::new();
     for _ in 0..6 {
         let request = "POST /v1/authorize//login HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-        statuses.push(raw([127, 0, 0, 2], tollgate, request).await.0);
+        statuses.push(
+            raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request))
+                .await
+                .0,
+        );
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
     assert_eq!(stack.upstream.count(), 0);

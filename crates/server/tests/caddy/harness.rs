@@ -80,6 +80,7 @@ impl Caddy {
             .env("CADDY_PORT", port.to_string())
             .env("TOLLGATE_ADDRESS", tollgate)
             .env("APP_ADDRESS", upstream.to_string())
+            .env("TOLLGATE_AUTHORIZE_TOKEN", AUTHORIZE_TOKEN)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()

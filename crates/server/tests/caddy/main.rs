@@ -15,3 +15,4 @@ mod bypass;
 mod contract;
 mod fail_closed;
 mod harness;
+mod shipped;

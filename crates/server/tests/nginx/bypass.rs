@@ -130,8 +130,9 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
         .trim_start_matches("http://")
         .parse()
         .expect("tollgate's address");
-    // Straight at /v1/authorize from 127.0.0.2, not in trusted_proxies:
-    // every description of a login is refused, however it is spelled.
+    // Straight at /v1/authorize from 127.0.0.2, not in trusted_proxies,
+    // even with the authorize token (stolen, say): every description of a
+    // login is refused, however it is spelled.
     for uri in [
         "/login",
         "//login",
@@ -143,7 +144,7 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
         let request = format!(
             "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Original-Method: POST\r\nX-Original-URI: {uri}\r\nConnection: close\r\n\r\n"
         );
-        let (status, body) = raw([127, 0, 0, 2], tollgate, &request).await;
+        let (status, body) = raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request)).await;
         assert_eq!(status, 400, "{uri}: {body}");
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&body).expect("problem+json")["detail"],
@@ -153,13 +154,22 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
     // Another family's headers are never believed, from anyone: the call
     // describes itself (GET /v1/authorize), which no policy matches.
     let request = "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-Method: POST\r\nX-Forwarded-Uri: /login\r\nConnection: close\r\n\r\n";
-    assert_eq!(raw([127, 0, 0, 2], tollgate, request).await.0, 200);
+    assert_eq!(
+        raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request))
+            .await
+            .0,
+        200
+    );
     // Describing itself, the caller is limited as the client it is: its own
     // address, five logins.
     let mut statuses = Vec::new();
     for _ in 0..6 {
         let request = "POST /v1/authorize//login HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-        statuses.push(raw([127, 0, 0, 2], tollgate, request).await.0);
+        statuses.push(
+            raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request))
+                .await
+                .0,
+        );
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 403]);
     // The header attempts, straight at tollgate: refused as through nginx.
@@ -188,7 +198,7 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
             "",
         ),
     ] {
-        let (got, body) = raw([127, 0, 0, 2], tollgate, &request).await;
+        let (got, body) = raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request)).await;
         let found = serde_json::from_str::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["detail"].as_str().map(str::to_owned))

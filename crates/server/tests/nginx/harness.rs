@@ -91,6 +91,12 @@ impl Nginx {
         let marker = path_marker(dir.path());
         std::fs::write(&conf, render_example(port, tollgate, upstream, &marker))
             .expect("write nginx.conf");
+        // The include the example's header comment has a user write.
+        std::fs::write(
+            dir.path().join("tollgate-authorize.conf"),
+            format!("proxy_set_header Tollgate-Authorization \"Bearer {AUTHORIZE_TOKEN}\";\n"),
+        )
+        .expect("write tollgate-authorize.conf");
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).expect("stderr log");
         let child = Command::new(&binary)
             .arg("-p")

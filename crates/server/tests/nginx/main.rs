@@ -15,3 +15,4 @@ mod contract;
 mod fail_closed;
 mod harness;
 mod operators;
+mod shipped;

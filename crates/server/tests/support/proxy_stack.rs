@@ -29,15 +29,18 @@ pub fn example(name: &str) -> PathBuf {
 pub const CHECK_TOKEN: &str = "proxy-test-check-token";
 /// `TOLLGATE_ADMIN_TOKEN` of the stack's tollgate.
 pub const ADMIN_TOKEN: &str = "proxy-test-admin-token";
+/// `TOLLGATE_AUTHORIZE_TOKEN` of the stack's tollgate, which the proxy sends.
+pub const AUTHORIZE_TOKEN: &str = "proxy-test-authorize-token";
 /// `TOLLGATE_IDENTITY_KEY` of the stack's tollgate.
 pub const IDENTITY_KEY: &str = "proxy-test-identity-key-of-32-bytes!";
 
 /// Test values of the variables an example's run command may set.
-const EXAMPLE_VARIABLES: [(&str, &str); 4] = [
+const EXAMPLE_VARIABLES: [(&str, &str); 5] = [
     ("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY),
     ("TOLLGATE_CHECK_TOKEN", CHECK_TOKEN),
     ("TOLLGATE_ADMIN_TOKEN", ADMIN_TOKEN),
     ("TOLLGATE_METRICS_TOKEN", "proxy-test-metrics-token"),
+    ("TOLLGATE_AUTHORIZE_TOKEN", AUTHORIZE_TOKEN),
 ];
 
 /// The variables the run command in examples/`config`'s header comment
@@ -354,4 +357,94 @@ pub fn assert_the_429_states_its_wait(rejected: &Answer, elapsed_ms: u64) {
         (retry_after..=LOGIN_WINDOW_MS / 1000).contains(&reset),
         "t={reset}, Retry-After {retry_after}"
     );
+}
+
+pub fn head(path: &str, extra: &str) -> String {
+    format!("HEAD {path} HTTP/1.1\r\nHost: shop.example\r\n{extra}Connection: close\r\n\r\n")
+}
+
+// ---------- attacks every proxy's example must stop ----------
+
+/// `example`'s config with one policy more: GETs of `/reports/{id}`, 2 an
+/// hour per client address. The examples limit no GET route by method, so
+/// this is what shows a HEAD spends a GET limit.
+pub fn with_reports_policy(example_name: &str, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(example(example_name)).expect("read the example");
+    let config = dir.join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "{text}\n  - name: reports\n    algorithm: fixed_window\n    limit: 2\n    window: 1h\n    match: {{ methods: [GET], path: \"/reports/{{id}}\", case_insensitive: true, trailing_slash: ignore }}\n    identity: [client_ip]\n    on_store_failure: fail_closed\n"
+        ),
+    )
+    .expect("write the config");
+    config
+}
+
+/// Logins in the spellings a framework routes to the login: Rails'
+/// format suffixes among them. One limit of 5 for all.
+pub const LOGIN_SPELLINGS: [&str; 7] = [
+    "/login.json",
+    "/LOGIN.xml",
+    "/Login/",
+    "/login",
+    "/login.JSON",
+    "/%6Cogin.json",
+    "//login.json",
+];
+
+/// The statuses the proxy at `to` answers [`LOGIN_SPELLINGS`] with, from `ip`.
+pub async fn login_spellings(ip: [u8; 4], to: SocketAddr) -> Vec<(&'static str, u16)> {
+    let mut statuses = Vec::new();
+    for path in LOGIN_SPELLINGS {
+        statuses.push((path, raw(ip, to, &post(path, "")).await.0));
+    }
+    statuses
+}
+
+/// What [`login_spellings`] must answer: the limit, then 429s.
+pub fn five_logins_then_429() -> Vec<(&'static str, u16)> {
+    LOGIN_SPELLINGS
+        .iter()
+        .enumerate()
+        .map(|(i, path)| (*path, if i < 5 { 200 } else { 429 }))
+        .collect()
+}
+
+/// HEAD, HEAD, GET, HEAD of a report through the proxy at `to`: the GET
+/// limit of 2 counts the HEADs.
+pub async fn heads_then_get(ip: [u8; 4], to: SocketAddr) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for request in [
+        head("/reports/7", ""),
+        head("/Reports/7/", ""),
+        get("/reports/7", ""),
+        head("/reports/7", ""),
+    ] {
+        statuses.push(raw(ip, to, &request).await.0);
+    }
+    statuses
+}
+
+/// `/v1/authorize` called directly at `tollgate` from a local process (a
+/// trusted address: the proxy's own) describing a login from `victim`:
+/// the status, with `token` in Tollgate-Authorization when given.
+pub async fn describe_a_login(tollgate: SocketAddr, victim: &str, token: Option<&str>) -> u16 {
+    let token = token.map_or(String::new(), |t| {
+        format!("Tollgate-Authorization: Bearer {t}\r\n")
+    });
+    let request = format!(
+        "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Original-URI: /login\r\nX-Original-Method: POST\r\nX-Forwarded-Method: POST\r\nX-Forwarded-Uri: /login\r\nX-Forwarded-For: {victim}\r\nX-Real-IP: {victim}\r\n{token}Connection: close\r\n\r\n"
+    );
+    raw([127, 0, 0, 1], tollgate, &request).await.0
+}
+
+/// `request` with the authorize token the proxy sends: what a caller that
+/// holds the token (the proxy, or one that stole it) sends tollgate.
+pub fn with_authorize_token(request: impl AsRef<str>) -> String {
+    request.as_ref().replacen(
+        "\r\n",
+        &format!("\r\nTollgate-Authorization: Bearer {AUTHORIZE_TOKEN}\r\n"),
+        1,
+    )
 }
