@@ -195,7 +195,7 @@ async fn headers_that_flood_or_repeat_or_cost_nothing_never_get_past_a_limit() {
         ),
         (
             "X-Export-Rows-Thousands: -5\r\n",
-            "policy exports: header x-export-rows-thousands must be a whole number from 1 to 1000, got \"-5\"",
+            "policy exports: header x-export-rows-thousands must be a whole number from 1 to 100, got \"-5\"",
         ),
         (
             "X-Export-Rows-Thousands: 1\r\nX-Export-Rows-Thousands: 1\r\n",

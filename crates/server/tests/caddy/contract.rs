@@ -99,7 +99,8 @@ async fn clients_see_ratelimit_fields_until_the_limit_then_the_full_429_contract
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_that_can_never_be_admitted_gets_429_without_retry_after() {
-    let stack = Stack::start().await;
+    let costly = tempfile::tempdir().expect("temp dir");
+    let stack = Stack::start_with(&costly_exports("caddy-tollgate.yaml", costly.path())).await;
     let client = client_at([127, 0, 0, 4]);
     let url = stack.caddy.url("/api/exports/orders.html");
 

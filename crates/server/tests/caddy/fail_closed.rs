@@ -130,7 +130,8 @@ fn api_paths_expected() -> Vec<(&'static str, u16, u16)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tollgate_killed_every_login_spelling_fails_closed_through_caddy() {
-    let mut stack = Stack::start().await;
+    let costly = tempfile::tempdir().expect("temp dir");
+    let mut stack = Stack::start_with(&costly_exports("caddy-tollgate.yaml", costly.path())).await;
     let caddy = stack.caddy.addr();
     // While tollgate runs, every spelling is one login limit of 5, and
     // every spelling of the export is one that can never be admitted.

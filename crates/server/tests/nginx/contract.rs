@@ -93,7 +93,8 @@ async fn clients_see_ratelimit_fields_until_the_limit_then_the_full_429_contract
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_that_can_never_be_admitted_gets_429_without_retry_after() {
-    let stack = Stack::start().await;
+    let costly = tempfile::tempdir().expect("temp dir");
+    let stack = Stack::start_with(&costly_exports("nginx-tollgate.yaml", costly.path())).await;
     let client = client_at([127, 0, 0, 4]);
     // The .html extension would make nginx's `return` send text/html had the
     // example not emptied `types` in @ratelimited.

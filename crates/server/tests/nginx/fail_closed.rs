@@ -83,7 +83,8 @@ fn all_failed_closed() -> Vec<(String, Vec<u16>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tollgate_down_every_login_spelling_fails_closed_through_nginx() {
-    let mut stack = Stack::start().await;
+    let costly = tempfile::tempdir().expect("temp dir");
+    let mut stack = Stack::start_with(&costly_exports("nginx-tollgate.yaml", costly.path())).await;
     let nginx = SocketAddr::from((Ipv4Addr::LOCALHOST, stack.nginx.port));
     // While tollgate runs, every spelling is one login limit of 5, and
     // every spelling of the export is one that can never be admitted.

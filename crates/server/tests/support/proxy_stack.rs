@@ -448,3 +448,20 @@ pub fn with_authorize_token(request: impl AsRef<str>) -> String {
         1,
     )
 }
+
+/// `example_name`'s config with exports' `cost.max` raised to 1000, past
+/// its budget of 100: a cost of 500 is then never admitted (429 without
+/// Retry-After) rather than refused as out of range.
+pub fn costly_exports(example_name: &str, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(example(example_name)).expect("read the example");
+    let bounded = "max: 100, default: 1 }";
+    assert_eq!(
+        text.matches(bounded).count(),
+        1,
+        "{example_name}: exports' cost"
+    );
+    let config = dir.join("costly-exports.yaml");
+    std::fs::write(&config, text.replace(bounded, "max: 1000, default: 1 }"))
+        .expect("write the config");
+    config
+}
