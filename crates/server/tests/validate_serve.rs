@@ -186,7 +186,7 @@ fn validate_warns_of_what_is_valid_but_probably_not_meant() {
     let path = dir.path().join("warn.yaml");
     std::fs::write(
         &path,
-        "policies:\n  - {name: login, algorithm: fixed_window, limit: 5, window: 1m, match: {path: /login}}\n  - {name: rows, algorithm: fixed_window, limit: 5, window: 1m, cost: {header: X-Rows, max: 50}}\n",
+        "policies:\n  - {name: login, algorithm: fixed_window, limit: 5, window: 1m, on_store_failure: fail_closed, match: {path: /login, case_insensitive: true, trailing_slash: ignore, format_suffix: ignore}}\n  - {name: rows, algorithm: fixed_window, limit: 5, window: 1m, cost: {header: X-Rows, max: 50}}\n",
     )
     .expect("write config");
     let (code, stderr) = run(&["validate"], &path, &[]);
@@ -320,4 +320,64 @@ fn validate_warns_of_a_secret_header_kept_as_it_is_and_of_raw_hot_identity_serie
          tollgate: warning: policy keyed: identity part header:x-api-key looks like a secret, and a header: part is kept as it is: its value would stand in the store's keys, in /v1/hot and in the tollgate_hot_identity_* series (hot_identity_metrics: raw); key it as api_key: x-api-key to hash it with the identity key\n\
          tollgate: warning: server.hot_identity_metrics is raw: the tollgate_hot_identity_* series carry identities as they are (client addresses, header values) to whoever reads /metrics; hashed keeps their shape without who they are\n"
     );
+}
+
+/// What `serve` and `validate` say of a listener beyond loopback without
+/// the tokens: every group that would be open.
+const EXPOSED: &str = "is beyond loopback, but server.require_tokens does not name check, admin, metrics, authorize: whoever reaches it may use those endpoints without a token";
+
+#[test]
+fn validate_names_a_listener_beyond_loopback_without_tokens() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("open.yaml");
+    std::fs::write(&path, format!("server: {{listen: 0.0.0.0:8080}}\n{POLICY}")).expect("write");
+    let (code, stderr) = run(&["validate", "--strict"], &path, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "tollgate: warning: server.listen 0.0.0.0:8080 {EXPOSED}"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.ends_with(": 1 warning under --strict\n"), "{stderr}");
+}
+
+#[test]
+fn serve_warns_at_start_when_the_listener_it_opens_is_beyond_loopback_without_tokens() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("open.yaml");
+    std::fs::write(&path, POLICY).expect("write config");
+    // Started with --listen as a container is: the file alone says loopback.
+    let started = |listen: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .args(["--listen", listen])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tollgate serve");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("a listen line");
+        assert!(line.starts_with("listening on "), "{line}");
+        // Its start-up warnings come before the listen line.
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("stopped");
+        String::from_utf8(out.stderr).expect("UTF-8 stderr")
+    };
+    let open = started("0.0.0.0:0");
+    let warned: Vec<&str> = open.lines().filter(|l| l.contains(EXPOSED)).collect();
+    assert_eq!(warned.len(), 1, "{open}");
+    assert!(warned[0].contains(" WARN "), "{open}");
+    assert!(
+        warned[0].contains("server.listen 0.0.0.0:0 is beyond loopback"),
+        "{open}"
+    );
+    assert!(!started("127.0.0.1:0").contains(EXPOSED));
 }
