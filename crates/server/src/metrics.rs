@@ -41,7 +41,7 @@ pub struct StatusLabels {
 /// An endpoint, for refused bearer tokens.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
-    /// `check`, `rls`, `policies`, `metrics` or `authorize`.
+    /// `check`, `rls`, `policies`, `state`, `metrics` or `authorize`.
     pub endpoint: &'static str,
 }
 

@@ -243,7 +243,7 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
     // policy matches.
     let request = "GET /v1/authorize HTTP/1.1\r\nHost: shop.example\r\nX-Original-Method: POST\r\nX-Original-URI: /login\r\nConnection: close\r\n\r\n";
     assert_eq!(
-        raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request))
+        raw([127, 0, 0, 2], tollgate, &with_authorize_token(request))
             .await
             .0,
         200
@@ -254,7 +254,7 @@ async fn an_untrusted_caller_cannot_describe_a_request_to_tollgate() {
     for _ in 0..6 {
         let request = "POST /v1/authorize//login HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
         statuses.push(
-            raw([127, 0, 0, 2], tollgate, &with_authorize_token(&request))
+            raw([127, 0, 0, 2], tollgate, &with_authorize_token(request))
                 .await
                 .0,
         );

@@ -96,7 +96,8 @@ pub fn default_memory_store(config: &Value) -> bool {
 /// A served config; the process is killed on drop.
 pub struct Served {
     pub config: Value,
-    pub process: TollgateProcess,
+    /// Held for its lifetime: dropping it stops the server.
+    _process: TollgateProcess,
     pub addr: SocketAddr,
     _dir: tempfile::TempDir,
     _redis: Option<RedisServer>,
@@ -136,7 +137,7 @@ impl Served {
             .expect("tollgate's address");
         Self {
             config,
-            process,
+            _process: process,
             addr,
             _dir: dir,
             _redis: redis,
