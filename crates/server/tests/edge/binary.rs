@@ -90,6 +90,7 @@ fn tokens_never_appear_in_debug_logs_or_metrics() {
         .env("TOLLGATE_CHECK_TOKEN", CHECK_TOKEN)
         .env("TOLLGATE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("TOLLGATE_METRICS_TOKEN", METRICS_TOKEN)
+        .env("TOLLGATE_AUTHORIZE_TOKEN", AUTHORIZE_TOKEN)
         .env("TOLLGATE_IDENTITY_KEY", "k".repeat(32))
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log));
@@ -127,13 +128,17 @@ fn tokens_never_appear_in_debug_logs_or_metrics() {
                 let _ = answer(client.get(format!("{base}{path}")).bearer_auth(token)).await;
             }
         }
-        // The client being limited sends its own bearer token to forward auth.
-        let _ = answer(
-            client
-                .get(format!("{base}/v1/authorize"))
-                .bearer_auth("client-token-of-the-proxied-api"),
-        )
-        .await;
+        // The client being limited sends its own bearer token to forward
+        // auth; the proxy its own in Tollgate-Authorization, wrong then right.
+        for token in [WRONG_TOKEN, AUTHORIZE_TOKEN] {
+            let _ = answer(
+                client
+                    .get(format!("{base}/v1/authorize"))
+                    .bearer_auth("client-token-of-the-proxied-api")
+                    .header("Tollgate-Authorization", format!("Bearer {token}")),
+            )
+            .await;
+        }
         let mut rls = pki.grpc(&grpc).await;
         for token in [WRONG_TOKEN, CHECK_TOKEN] {
             let _ = rls.should_rate_limit(rls_request(Some(token))).await;
@@ -155,7 +160,7 @@ fn tokens_never_appear_in_debug_logs_or_metrics() {
         "stderr was not captured: {logs}"
     );
     assert!(logs.contains("DEBUG"), "debug logging was not on: {logs}");
-    for endpoint in ["check", "rls", "policies", "metrics"] {
+    for endpoint in ["check", "rls", "policies", "metrics", "authorize"] {
         assert_eq!(
             metric(
                 &metrics,
@@ -169,6 +174,7 @@ fn tokens_never_appear_in_debug_logs_or_metrics() {
         CHECK_TOKEN,
         ADMIN_TOKEN,
         METRICS_TOKEN,
+        AUTHORIZE_TOKEN,
         WRONG_TOKEN,
         "client-token-of-the-proxied-api",
     ] {

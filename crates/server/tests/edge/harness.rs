@@ -11,6 +11,7 @@ use crate::support::tollgate_bin;
 pub const CHECK_TOKEN: &str = "check-token-0123456789abcdef";
 pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
 pub const METRICS_TOKEN: &str = "metrics-token-0123456789abcdef";
+pub const AUTHORIZE_TOKEN: &str = "authorize-token-0123456789abcdef";
 pub const WRONG_TOKEN: &str = "wrong-token-fedcba9876543210";
 
 pub const POLICIES: &str = "policies:
