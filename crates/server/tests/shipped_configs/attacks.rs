@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::policies::{PathPolicy, path_policies, spellings};
 use crate::serving::{Served, required_groups, token};
 
-/// An answer: status, head and body.
+/// An answer: its status and body.
 pub struct Answer {
     pub status: u16,
     pub body: String,
@@ -63,7 +63,8 @@ fn names(answer: &Answer, policy: &str) -> bool {
 }
 
 /// A limit's requests in several spellings: the first `limit` admitted,
-/// the rest refused by this policy. `fixed_ip` keeps one client address.
+/// the rest refused by this policy; one client address when the identity
+/// holds it, else a fresh one a request (so only this policy can refuse).
 async fn spend(served: &Served, policy: &PathPolicy, method: &str, requests: u64) -> Vec<String> {
     let token = served.authorize_token_line();
     let extra = format!("{}{token}", policy.identity_headers);
@@ -123,18 +124,21 @@ pub async fn head_on_get(served: &Served) -> Vec<String> {
     failures
 }
 
-/// A keyed limit's path without its key, in any spelling, is refused (400)
-/// and never admitted unkeyed.
+/// A limit's path without the header its identity needs (an API key, a
+/// tenant), in any spelling, is refused (400): never admitted without it.
 pub async fn api_without_key(served: &Served) -> Vec<String> {
     let token = served.authorize_token_line();
     let mut failures = Vec::new();
-    for policy in path_policies(&served.config).iter().filter(|p| p.keyed) {
+    for policy in path_policies(&served.config)
+        .iter()
+        .filter(|p| p.needs_header)
+    {
         let method = policy.methods.as_ref().map_or("GET", |ms| ms[0].as_str());
         for path in spellings(&policy.path) {
             let answer = send(fresh_ip(), served.addr, &authorize(method, &path, &token)).await;
             if answer.status != 400 {
                 failures.push(format!(
-                    "policy {}: {method} {path} without its key answered {}, not 400: {}",
+                    "policy {}: {method} {path} without its identity header answered {}, not 400: {}",
                     policy.name, answer.status, answer.body
                 ));
             }

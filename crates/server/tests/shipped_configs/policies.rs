@@ -19,8 +19,10 @@ pub struct PathPolicy {
     pub identity_headers: String,
     /// Whether the identity holds the client's address.
     pub per_client_ip: bool,
-    /// Whether the identity holds a secret (an API key or bearer token).
-    pub keyed: bool,
+    /// Whether the identity needs a header (an API key, a bearer token, a
+    /// tenant header): a request without it must be refused, never put in
+    /// a shared bucket.
+    pub needs_header: bool,
 }
 
 impl PathPolicy {
@@ -64,16 +66,16 @@ fn path_policy(policy: &Value) -> Option<PathPolicy> {
     let parts = policy["identity"].as_array().cloned();
     let mut identity_headers = String::new();
     let mut per_client_ip = parts.is_none();
-    let mut keyed = false;
+    let mut needs_header = false;
     for part in parts.unwrap_or_default() {
         match (&part, part.as_object().and_then(|o| o.iter().next())) {
             (Value::String(name), _) if name == "client_ip" => per_client_ip = true,
             (Value::String(name), _) if name == "bearer" => {
-                keyed = true;
+                needs_header = true;
                 identity_headers.push_str("Authorization: Bearer shipped-test-bearer\r\n");
             }
             (_, Some((kind, header))) if kind == "header" || kind == "api_key" => {
-                keyed |= kind == "api_key";
+                needs_header = true;
                 let header = header.as_str().expect("a header name");
                 identity_headers.push_str(&format!("{header}: shipped-test-{kind}\r\n"));
             }
@@ -88,7 +90,7 @@ fn path_policy(policy: &Value) -> Option<PathPolicy> {
         limit,
         identity_headers,
         per_client_ip,
-        keyed,
+        needs_header,
     })
 }
 
