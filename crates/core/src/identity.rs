@@ -17,7 +17,7 @@ pub enum IdentityError {
     #[error("identity has no parts")]
     Empty,
     /// A part name given twice has no single value to key by.
-    #[error("identity part {0:?} appears twice")]
+    #[error("identity part {} appears twice", crate::quote(.0))]
     DuplicatePart(String),
 }
 

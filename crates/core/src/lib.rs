@@ -19,6 +19,7 @@ mod decision;
 mod duration;
 mod identity;
 mod policy;
+mod quote;
 mod split;
 
 pub use algorithm::{
@@ -34,4 +35,5 @@ pub use decision::Decision;
 pub use duration::{DurationError, format_duration_ms, parse_duration_ms};
 pub use identity::{Identity, IdentityError, SecretHasher};
 pub use policy::{Algorithm, Limits, Policy, Rate, Window};
+pub use quote::{QUOTE_MAX_BYTES, escape, quote, quote_bytes};
 pub use split::{split_policy, split_shares};

@@ -35,7 +35,7 @@ fn admin_refusal(
 
 /// The policy and identity `?policy=P&key=K` (or `key.NAME=VALUE` parts,
 /// as forward auth's composite identities) names, for `/v1/state`.
-fn state_target<'c>(
+pub(super) fn state_target<'c>(
     live_config: &'c LiveConfig,
     query: Option<&str>,
 ) -> Result<(&'c LivePolicy, Identity), Problem> {
@@ -55,7 +55,8 @@ fn state_target<'c>(
                 Some(part) if !part.is_empty() => parts.push((part, v.as_str())),
                 _ => {
                     return Err(Problem::unprocessable(format!(
-                        "unknown parameter {other:?} (expected: policy, key or key.NAME)"
+                        "unknown parameter {} (expected: policy, key or key.NAME)",
+                        tollgate_core::quote(other)
                     )));
                 }
             },
