@@ -21,9 +21,12 @@ policies:
 
 const KEY: &str = "hot-labels-test-identity-key-of-32-bytes";
 
-/// One sample line of the text format, read strictly: the metric name,
-/// its labels (values unescaped) and its value; `None` when malformed.
-fn sample(line: &str) -> Option<(String, Vec<(String, String)>, f64)> {
+/// A sample: its metric name, its labels (values unescaped), its value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// One sample line of the text format, read strictly; `None` when
+/// malformed.
+fn sample(line: &str) -> Option<Sample> {
     let (name, mut rest) = line.split_at(line.find(['{', ' '])?);
     let mut labels = Vec::new();
     if let Some(after) = rest.strip_prefix('{') {
@@ -60,7 +63,7 @@ fn sample(line: &str) -> Option<(String, Vec<(String, String)>, f64)> {
 
 /// Every hot identity sample of a scrape; panics on a malformed line or
 /// a label set given twice.
-fn hot_samples(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
+fn hot_samples(text: &str) -> Vec<Sample> {
     let mut seen = HashSet::new();
     let mut hot = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {

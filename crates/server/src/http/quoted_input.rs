@@ -84,8 +84,7 @@ fn every_fault(config: &ServeConfig) -> Vec<(&'static str, String)> {
         (
             "key part twice",
             parts_identity([(evil.as_str(), "a"), (evil.as_str(), "b")], 4096)
-                .err()
-                .expect("refused")
+                .expect_err("refused")
                 .detail,
         ),
         (
