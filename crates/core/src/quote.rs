@@ -48,6 +48,25 @@ pub fn escape(text: &str) -> String {
     out
 }
 
+/// `text` with each control character (newline, ESC, DEL, C1) written as
+/// `\u{…}`, the rest as it is: for a log field that holds text already
+/// meant for people (a refusal's reason) and must stay one line with no
+/// terminal escape.
+pub fn without_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
 fn escape_into(out: &mut String, bytes: &[u8]) {
     for &b in bytes {
         match b {
@@ -82,6 +101,10 @@ mod tests {
         );
         assert_eq!(escape("line\nforged\x1b"), "line\\nforged\\x1b");
         assert_eq!(escape("plain text"), "plain text");
+        assert_eq!(
+            without_controls("a\nb\x1b[31m ≥ \\"),
+            "a\\u{a}b\\u{1b}[31m ≥ \\"
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub(crate) fn diagnose(body: &[u8], typed: &serde_json::Error) -> Problem {
         // missed, the client still gets tollgate's words, the log serde's.
         Ok(()) => {
             tracing::debug!(
-                error = %typed,
+                error = %tollgate_core::without_controls(&typed.to_string()),
                 "a /v1/check body was refused for a reason not diagnosed"
             );
             Problem::unprocessable("the body is not a valid check")

@@ -147,7 +147,7 @@ impl IntoResponse for Problem {
                 target: "tollgate::request",
                 status = self.status.as_u16(),
                 title = self.title,
-                reason = %self.detail,
+                reason = %tollgate_core::without_controls(&self.detail),
                 "request refused"
             );
         }
