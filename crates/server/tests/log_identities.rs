@@ -36,10 +36,10 @@ fn post_check(base: &str, body: &str) {
 
 /// Everything `serve` logged in `format` while it decided for the forging
 /// key (admitted, rejected twice) and refused a forging policy name.
-fn logged(format: &str) -> String {
+fn logged(format: &str, config_text: &str) -> String {
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("tollgate.yaml");
-    std::fs::write(&config, CONFIG).expect("write config");
+    std::fs::write(&config, config_text).expect("write config");
     let mut child = Command::new(tollgate_bin())
         .args([
             "serve",
@@ -131,16 +131,40 @@ fn assert_unforged(format: &str, log: &str) {
 
 #[test]
 fn text_logs_name_identities_by_hash_and_escape_client_bytes() {
-    let log = logged("text");
+    let log = logged("text", CONFIG);
     assert_unforged("text", &log);
 }
 
 #[test]
 fn json_logs_name_identities_by_hash_and_escape_client_bytes() {
-    let log = logged("json");
+    let log = logged("json", CONFIG);
     for line in log.lines() {
         serde_json::from_str::<serde_json::Value>(line)
             .unwrap_or_else(|e| panic!("not one JSON event a line ({e}): {line}"));
     }
     assert_unforged("json", &log);
+}
+
+/// With `hot_identity_metrics: raw` a log names identities raw, as the
+/// series do: by their label, escaped and bounded, never their bytes.
+#[test]
+fn raw_identities_are_logged_by_their_escaped_label() {
+    let raw = CONFIG.replace("server:\n", "server:\n  hot_identity_metrics: raw\n");
+    let log = logged("text", &raw);
+    let label = Identity::value(FORGING).label();
+    assert!(label.starts_with("acme\\n2026-12-03"), "{label}");
+    assert!(!log.contains('\u{1b}'), "an ESC byte in {log}");
+    assert!(!log.contains("acme\n"), "a raw identity in {log}");
+    for line in log.lines() {
+        assert!(!line.starts_with("2026-12-03T00:00:00"), "forged: {line}");
+    }
+    let rejected = log
+        .lines()
+        .find(|l| l.contains("rejected (one line per policy"))
+        .unwrap_or_else(|| panic!("no rejection in {log}"));
+    // tracing writes a string field quoted, its backslashes doubled.
+    assert!(
+        rejected.contains(&label) || rejected.contains(&label.replace('\\', "\\\\")),
+        "{rejected}"
+    );
 }
