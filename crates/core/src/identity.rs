@@ -6,6 +6,9 @@ use std::fmt;
 
 use thiserror::Error;
 
+mod label;
+pub use label::LABEL_MAX_BYTES;
+
 const TAG_VALUE: u8 = 0;
 const TAG_COMPOSITE: u8 = 1;
 const TAG_SHARD: u8 = 2;
@@ -17,7 +20,7 @@ pub enum IdentityError {
     #[error("identity has no parts")]
     Empty,
     /// A part name given twice has no single value to key by.
-    #[error("identity part {0:?} appears twice")]
+    #[error("identity part {} appears twice", crate::quote(.0))]
     DuplicatePart(String),
 }
 
@@ -82,8 +85,9 @@ impl fmt::Debug for Identity {
     }
 }
 
-/// For people (logs, metric labels): the value, or `name=value` parts joined
-/// by `,`. Not injective, unlike the encoding; never used as a key.
+/// For people: the value, or `name=value` parts joined by `,`. Neither
+/// injective nor bounded, unlike the encoding: never a key, and never a
+/// metric label or a log field either ([`Identity::label`], a keyed hash).
 impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Some((&tag, mut rest)) = self.encoded.split_first() else {

@@ -19,6 +19,7 @@ mod decision;
 mod duration;
 mod identity;
 mod policy;
+mod quote;
 mod split;
 
 pub use algorithm::{
@@ -32,6 +33,7 @@ pub use config::{
 };
 pub use decision::Decision;
 pub use duration::{DurationError, format_duration_ms, parse_duration_ms};
-pub use identity::{Identity, IdentityError, SecretHasher};
+pub use identity::{Identity, IdentityError, LABEL_MAX_BYTES, SecretHasher};
 pub use policy::{Algorithm, Limits, Policy, Rate, Window};
+pub use quote::{QUOTE_MAX_BYTES, escape, quote, quote_bytes, without_controls};
 pub use split::{split_policy, split_shares};

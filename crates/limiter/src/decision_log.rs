@@ -1,13 +1,13 @@
 //! Rejections and degraded decisions at debug level, so an operator can see
 //! who is being limited without a line per request: one line per policy per
 //! [`LOG_INTERVAL_MS`] of the limiter's clock, saying how many more there
-//! were since the last. Identities print as `Identity`'s `Display` does:
-//! hashed parts (API keys, bearer tokens) as their hash, never raw.
+//! were since the last. Identities print as every log names them (the
+//! keyed hash of their encoding, as the hot identity series do; see
+//! `SampledLog::name`), never raw: an identity holds client addresses and
+//! tenant names, and a client's bytes would forge the line.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-
-use tollgate_core::Identity;
 
 /// The one interval every rate-limited log line of the limiter keeps.
 pub const LOG_INTERVAL_MS: u64 = 10_000;
@@ -26,12 +26,14 @@ struct Window {
 }
 
 impl DecisionLog {
-    /// A request `policy` rejected for `identity`, at the limiter's clock.
-    pub fn rejected(&self, policy: &str, identity: &Identity, now_ms: u64) {
+    /// A request `policy` rejected for the identity `named` names, at the
+    /// limiter's clock (named only when a line is written).
+    pub fn rejected(&self, policy: &str, named: impl FnOnce() -> String, now_ms: u64) {
         if let Some(held_back) = self.due(policy, now_ms) {
+            let identity = named();
             tracing::debug!(
                 policy,
-                %identity,
+                identity,
                 held_back,
                 "rejected (one line per policy every {} s; held_back: rejections and degraded decisions not logged since)",
                 LOG_INTERVAL_MS / 1000
@@ -44,15 +46,16 @@ impl DecisionLog {
     pub fn degraded(
         &self,
         policy: &str,
-        identity: &Identity,
+        named: impl FnOnce() -> String,
         by: &str,
         allowed: bool,
         now_ms: u64,
     ) {
         if let Some(held_back) = self.due(policy, now_ms) {
+            let identity = named();
             tracing::debug!(
                 policy,
-                %identity,
+                identity,
                 by,
                 allowed,
                 held_back,

@@ -26,8 +26,6 @@ pub const HOT_WINDOW_MS: u64 = 60_000;
 pub const STRIPES: usize = 8;
 /// Candidates per stripe and per count (decisions, rejections).
 pub const PER_STRIPE: usize = 4;
-/// Longest identity shown in a label; longer ones are cut and marked.
-const MAX_LABEL_BYTES: usize = 128;
 
 /// The Space-Saving summary of one window: at most `capacity` identities
 /// with counts that never under-count (an identity that replaced another
@@ -48,29 +46,15 @@ impl Summary {
         }
     }
 
-    fn labelled(&self) -> Vec<(String, u64)> {
-        self.entries
-            .iter()
-            .map(|(identity, n)| (label(identity), *n))
-            .collect()
+    fn counts(&self) -> Counts {
+        self.entries.clone()
     }
 }
 
-fn label(identity: &Identity) -> String {
-    let mut text = identity.to_string();
-    if text.len() > MAX_LABEL_BYTES {
-        let mut cut = MAX_LABEL_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
-    }
-    text
-}
-
-/// (identity label, count) pairs.
-type Counts = Vec<(String, u64)>;
+/// (identity, count) pairs. The identity itself, not a label of it: a
+/// reader names it (`Identity::label`, a keyed hash of its encoding), and
+/// two identities are never one series.
+type Counts = Vec<(Identity, u64)>;
 
 /// One stripe's window being counted and the last whole one.
 #[derive(Debug)]
@@ -79,7 +63,7 @@ struct Stripe {
     started_ms: u64,
     decisions: Summary,
     rejections: Summary,
-    /// The last whole window: (decisions, rejections) by identity label.
+    /// The last whole window: (decisions, rejections) by identity.
     reported: (Counts, Counts),
 }
 
@@ -104,7 +88,7 @@ impl Stripe {
         let decisions = std::mem::take(&mut self.decisions);
         let rejections = std::mem::take(&mut self.rejections);
         self.reported = if next == self.started_ms + HOT_WINDOW_MS {
-            (decisions.labelled(), rejections.labelled())
+            (decisions.counts(), rejections.counts())
         } else {
             (Vec::new(), Vec::new())
         };
@@ -157,8 +141,8 @@ impl PolicyHot {
                 stripe.roll(now_ms);
                 decisions.extend(stripe.reported.0.iter().cloned());
                 rejections.extend(stripe.reported.1.iter().cloned());
-                current_decisions.extend(stripe.decisions.labelled());
-                current_rejections.extend(stripe.rejections.labelled());
+                current_decisions.extend(stripe.decisions.counts());
+                current_rejections.extend(stripe.rejections.counts());
             }
         }
         HotReport {
@@ -179,8 +163,8 @@ impl PolicyHot {
     }
 }
 
-fn top(mut ranked: Vec<(String, u64)>) -> Vec<(String, u64)> {
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+fn top(mut ranked: Counts) -> Counts {
+    ranked.sort_by_cached_key(|(identity, n)| (std::cmp::Reverse(*n), identity.label()));
     ranked.truncate(HOT_IDENTITIES);
     ranked
 }
@@ -189,13 +173,13 @@ fn top(mut ranked: Vec<(String, u64)>) -> Vec<(String, u64)> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HotReport {
     /// (identity, decisions), most first.
-    pub decisions: Vec<(String, u64)>,
+    pub decisions: Vec<(Identity, u64)>,
     /// (identity, rejections), most first.
-    pub rejections: Vec<(String, u64)>,
+    pub rejections: Vec<(Identity, u64)>,
     /// The same for the window being counted, so far.
-    pub current_decisions: Vec<(String, u64)>,
+    pub current_decisions: Vec<(Identity, u64)>,
     /// The same of rejections.
-    pub current_rejections: Vec<(String, u64)>,
+    pub current_rejections: Vec<(Identity, u64)>,
 }
 
 /// Every policy's summaries, in windows of [`HOT_WINDOW_MS`].
@@ -251,8 +235,12 @@ mod tests {
         Identity::value(v)
     }
 
-    fn names(list: &[(String, u64)]) -> Vec<(&str, u64)> {
-        list.iter().map(|(i, n)| (i.as_str(), *n)).collect()
+    fn names(list: &[(Identity, u64)]) -> Vec<(String, u64)> {
+        list.iter().map(|(i, n)| (i.label(), *n)).collect()
+    }
+
+    fn named(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+        list.iter().map(|(i, n)| ((*i).to_owned(), *n)).collect()
     }
 
     #[test]
@@ -271,7 +259,7 @@ mod tests {
         );
         assert_eq!(
             names(&so_far[0].1.current_decisions),
-            [("mallory", 4), ("alice", 2)],
+            named(&[("mallory", 4), ("alice", 2)]),
             "but it is counted so far"
         );
         let report = hot.report(120_000);
@@ -279,11 +267,11 @@ mod tests {
         assert_eq!(report[0].0, "login");
         assert_eq!(
             names(&report[0].1.decisions),
-            [("mallory", 4), ("alice", 2)]
+            named(&[("mallory", 4), ("alice", 2)])
         );
         assert_eq!(
             names(&report[0].1.rejections),
-            [("mallory", 3), ("alice", 1)]
+            named(&[("mallory", 3), ("alice", 1)])
         );
         assert_eq!(hot.report(179_999), report);
         assert_eq!(
@@ -303,7 +291,7 @@ mod tests {
         let report = hot.report(HOT_WINDOW_MS);
         let decisions = &report[0].1.decisions;
         assert_eq!(decisions.len(), HOT_IDENTITIES);
-        assert_eq!(decisions[0].0, "busy-tenant");
+        assert_eq!(decisions[0].0, id("busy-tenant"));
         assert!(decisions[0].1 >= 200, "never under-counted: {decisions:?}");
         assert!(report[0].1.rejections.is_empty());
     }
@@ -323,10 +311,17 @@ mod tests {
     }
 
     #[test]
-    fn long_identities_are_cut_in_their_labels() {
+    fn identities_sharing_a_long_prefix_are_counted_apart() {
         let hot = HotIdentities::default();
-        hot.record("api", &id(&"é".repeat(100)), true, 0);
+        let long = "é".repeat(100);
+        hot.record("api", &id(&format!("{long}a")), true, 0);
+        hot.record("api", &id(&format!("{long}b")), true, 0);
         let report = hot.report(HOT_WINDOW_MS);
-        assert_eq!(report[0].1.decisions[0].0, format!("{}…", "é".repeat(64)));
+        let mut decided = report[0].1.decisions.clone();
+        decided.sort();
+        assert_eq!(
+            decided,
+            [(id(&format!("{long}a")), 1), (id(&format!("{long}b")), 1)]
+        );
     }
 }

@@ -128,6 +128,14 @@ impl Limiter {
         self.sampled_log.set(sampling);
     }
 
+    /// `identity` as a log line names it: the keyed hash of its encoding
+    /// (as the hot identity series name it), raw only when those are raw
+    /// (escaped and bounded), `-` without an identity key. Every log line
+    /// that names an identity names it so.
+    pub fn log_name(&self, identity: &Identity) -> String {
+        self.sampled_log.name(identity)
+    }
+
     /// Captures sampled decisions into `sink` from now on (once: a capture
     /// is opened at start and kept).
     pub fn set_trace(&self, sink: TraceSink) {
@@ -534,7 +542,7 @@ impl Limiter {
             if decided.by.is_degraded() {
                 self.decision_log.degraded(
                     check.plan.policy().name(),
-                    check.identity,
+                    || self.sampled_log.name(check.identity),
                     decided.by.name(),
                     decision.allowed,
                     self.clock.now_ms(),
@@ -567,8 +575,11 @@ impl Limiter {
                 {
                     split.inc_by(check.cost);
                 }
-                self.decision_log
-                    .rejected(check.plan.policy().name(), check.identity, now_ms);
+                self.decision_log.rejected(
+                    check.plan.policy().name(),
+                    || self.sampled_log.name(check.identity),
+                    now_ms,
+                );
             }
         }
     }

@@ -16,7 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tollgate_core::{Clock, SecretHasher};
+use tollgate_core::{Clock, Identity, SecretHasher};
 
 use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, PolicyHot};
 use crate::stores::{StoreCollector, StoreSeries};
@@ -396,22 +396,24 @@ pub enum HotSeries {
     /// No hot identity series.
     #[default]
     Off,
-    /// `hash:` and a keyed hash of the identity as `/v1/hot` shows it: which
+    /// `hash:` and a keyed hash of the identity's encoding: which
     /// identities are hot and how hot, stable across instances sharing the
     /// key, but not who they are.
     Hashed(SecretHasher),
-    /// The identity as `/v1/hot` shows it.
+    /// The identity as `/v1/hot` shows it ([`Identity::label`]).
     Raw,
 }
 
 impl HotSeries {
-    /// The `identity` label of `identity` (as `/v1/hot` shows it), or
-    /// `None` when the series are off.
-    pub fn label(&self, identity: &str) -> Option<String> {
+    /// How `identity` is named (a metric's `identity` label, a log field,
+    /// a trace's key), or `None` when the series are off. Always from the
+    /// injective encoding, the bytes the store keys by: two identities are
+    /// never one name, whatever their display forms share.
+    pub fn label(&self, identity: &Identity) -> Option<String> {
         match self {
             HotSeries::Off => None,
             HotSeries::Hashed(hasher) => Some(format!("hash:{}", hasher.hash(identity.as_bytes()))),
-            HotSeries::Raw => Some(identity.to_owned()),
+            HotSeries::Raw => Some(identity.label()),
         }
     }
 }

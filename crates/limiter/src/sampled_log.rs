@@ -95,6 +95,17 @@ impl SampledLog {
         self.sampler.set_per_million(sampling.per_million);
     }
 
+    /// `identity` as every log line names it: the keyed hash of its
+    /// encoding (raw only with `hot_identity_metrics: raw`, then escaped
+    /// and bounded: [`Identity::label`]), or `-` without an identity key.
+    pub(crate) fn name(&self, identity: &Identity) -> String {
+        self.identity
+            .read()
+            .ok()
+            .and_then(|series| series.label(identity))
+            .unwrap_or_else(|| "-".to_owned())
+    }
+
     /// Whether the next decision is one to log: cheap when off.
     pub(crate) fn take(&self) -> bool {
         tracing::enabled!(target: DECISION_TARGET, tracing::Level::DEBUG) && self.sampler.take()
@@ -110,12 +121,7 @@ impl SampledLog {
         decision: &Decision,
         made: &Made<'_>,
     ) {
-        let identity = self
-            .identity
-            .read()
-            .ok()
-            .and_then(|series| series.label(&identity.to_string()))
-            .unwrap_or_else(|| "-".to_owned());
+        let identity = self.name(identity);
         let outcome = match (shadow, decision.allowed) {
             (true, _) => "shadow",
             (false, true) => "allowed",

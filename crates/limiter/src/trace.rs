@@ -3,8 +3,9 @@
 //! request of several checks; `"refund": true` for a refund), handed to a
 //! writer over a bounded
 //! queue. A full queue drops the line and counts it: capture never slows
-//! or blocks a decision. Keys are the identity's keyed hash, as the hot
-//! identity series name it, so a capture never holds who was asking.
+//! or blocks a decision. Keys are the keyed hash of the identity's
+//! encoding, as the hot identity series name it, so a capture never holds
+//! who was asking, and two identities are never one key.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -92,13 +93,14 @@ impl TraceSink {
         }));
     }
 
-    /// The identity's keyed hash; `None` when not hashing (nothing is
-    /// captured raw).
+    /// The keyed hash of the identity's encoding (the bytes its store key
+    /// holds, so two budgets are two keys in the trace); `None` when not
+    /// hashing (nothing is captured raw).
     fn key(&self, identity: &Identity) -> Option<String> {
         let HotSeries::Hashed(_) = &self.identity else {
             return None;
         };
-        self.identity.label(&identity.to_string())
+        self.identity.label(identity)
     }
 
     /// Hands a sampled line to the writer, or counts it dropped.

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tollgate_core::{Clock, Policy};
@@ -13,7 +14,7 @@ use crate::limiter::{Backend, Limiter, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::trace::open_trace;
-use tollgate_store::{RedisStore, StoreError};
+use tollgate_store::{LIVE_REFRESH_MS, RedisStore, StoreError};
 
 /// The state every protocol adapter shares while the server runs.
 pub struct App {
@@ -31,6 +32,9 @@ pub struct App {
     /// The file and the reason of the last refused reload: SIGHUP and the
     /// file watcher both reload, and one bad edit is one failure.
     last_refused: Mutex<Option<blake3::Hash>>,
+    /// The Redis stores whose prefix this server marks as live while it
+    /// serves ([`App::keep_live_marks`]), so no replay writes there.
+    live_marks: Vec<RedisStore>,
 }
 
 /// Why a reload was refused; the previous config keeps serving.
@@ -63,6 +67,7 @@ impl App {
     ) -> Result<Self, StoreError> {
         let metrics = Arc::new(Metrics::new(Arc::clone(&clock)));
         let mut backends = Vec::with_capacity(config.stores.list.len());
+        let mut live_marks = Vec::new();
         for (index, (role, settings)) in config.stores.list.iter().enumerate() {
             let policies: Vec<&Policy> = config
                 .policies
@@ -77,10 +82,9 @@ impl App {
                     .flatten(),
                 what: settings.describe(),
             };
-            backends.push((
-                name,
-                open_store(settings, &policies, Arc::clone(&clock)).await?,
-            ));
+            let (backend, redis) = open_store(settings, &policies, Arc::clone(&clock)).await?;
+            backends.push((name, backend));
+            live_marks.extend(redis);
         }
         let live = LiveConfig::new(config, &metrics, None);
         let limiter = Limiter::named(backends, Arc::clone(&metrics.limiter), clock);
@@ -108,7 +112,28 @@ impl App {
             config_path,
             overrides: Overrides::default(),
             last_refused: Mutex::new(None),
+            live_marks,
         })
+    }
+
+    /// Keeps every Redis store's prefix marked as a serving tollgate's
+    /// (`<prefix>:live`, its TTL refreshed every [`LIVE_REFRESH_MS`]), so a
+    /// replay refuses to write there; a refresh is bounded by the store's
+    /// timeout, and one that fails is tried again at the next turn.
+    pub async fn keep_live_marks(self: Arc<Self>) {
+        if self.live_marks.is_empty() {
+            return;
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(LIVE_REFRESH_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for store in &self.live_marks {
+                if let Err(e) = store.mark_live_prefix().await {
+                    tracing::debug!(prefix = store.prefix(), error = %e, "cannot refresh the store prefix's live mark");
+                }
+            }
+        }
     }
 
     /// Renews every leased policy's lease on its period, for as long as it
@@ -245,23 +270,34 @@ impl App {
     }
 }
 
-/// Opens a configured store. Redis is connected, its scripts loaded and
-/// the gcra scales of `policies` registered before the server starts
-/// answering, so a first decision costs one round trip; Redis being down
-/// delays none of it past the store timeout (decisions then fail over).
+/// Opens a configured store, and a Redis one's handle for its live mark.
+/// Redis is connected, its scripts loaded, the gcra scales of `policies`
+/// registered and its prefix marked live before the server starts
+/// answering, so a first decision costs one round trip and no replay
+/// starting now writes there; Redis being down delays none of it past the
+/// store timeout (decisions then fail over).
 async fn open_store(
     settings: &StoreSettings,
     policies: &[&Policy],
     clock: Arc<dyn Clock>,
-) -> Result<Backend, StoreError> {
+) -> Result<(Backend, Option<RedisStore>), StoreError> {
     Ok(match settings {
-        StoreSettings::Memory { max_keys } => Backend::memory(*max_keys, clock),
+        StoreSettings::Memory { max_keys } => (Backend::memory(*max_keys, clock), None),
         StoreSettings::Redis(config) => {
             let store = RedisStore::connect(config).await?;
-            if let Err(e) = store.prepare(policies).await {
-                tracing::warn!(error = %e, "cannot register the policies' gcra scales yet");
+            // A store that cannot register the scales is down: its live
+            // mark waits for the first refresh rather than a second timeout.
+            match store.prepare(policies).await {
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot register the policies' gcra scales yet");
+                }
+                Ok(()) => {
+                    if let Err(e) = store.mark_live_prefix().await {
+                        tracing::warn!(error = %e, "cannot mark the store prefix as live yet");
+                    }
+                }
             }
-            Backend::redis(store, clock)
+            (Backend::redis(store.clone(), clock), Some(store))
         }
     })
 }

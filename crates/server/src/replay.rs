@@ -236,6 +236,11 @@ async fn open_redis(url: &str, target: &ReplayStore) -> Result<RedisStore, Repla
         .await
         .map_err(ReplayError::Store)?;
     match store.prefix_holds().await.map_err(ReplayError::Store)? {
+        PrefixHolds::Live if !target.write_live_keys => {
+            return refuse(format!(
+                "a serving tollgate marks {prefix:?} as its own ({prefix}:live, refreshed while it serves), whatever a replay left there"
+            ));
+        }
         PrefixHolds::Other { key } if !target.write_live_keys => {
             return refuse(format!(
                 "keys under {prefix:?} were not written by a replay (one is {key:?})"

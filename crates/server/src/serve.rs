@@ -187,7 +187,8 @@ fn describe_stores(config: &ServeConfig) -> String {
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets
 /// in-flight requests finish. Also runs the background upkeep: sweeping
-/// idle keys and watching the config file.
+/// idle keys, watching the config file, renewing leases, giving back
+/// unspent blocks and refreshing the stores' live marks.
 pub async fn serve_app(
     app: Arc<App>,
     listener: TcpListener,
@@ -221,6 +222,7 @@ pub async fn serve_app(
         }
     });
     upkeep.spawn(Arc::clone(&app).keep_leases());
+    upkeep.spawn(Arc::clone(&app).keep_live_marks());
     let returns = Arc::clone(&app);
     upkeep.spawn(async move {
         let mut tick = tokio::time::interval(GIVE_BACK_INTERVAL);

@@ -589,10 +589,14 @@ fn rejections_are_logged_at_debug_once_per_policy_per_interval_with_the_identity
         &dir,
         "policies:\n  - {name: tiny, algorithm: token_bucket, capacity: 1, refill: {tokens: 1, per: 1h}}\n",
     );
+    let key = "operations-test-identity-key-of-32-bytes";
     let mut served = Served::start(
         &path,
         &["--listen", "127.0.0.1:0", "--log-format", "json"],
-        &[("RUST_LOG", "tollgate=debug")],
+        &[
+            ("RUST_LOG", "tollgate=debug"),
+            ("TOLLGATE_IDENTITY_KEY", key),
+        ],
     );
     for _ in 0..4 {
         post_check(&served.base, r#"{"policy":"tiny","key":"acme"}"#);
@@ -601,7 +605,12 @@ fn rejections_are_logged_at_debug_once_per_policy_per_interval_with_the_identity
     let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
     assert_eq!(v["level"], "DEBUG");
     assert_eq!(v["fields"]["policy"], "tiny");
-    assert_eq!(v["fields"]["identity"], "acme");
+    // Named as the hot identity series name it: the keyed hash of its
+    // encoding, never the raw identity.
+    let material = format!("tollgate hot identity series\0{key}");
+    let hash = tollgate_core::SecretHasher::new(material.as_bytes())
+        .hash(tollgate_core::Identity::value("acme").as_bytes());
+    assert_eq!(v["fields"]["identity"], format!("hash:{hash}"));
     assert_eq!(v["fields"]["held_back"], 0);
     // The other two rejections of the same second were held back, not logged.
     served.signal("TERM");

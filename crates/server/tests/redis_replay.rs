@@ -128,7 +128,16 @@ async fn a_replay_beside_a_serve_on_one_redis_leaves_every_serve_key_byte_identi
         support::check_json(&client, &serve.base, body).await;
     }
     let before = dumps(&redis, "tollgate:*");
-    assert_eq!(before.len(), 3, "the serve's three states: {before:#?}");
+    assert_eq!(
+        before.keys().cloned().collect::<Vec<_>>(),
+        [
+            "tollgate:api:token_bucket:{acme}",
+            "tollgate:api:token_bucket:{other}",
+            "tollgate:live",
+            "tollgate:login:sliding_log:{10.0.0.1}",
+        ],
+        "the serve's three states and its live mark"
+    );
 
     // The same policies and keys, spending everything, at times long past.
     let trace: String = (0..20)
@@ -285,4 +294,78 @@ fn a_replay_takes_object_keys_as_v1_check_spells_them() {
         "{}",
         errors[1]
     );
+}
+
+/// A replay's mark left under a prefix that a serving tollgate later uses
+/// does not let the next replay write there: the serve marks the prefix
+/// live (and takes the replay's mark off), and replay refuses a live
+/// prefix whatever else it holds. The serve's exhausted login stays so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_refuses_a_prefix_a_serve_marks_live_whatever_a_replay_left_there() {
+    let redis = RedisServer::start().expect("redis-server starts");
+    // An earlier replay's mark, under the prefix a serve is then given.
+    redis
+        .cli(&["set", "shared:replay", "written by tollgate replay"])
+        .expect("set");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "store: {{redis: {{url: \"{}\", prefix: shared}}}}\n{POLICIES}",
+            redis.url()
+        ),
+    )
+    .expect("write config");
+    let serve = TollgateProcess::spawn(&config, &[]);
+    let client = reqwest::Client::new();
+    let login = r#"{"policy":"login","key":"10.0.0.9"}"#;
+    let mut remaining = Vec::new();
+    for _ in 0..4 {
+        let answer = support::check_json(&client, &serve.base, login.to_owned()).await;
+        remaining.push((answer["allowed"].clone(), answer["remaining"].clone()));
+    }
+    assert_eq!(
+        remaining,
+        [(true, 2), (true, 1), (true, 0), (false, 0)]
+            .map(|(a, r)| (serde_json::Value::from(a), serde_json::Value::from(r)))
+    );
+    assert_eq!(
+        redis
+            .cli(&["exists", "shared:replay"])
+            .expect("exists")
+            .trim(),
+        "0"
+    );
+    let ttl: u64 = redis
+        .cli(&["pttl", "shared:live"])
+        .expect("pttl")
+        .trim()
+        .parse()
+        .expect("a TTL");
+    assert!((1..=60_000).contains(&ttl), "a bounded live mark: {ttl}");
+
+    let trace = "{\"t_ms\": 0, \"policy\": \"login\", \"key\": \"10.0.0.9\"}\n";
+    let before = dumps(&redis, "shared:*");
+    let refused = replay(
+        &config,
+        &["--store", &redis.url(), "--prefix", "shared"],
+        trace,
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr),
+        "tollgate: store: store misconfigured: a serving tollgate marks \"shared\" as its own (shared:live, refreshed while it serves), whatever a replay left there: a replay would spend or reset live limits there; choose another --prefix, or pass --write-live-keys to write there anyway\n"
+    );
+    assert_eq!(dumps(&redis, "shared:*"), before, "nothing written");
+    // The serve's login is still exhausted, exactly.
+    let answer = support::check_json(
+        &client,
+        &serve.base,
+        r#"{"policy":"login","key":"10.0.0.9","cost":0}"#.to_owned(),
+    )
+    .await;
+    assert_eq!(answer["remaining"], 0, "{answer}");
+    let answer = support::check_json(&client, &serve.base, login.to_owned()).await;
+    assert_eq!(answer["allowed"], false, "{answer}");
 }

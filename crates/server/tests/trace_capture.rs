@@ -250,3 +250,102 @@ async fn batches_and_refunds_replay_as_serve_decided_them() {
         .collect();
     assert_eq!(replayed, served);
 }
+
+/// A policy whose identity is one header, for forward auth and /v1/check.
+const TENANT_CONFIG: &str = r#"
+server:
+  trace: { path: capture.jsonl, sample_percent: 100 }
+policies:
+  - name: tenants
+    algorithm: token_bucket
+    capacity: 2
+    refill: { tokens: 1, per: 1h }
+    match: { path: /t }
+    identity: [header: X-Tenant]
+"#;
+
+/// The `r` parameter of an answer's `RateLimit` field (one policy).
+fn remaining_field(answer: &reqwest::Response) -> i64 {
+    let field = answer.headers()["ratelimit"].to_str().expect("ascii");
+    let r = field.split(";r=").nth(1).expect("an r parameter");
+    r.split(';')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a number")
+}
+
+/// The `/v1/check` key `"x-tenant=acme"` and the header `X-Tenant: acme`
+/// display alike but are two budgets: the capture hashes what the store
+/// keys by, so they are two keys in it, and replay decides as serve did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identities_that_display_alike_are_two_keys_in_the_capture() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(&config, TENANT_CONFIG).expect("write config");
+    let serve = TollgateProcess::spawn(&config, &[("TOLLGATE_IDENTITY_KEY", KEY)]);
+    let client = reqwest::Client::new();
+    let base = serve.base.as_str();
+    let mut served: Vec<(bool, i64)> = Vec::new();
+    let by_check = r#"{"policy":"tenants","key":"x-tenant=acme"}"#;
+    for _ in 0..2 {
+        let a = check(&client, base, by_check.to_owned()).await;
+        served.push((
+            a["allowed"] == true,
+            a["remaining"].as_i64().expect("remaining"),
+        ));
+    }
+    for _ in 0..3 {
+        let a = client
+            .get(format!("{base}/v1/authorize/t"))
+            .header("X-Tenant", "acme")
+            .send()
+            .await
+            .expect("an authorize answer");
+        served.push((a.status() == 200, remaining_field(&a)));
+    }
+    let a = check(&client, base, by_check.to_owned()).await;
+    served.push((
+        a["allowed"] == true,
+        a["remaining"].as_i64().expect("remaining"),
+    ));
+    assert_eq!(
+        served,
+        [
+            (true, 1),
+            (true, 0),
+            (true, 1),
+            (true, 0),
+            (false, 0),
+            (false, 0)
+        ]
+    );
+    let capture = capture_lines(&dir.path().join("capture.jsonl"), served.len());
+    drop(serve);
+    let keys: Vec<String> = capture
+        .lines()
+        .map(|l| {
+            let event: Value = serde_json::from_str(l).expect("a JSON line");
+            event["key"].as_str().expect("a key").to_owned()
+        })
+        .collect();
+    assert_eq!(keys.len(), 6, "{capture}");
+    assert_ne!(keys[0], keys[2], "two budgets, two keys: {capture}");
+    assert_eq!(
+        (&keys[0], &keys[1], &keys[5]),
+        (&keys[0], &keys[0], &keys[0])
+    );
+    assert_eq!((&keys[3], &keys[4]), (&keys[2], &keys[2]));
+
+    let (stdout, _) = support::replay_capture(&config, KEY, &[], &capture);
+    let replayed: Vec<(bool, i64)> = stdout
+        .lines()
+        .map(|line| {
+            let d: Value = serde_json::from_str(line).expect("a decision line");
+            (
+                d["allowed"] == true,
+                d["remaining"].as_i64().expect("remaining"),
+            )
+        })
+        .collect();
+    assert_eq!(replayed, served);
+}

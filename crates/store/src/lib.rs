@@ -23,10 +23,10 @@ mod redis;
 mod request_id;
 
 pub use self::redis::{
-    BatchConfig, LeaseAsk, LeaseGrant, LeaseLimit, LeaseWant, MAX_GIVEN_MS, MAX_IDENTITIES_A_CALL,
-    MAX_INSTANCES_A_REGION, MAX_TAG, PrefixHolds, RedisConfig, RedisConfigFault, RedisStore,
-    SentinelConfig, gcra_scale_tag, key_slot, ledger_epoch_key, ledger_key, lua_source, redact_url,
-    state_key,
+    BatchConfig, LIVE_REFRESH_MS, LeaseAsk, LeaseGrant, LeaseLimit, LeaseWant, MAX_GIVEN_MS,
+    MAX_IDENTITIES_A_CALL, MAX_INSTANCES_A_REGION, MAX_TAG, PrefixHolds, RedisConfig,
+    RedisConfigFault, RedisStore, SentinelConfig, gcra_scale_tag, key_slot, ledger_epoch_key,
+    ledger_key, lua_source, redact_url, state_key,
 };
 pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::{Check, Store};

@@ -181,21 +181,21 @@ fn series_of(
     })
 }
 
-/// How `server.decision_log` samples decisions and names identities: as
-/// the hot identity series would (the same keyed hash, or raw when those
-/// are raw), even when those series are off; `-` without an identity key.
+/// How `server.decision_log` samples decisions, and how every log line
+/// names identities (the decision log's, the rejected and degraded lines,
+/// an operator's reset): as the hot identity series would (the same keyed
+/// hash, or raw when those are raw), even when those series are off; `-`
+/// without an identity key.
 fn decision_sampling(
     server: &ServerSettings,
     key: Option<&str>,
 ) -> Result<DecisionSampling, ConfigError> {
-    let Some(log) = server.decision_log else {
-        return Ok(DecisionSampling::default());
-    };
     let identity = match server.hot_identity_metrics {
         HotIdentityMetrics::Raw => HotSeries::Raw,
         _ => series_of(HotIdentityMetrics::Hashed, server, key)?,
     };
-    Ok(DecisionSampling::percent(log.sample_percent, identity))
+    let percent = server.decision_log.map_or(0.0, |log| log.sample_percent);
+    Ok(DecisionSampling::percent(percent, identity))
 }
 
 /// How `server.trace` names identities: always the keyed hash, so a

@@ -11,7 +11,9 @@ use tollgate_store::DecidedBy;
 
 use super::request::{Forwarded, RequestFault, cost_of, identity_of};
 use super::request_id::{self, REPLAYED_HEADER};
-use super::response::{DEGRADED_HEADER, PROBLEM_HEADER, Problem, ratelimit_headers, rejection};
+use super::response::{
+    DEGRADED_HEADER, PROBLEM_HEADER, Problem, problem_header, ratelimit_headers, rejection,
+};
 use super::{refuse, replayed, unauthorized};
 use crate::app::App;
 use crate::config::ServerSettings;
@@ -192,7 +194,7 @@ fn answer(
     if let Some(seconds) = reject.retry_after_seconds {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
-    if let Ok(v) = HeaderValue::from_str(&reject.body) {
+    if let Some(v) = problem_header(&reject.body) {
         headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
     }
     let status =
@@ -211,9 +213,9 @@ fn client_fault(app: &App, RequestFault(detail): RequestFault) -> Response {
 /// sent with a different request), its problem copied into a header.
 fn client_problem(app: &App, problem: Problem) -> Response {
     // auth_request drops the body; nginx relays the fault from this header.
-    let copy = HeaderValue::from_bytes(problem.body().as_bytes());
+    let copy = problem_header(&problem.body());
     let mut response = refuse(app, problem);
-    if let Ok(v) = copy {
+    if let Some(v) = copy {
         response
             .headers_mut()
             .insert(HeaderName::from_static(PROBLEM_HEADER), v);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::{self, HeaderValue, header};
 use axum::response::Response;
 use hyper::body::Body as HttpBody;
-use tollgate_core::Decision;
+use tollgate_core::{Decision, quote};
 use tollgate_store::{DecidedBy, RequestId};
 
 use super::body::{BodyError, BodyRefused, read_body};
@@ -236,7 +236,10 @@ async fn check_batch(
     let mut identities = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let live = live_config.policy(&item.policy).ok_or_else(|| {
-            Problem::not_found(format!("checks[{i}]: unknown policy {:?}", &*item.policy))
+            Problem::not_found(format!(
+                "checks[{i}]: unknown policy {}",
+                quote(&item.policy)
+            ))
         })?;
         let identity = item.key.identity(max_key).map_err(|mut p| {
             p.detail = format!("checks[{i}]: {}", p.detail);

@@ -10,12 +10,10 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_json::Number;
+use tollgate_core::quote;
 
 use super::check_body::{BODY_FIELDS, Field, Holds, ITEM_FIELDS, Presence};
 use super::response::Problem;
-
-/// A value quoted back to the client is cut after this many characters.
-const QUOTE_AT_MOST: usize = 40;
 
 /// The problem for a body the typed parse refused with `typed`.
 pub(crate) fn diagnose(body: &[u8], typed: &serde_json::Error) -> Problem {
@@ -29,7 +27,7 @@ pub(crate) fn diagnose(body: &[u8], typed: &serde_json::Error) -> Problem {
         // missed, the client still gets tollgate's words, the log serde's.
         Ok(()) => {
             tracing::debug!(
-                error = %typed,
+                error = %tollgate_core::without_controls(&typed.to_string()),
                 "a /v1/check body was refused for a reason not diagnosed"
             );
             Problem::unprocessable("the body is not a valid check")
@@ -62,12 +60,12 @@ fn check_fields(fields: &[(String, Json)], at: &str, schema: &[Field]) -> Result
     for (i, (name, value)) in fields.iter().enumerate() {
         let path = format!("{at}{name}");
         if fields[..i].iter().any(|(seen, _)| seen == name) {
-            return Err(format!("field {} appears twice", quoted(&path)));
+            return Err(format!("field {} appears twice", quote(&path)));
         }
         let Some(field) = schema.iter().find(|field| field.name == name) else {
             return Err(format!(
                 "unknown field {} (expected: {})",
-                quoted(&path),
+                quote(&path),
                 names(schema)
             ));
         };
@@ -112,13 +110,26 @@ fn key_fault(value: &Json, path: &str) -> Result<(), String> {
     match value {
         Json::String(_) => Ok(()),
         Json::Object(parts) => match parts.iter().find(|(_, v)| !matches!(v, Json::String(_))) {
-            Some((part, v)) => Err(format!("{path}.{} must be a string, got {v}", cut(part))),
+            Some((part, v)) => Err(format!(
+                "{path}.{} must be a string, got {v}",
+                part_name(part)
+            )),
             None => Ok(()),
         },
         other => Err(format!(
             "{path} must be a string or an object of string values, got {other}"
         )),
     }
+}
+
+/// A key part's name in a field path: bare when it is a short word
+/// (`key.tenant`), else quoted like any client input (`key."a b"`).
+fn part_name(part: &str) -> String {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+    if !part.is_empty() && part.len() <= tollgate_core::QUOTE_MAX_BYTES && part.bytes().all(word) {
+        return part.to_owned();
+    }
+    quote(part)
 }
 
 fn checks_fault(value: &Json, path: &str) -> Result<(), String> {
@@ -134,19 +145,6 @@ fn checks_fault(value: &Json, path: &str) -> Result<(), String> {
         check_fields(fields, &format!("{path}[{i}]."), &ITEM_FIELDS)?;
     }
     Ok(())
-}
-
-/// `text` as a JSON string, cut short when long: client input is echoed
-/// only as far as it helps to find the fault.
-fn quoted(text: &str) -> String {
-    serde_json::Value::from(cut(text)).to_string()
-}
-
-fn cut(text: &str) -> String {
-    match text.char_indices().nth(QUOTE_AT_MOST) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
 }
 
 /// A JSON document as written: unlike `serde_json::Value`, an object keeps
@@ -169,7 +167,8 @@ impl fmt::Display for Json {
             Json::Null => f.write_str("null"),
             Json::Bool(b) => write!(f, "{b}"),
             Json::Number(n) => write!(f, "{n}"),
-            Json::String(s) => f.write_str(&quoted(s)),
+            // Client input: a short, escaped prefix (tollgate_core::quote).
+            Json::String(s) => f.write_str(&quote(s)),
             Json::Array(_) => f.write_str("a list"),
             Json::Object(_) => f.write_str("an object"),
         }

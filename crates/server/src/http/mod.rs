@@ -31,6 +31,8 @@ mod check_body;
 mod check_fault;
 mod key;
 pub(crate) mod linger;
+#[cfg(test)]
+mod quoted_input;
 pub(crate) mod request;
 pub(crate) mod request_id;
 pub(crate) mod response;
@@ -193,7 +195,7 @@ fn refuse(app: &App, problem: Problem) -> Response {
 
 /// The 404 for a policy no loaded config has.
 fn unknown_policy(name: &str) -> Problem {
-    Problem::not_found(format!("unknown policy {name:?}"))
+    Problem::not_found(format!("unknown policy {}", tollgate_core::quote(name)))
 }
 
 /// Whether the request id replayed the decisions; a 422 when it was

@@ -35,7 +35,7 @@ fn admin_refusal(
 
 /// The policy and identity `?policy=P&key=K` (or `key.NAME=VALUE` parts,
 /// as forward auth's composite identities) names, for `/v1/state`.
-fn state_target<'c>(
+pub(super) fn state_target<'c>(
     live_config: &'c LiveConfig,
     query: Option<&str>,
 ) -> Result<(&'c LivePolicy, Identity), Problem> {
@@ -55,7 +55,8 @@ fn state_target<'c>(
                 Some(part) if !part.is_empty() => parts.push((part, v.as_str())),
                 _ => {
                     return Err(Problem::unprocessable(format!(
-                        "unknown parameter {other:?} (expected: policy, key or key.NAME)"
+                        "unknown parameter {} (expected: policy, key or key.NAME)",
+                        tollgate_core::quote(other)
                     )));
                 }
             },
@@ -141,13 +142,20 @@ pub(super) async fn reset_state(
                     policy: policy.to_owned(),
                 })
                 .inc();
-            tracing::info!(policy, %identity, existed, "an operator reset an identity (DELETE /v1/state)");
+            let identity = app.limiter.log_name(&identity);
+            tracing::info!(
+                policy,
+                identity,
+                existed,
+                "an operator reset an identity (DELETE /v1/state)"
+            );
             json_response(format!(
                 "{{\"policy\":\"{policy}\",\"reset\":true,\"had_state\":{existed}}}"
             ))
         }
         Err(e) => {
-            tracing::warn!(policy, %identity, error = %e, "an identity could not be reset: the store did not answer");
+            let identity = app.limiter.log_name(&identity);
+            tracing::warn!(policy, identity, error = %e, "an identity could not be reset: the store did not answer");
             Problem::unavailable("the identity could not be reset: its store did not answer")
                 .into_response()
         }
@@ -190,13 +198,13 @@ pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Resp
     let started_ms = now_ms - now_ms % window_ms;
     // Rates over the window's length, or what of the current one passed
     // (at least a second, so a fresh window does not inflate them).
-    let list = |entries: &[(String, u64)], what: &str, over_ms: u64| -> Vec<serde_json::Value> {
+    let list = |entries: &[(Identity, u64)], what: &str, over_ms: u64| -> Vec<serde_json::Value> {
         let seconds = over_ms.max(1_000) as f64 / 1000.0;
         entries
             .iter()
             .map(|(identity, n)| {
                 serde_json::json!({
-                    "identity": identity,
+                    "identity": identity.label(),
                     what: n,
                     "per_second": (*n as f64 / seconds * 1000.0).round() / 1000.0,
                 })

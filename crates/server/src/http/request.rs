@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use axum::http::header::{AUTHORIZATION, AsHeaderName, HOST};
 use axum::http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
-use tollgate_core::{Identity, SecretHasher};
+use tollgate_core::{Identity, SecretHasher, quote};
 
 use crate::config::{CostRule, IdentityPart, ServePolicy, ServerSettings};
 use crate::request_path::normalize;
@@ -188,7 +188,8 @@ fn told_client_ip(
             any = true;
             let ip = hop_address(hop).ok_or_else(|| {
                 RequestFault(format!(
-                    "header x-forwarded-for: {hop:?} is not an IP address"
+                    "header x-forwarded-for: {} is not an IP address",
+                    quote(hop)
                 ))
             })?;
             if !is_trusted(trusted, &ip) {
@@ -203,7 +204,10 @@ fn told_client_ip(
     debug_assert!(!any);
     match single_header(headers, &X_REAL_IP)? {
         Some(text) => hop_address(text).ok_or_else(|| {
-            RequestFault(format!("header x-real-ip: {text:?} is not an IP address"))
+            RequestFault(format!(
+                "header x-real-ip: {} is not an IP address",
+                quote(text)
+            ))
         }),
         None => Ok(peer),
     }
@@ -339,8 +343,9 @@ pub(crate) fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, 
     };
     let cost: u64 = text.parse().map_err(|_| {
         RequestFault(format!(
-            "policy {}: header {name} must be a whole number from {min} to {max}, got {text:?}",
-            policy.policy.name()
+            "policy {}: header {name} must be a whole number from {min} to {max}, got {}",
+            policy.policy.name(),
+            quote(text)
         ))
     })?;
     if cost > *max {

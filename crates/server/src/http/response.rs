@@ -15,6 +15,11 @@ pub(crate) const QUOTA_EXCEEDED: &str =
 /// The problem+json of a rejection as one header, for proxies (nginx
 /// `auth_request`) that cannot pass the subrequest's body to the client.
 pub(crate) const PROBLEM_HEADER: &str = "tollgate-problem";
+/// The most bytes a [`PROBLEM_HEADER`] value carries. nginx reads an
+/// `auth_request` answer's header fields into one buffer (4 KB by
+/// default) and answers 502 past it, which fails open: the detail is cut
+/// to keep the field well inside it, whatever the problem says.
+pub(crate) const PROBLEM_HEADER_MAX_BYTES: usize = 1024;
 /// Set when a decision was not made by the shared store; its value is the
 /// path that made it (fail_open, fail_closed, local).
 pub(crate) const DEGRADED_HEADER: &str = "tollgate-degraded";
@@ -40,6 +45,33 @@ pub(crate) fn ratelimit_headers<'a>(
         headers.insert(POLICY_FIELD, p);
         headers.insert(STATE_FIELD, s);
     }
+}
+
+/// `body` (a problem+json document) as the [`PROBLEM_HEADER`] value: as
+/// it is when short, else with its `detail` cut to fit (and, should that
+/// not do, only its `type`, `title` and `status`). At most
+/// [`PROBLEM_HEADER_MAX_BYTES`].
+pub(crate) fn problem_header(body: &str) -> Option<HeaderValue> {
+    if body.len() <= PROBLEM_HEADER_MAX_BYTES {
+        return HeaderValue::from_str(body).ok();
+    }
+    let mut problem: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(body).ok()?;
+    if let Some(serde_json::Value::String(detail)) = problem.get_mut("detail") {
+        let over = body.len() - PROBLEM_HEADER_MAX_BYTES;
+        let mut keep = detail.len().saturating_sub(over + 16);
+        while !detail.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        detail.truncate(keep);
+        detail.push_str("... (cut)");
+    }
+    let mut text = serde_json::Value::Object(problem.clone()).to_string();
+    if text.len() > PROBLEM_HEADER_MAX_BYTES {
+        problem.retain(|field, _| matches!(field.as_str(), "type" | "title" | "status"));
+        text = serde_json::Value::Object(problem).to_string();
+    }
+    HeaderValue::from_str(&text).ok()
 }
 
 /// A problem+json response (RFC 9457).
@@ -115,7 +147,7 @@ impl IntoResponse for Problem {
                 target: "tollgate::request",
                 status = self.status.as_u16(),
                 title = self.title,
-                reason = %self.detail,
+                reason = %tollgate_core::without_controls(&self.detail),
                 "request refused"
             );
         }

@@ -128,9 +128,23 @@ pub fn answer(length: usize, write: impl FnOnce(&mut BytesMut)) -> hyper::Respon
     response
 }
 
-/// The error answer: headers only (gRPC's trailers-only form).
+/// The most bytes of an error's `grpc-message` (before its percent
+/// encoding): a header field, kept well inside a proxy's buffer whatever a
+/// message quotes (client input is quoted short: `tollgate_core::quote`).
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 512;
+
+/// The error answer: headers only (gRPC's trailers-only form), its message
+/// cut to [`MAX_STATUS_MESSAGE_BYTES`].
 pub fn refuse(status: Status) -> hyper::Response<GrpcBody> {
-    status.into_http()
+    let message = status.message();
+    if message.len() <= MAX_STATUS_MESSAGE_BYTES {
+        return status.into_http();
+    }
+    let mut end = MAX_STATUS_MESSAGE_BYTES - "... (cut)".len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    Status::new(status.code(), format!("{}... (cut)", &message[..end])).into_http()
 }
 
 /// A gRPC response body: one message then the OK trailer, nothing (an
@@ -263,5 +277,21 @@ mod tests {
             Pin::new(&mut body).poll_frame(cx),
             Poll::Ready(None)
         ));
+    }
+
+    #[test]
+    fn a_refusal_carries_a_bounded_grpc_message() {
+        let long = Status::invalid_argument(format!("operator text {}", "é".repeat(2_000)));
+        let answer = refuse(long);
+        let message = answer.headers()["grpc-message"].as_bytes();
+        // Percent-encoded: at most three bytes for each of the message's.
+        assert!(
+            message.len() <= 3 * MAX_STATUS_MESSAGE_BYTES,
+            "{}",
+            message.len()
+        );
+        assert!(message.ends_with(b"...%20(cut)"), "{message:?}");
+        let short = refuse(Status::invalid_argument("short"));
+        assert_eq!(short.headers()["grpc-message"], "short");
     }
 }

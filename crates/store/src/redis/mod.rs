@@ -47,7 +47,7 @@ use tollgate_core::{Decision, Identity, Policy, Taken};
 pub use config::{BatchConfig, RedisConfig, RedisConfigFault, SentinelConfig, redact_url};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
 pub use lease::*;
-pub use replay_prefix::PrefixHolds;
+pub use replay_prefix::{LIVE_REFRESH_MS, PrefixHolds};
 pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
 

@@ -1,7 +1,10 @@
-//! A replay's keys stay out of a serving tollgate's. Before it writes, a
-//! replay asks what its prefix already holds; it writes only into a prefix
-//! that is empty or that a replay marked as its own, and marks it (with a
-//! TTL, like every key) so the next replay may continue there.
+//! A replay's keys stay out of a serving tollgate's. A serving tollgate
+//! marks its prefix as live (`<prefix>:live`, a short TTL it refreshes
+//! while it serves) and clears any replay's mark there. Before it writes, a
+//! replay asks what its prefix already holds; it refuses a live prefix
+//! whatever else is there, writes only into a prefix that is empty or that
+//! a replay marked as its own, and marks it (with a TTL, like every key)
+//! so the next replay may continue there.
 
 use redis::Value;
 
@@ -16,12 +19,24 @@ const MARKER: &str = "replay";
 /// How long a replay's mark outlives its last replay.
 const MARKER_TTL_MS: u64 = 24 * 3_600_000;
 
+/// The key that says a serving tollgate uses the prefix: `<prefix>:live`.
+const LIVE: &str = "live";
+
+/// How long a serving tollgate's mark outlives its last refresh.
+const LIVE_TTL_MS: u64 = 60_000;
+
+/// How often a serving tollgate refreshes its mark: three times a TTL, so
+/// one slow or failed refresh does not let it lapse.
+pub const LIVE_REFRESH_MS: u64 = LIVE_TTL_MS / 3;
+
 /// Keys a SCAN step asks for: the search stops at the first key found.
 const SCAN_COUNT: u64 = 1_000;
 
 /// What a prefix holds before a replay writes there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PrefixHolds {
+    /// The mark of a serving tollgate, refreshed while it serves.
+    Live,
     /// No key at all.
     Nothing,
     /// Keys, and the mark of a replay.
@@ -39,21 +54,15 @@ impl RedisStore {
         &self.shared.prefix
     }
 
-    /// What the prefix holds: it stops at the marker or the first key found
-    /// (every SCAN step bounded by the store's timeout).
+    /// What the prefix holds: a serving tollgate's mark first (whatever
+    /// else is there), then a replay's, then the first key found (every
+    /// SCAN step bounded by the store's timeout).
     pub async fn prefix_holds(&self) -> Result<PrefixHolds, StoreError> {
         let prefix = &self.shared.prefix;
-        let marker = format!("{prefix}:{MARKER}");
-        let exists = self
-            .timed(async {
-                self.shared
-                    .connection
-                    .query(redis::cmd("EXISTS").arg(&marker))
-                    .await
-                    .map_err(connection::from_redis)
-            })
-            .await?;
-        if matches!(exists, Value::Int(1)) {
+        if self.exists(&format!("{prefix}:{LIVE}")).await? {
+            return Ok(PrefixHolds::Live);
+        }
+        if self.exists(&format!("{prefix}:{MARKER}")).await? {
             return Ok(PrefixHolds::Replay);
         }
         let pattern = format!("{}:*", escape_glob(prefix));
@@ -85,6 +94,51 @@ impl RedisStore {
             }
             cursor = next;
         }
+    }
+
+    /// Marks the prefix as a serving tollgate's for [`LIVE_TTL_MS`], and
+    /// takes a replay's mark off it: a serve calls this at start and every
+    /// [`LIVE_REFRESH_MS`] while it serves, so no replay writes there while
+    /// it does, nor after it stops (its keys are no replay's).
+    pub async fn mark_live_prefix(&self) -> Result<(), StoreError> {
+        let prefix = &self.shared.prefix;
+        self.query_unit(
+            redis::cmd("SET")
+                .arg(format!("{prefix}:{LIVE}"))
+                .arg("served by tollgate serve")
+                .arg("PX")
+                .arg(LIVE_TTL_MS),
+        )
+        .await?;
+        self.query_unit(redis::cmd("DEL").arg(format!("{prefix}:{MARKER}")))
+            .await
+    }
+
+    /// Whether `key` exists, within the store's timeout.
+    async fn exists(&self, key: &str) -> Result<bool, StoreError> {
+        let exists = self
+            .timed(async {
+                self.shared
+                    .connection
+                    .query(redis::cmd("EXISTS").arg(key))
+                    .await
+                    .map_err(connection::from_redis)
+            })
+            .await?;
+        Ok(matches!(exists, Value::Int(1)))
+    }
+
+    /// `cmd`, its answer dropped, within the store's timeout.
+    async fn query_unit(&self, cmd: &redis::Cmd) -> Result<(), StoreError> {
+        self.timed(async {
+            self.shared
+                .connection
+                .query(cmd)
+                .await
+                .map(drop)
+                .map_err(connection::from_redis)
+        })
+        .await
     }
 
     /// Marks the prefix as a replay's, for a day after this replay.
