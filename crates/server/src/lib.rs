@@ -32,6 +32,7 @@
 mod config;
 mod envoy_rules;
 mod failure_mode;
+mod identity;
 mod listen;
 mod matching;
 mod request_path;
