@@ -649,3 +649,37 @@ fn validate_warns_of_policies_that_take_client_ids() {
     );
     assert_eq!(warnings("", ""), Vec::<String>::new());
 }
+
+/// `tollgate explain` says which policies let a client's own id replay
+/// their admissions, and how often.
+#[test]
+fn explain_names_the_policies_that_take_client_ids() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        "server: {request_id_header: Idempotency-Key}\npolicies:\n  - {name: login, algorithm: fixed_window, limit: 5, window: 10m}\n  - {name: exports, algorithm: fixed_window, limit: 5, window: 1h, client_request_ids: true}\n",
+    )
+    .expect("write");
+    let explained = support::explain_json(&config, &[]);
+    let ids: Vec<&str> = explained["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .map(|p| p["scope"]["request_ids"].as_str().expect("request_ids"))
+        .collect();
+    let flags: Vec<&serde_json::Value> = explained["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .map(|p| &p["client_request_ids"])
+        .collect();
+    assert_eq!(flags, [&serde_json::Value::Null, &json!(true)]);
+    assert_eq!(
+        ids,
+        [
+            "a retry inside 1m of its admission is charged once; at most 64 ids per identity, each counted as a key toward max_keys.",
+            "a retry inside 1m of its admission is charged once; at most 64 ids per identity, each counted as a key toward max_keys. Ids a client chooses (server.request_id_header) count too (client_request_ids: true), at most 3 replays a charge.",
+        ]
+    );
+}
