@@ -11,7 +11,7 @@ use tollgate_core::{
     split_shares,
 };
 
-use tollgate_store::{OnStoreFailure, RedisConfig, local_policy};
+use tollgate_store::{MAX_REPLAYS, OnStoreFailure, RedisConfig, local_policy};
 
 use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
 use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};
@@ -468,7 +468,7 @@ fn ids_text(serve: &ServePolicy, redis: Option<&RedisConfig>) -> String {
         return "off (retry_window: off): a retry is charged again.".to_owned();
     };
     let window = format_duration_ms(rule.window_ms);
-    match redis {
+    let text = match redis {
         None => format!(
             "a retry inside {window} of its admission is charged once; at most {} ids per identity, each counted as a key toward max_keys.",
             rule.max_ids
@@ -480,7 +480,14 @@ fn ids_text(serve: &ServePolicy, redis: Option<&RedisConfig>) -> String {
             serve.declared.name(),
             serve.declared.algorithm(),
         ),
+    };
+    if serve.client_request_ids {
+        // The one setting that lets a client buy attempts: say it.
+        return format!(
+            "{text} Ids a client chooses (server.request_id_header) count too (client_request_ids: true), at most {MAX_REPLAYS} replays a charge."
+        );
     }
+    text
 }
 
 fn topology(redis: &RedisConfig) -> &'static str {
@@ -574,6 +581,9 @@ pub fn policy_json(serve: &ServePolicy, stores: &Stores) -> Value {
             v["retry_ids"] = json!(rule.max_ids);
         }
         None => v["retry_window"] = json!("off"),
+    }
+    if serve.client_request_ids {
+        v["client_request_ids"] = json!(true);
     }
     v["cost"] = match &serve.cost {
         CostRule::Constant(c) => json!(c),

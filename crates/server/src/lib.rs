@@ -9,7 +9,8 @@
 //! 1. **`config/`** — what a file says, loaded and validated once for
 //!    `validate` and `serve` alike (with `config/scope`), beside `envoy_rules/`
 //!    (Envoy's descriptor rules) and the small parsers it uses
-//!    (`failure_mode`, `listen`, `matching`, `request_path`, `tls`, `tokens`).
+//!    (`failure_mode`, `listen`, `matching`, `request_path`, `tls`, `tokens`);
+//!    `identity`, a policy's identity rules that every door applies alike.
 //! 2. **`live`** — the loaded config with each policy's limiter `Plan`
 //!    built once per load, replaced whole on reload; `app` is the state
 //!    every adapter shares, `metrics` the server's Prometheus series. The decision itself is the `tollgate-limiter`
@@ -32,6 +33,7 @@
 mod config;
 mod envoy_rules;
 mod failure_mode;
+mod identity;
 mod listen;
 mod matching;
 mod request_path;

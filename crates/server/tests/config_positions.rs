@@ -113,13 +113,13 @@ fn a_nested_field_of_the_third_policy_is_pointed_at() {
 fn an_unknown_policy_field_is_pointed_at() {
     refused(
         "policies:\n  - name: login\n    algorithm: fixed_window\n    limit: 5\n    window: 1m\n    matc:\n      path: /login\n",
-        r#"tollgate: {path}: policy "login": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, mode)
+        r#"tollgate: {path}: policy "login": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)
  --> {path}:6:5
   |
 4 |     limit: 5
 5 |     window: 1m
 6 |     matc:
-  |     ^ policy "login": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, mode)
+  |     ^ policy "login": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)
 7 |       path: /login
   |
 "#,

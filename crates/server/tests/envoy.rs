@@ -25,7 +25,17 @@ impl Drop for Process {
 
 /// `tollgate serve` with its gRPC service on `grpc_port`.
 fn start_tollgate(config: &Path, grpc_port: u16) -> Process {
+    start_tollgate_http(config, grpc_port).0
+}
+
+/// [`start_tollgate`], and its HTTP listener's base URL; an identity key
+/// set for policies keyed by secrets.
+fn start_tollgate_http(config: &Path, grpc_port: u16) -> (Process, String) {
     let mut child = Command::new(tollgate_bin())
+        .env(
+            "TOLLGATE_IDENTITY_KEY",
+            "an identity key of thirty-two bytes or more",
+        )
         .args(["serve", "--config"])
         .arg(config)
         .args(["--listen", "127.0.0.1:0", "--grpc-listen"])
@@ -37,10 +47,13 @@ fn start_tollgate(config: &Path, grpc_port: u16) -> Process {
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let http = lines.next().expect("a line").expect("read");
-    assert!(http.starts_with("listening on http://"), "{http}");
+    let base = http
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{http}"))
+        .to_owned();
     let grpc = lines.next().expect("a line").expect("read");
     assert_eq!(grpc, format!("grpc listening on 127.0.0.1:{grpc_port}"));
-    Process(child)
+    (Process(child), base)
 }
 
 const RATELIMIT_FILE: &str = "domain: envoy_test
@@ -56,14 +69,21 @@ descriptors:
       unlimited: true
 ";
 
+/// The `x-user` header as descriptor `user`, in domain `envoy_test`.
+const USER_LIMITS: (&str, &str) = (
+    "envoy_test",
+    "                  - actions:
+                    - request_headers: {header_name: x-user, descriptor_key: user}",
+);
+
 /// An Envoy config with two listeners, the first with
-/// `failure_mode_deny: true`, the second false.
+/// `failure_mode_deny: true`, the second false; `(domain, rate_limits)`
+/// the filter's domain and the route's `rate_limits` entries.
 fn envoy_config(
-    deny_port: u16,
-    allow_port: u16,
-    admin_port: u16,
+    (deny_port, allow_port, admin_port): (u16, u16, u16),
     upstream: u16,
     rls: u16,
+    (domain, rate_limits): (&str, &str),
 ) -> String {
     let listener = |name: &str, port: u16, deny: bool| {
         format!(
@@ -85,13 +105,12 @@ fn envoy_config(
                 route:
                   cluster: upstream
                   rate_limits:
-                  - actions:
-                    - request_headers: {{header_name: x-user, descriptor_key: user}}
+{rate_limits}
           http_filters:
           - name: envoy.filters.http.ratelimit
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: envoy_test
+              domain: {domain}
               failure_mode_deny: {deny}
               timeout: 2s
               rate_limit_service:
@@ -185,7 +204,12 @@ async fn envoy_enforces_an_envoyproxy_ratelimit_file_through_tollgate() {
     let envoy_yaml = dir.path().join("envoy.yaml");
     std::fs::write(
         &envoy_yaml,
-        envoy_config(deny_port, allow_port, admin_port, up_port, rls_port),
+        envoy_config(
+            (deny_port, allow_port, admin_port),
+            up_port,
+            rls_port,
+            USER_LIMITS,
+        ),
     )
     .expect("write");
     let mut envoy = Process(
@@ -260,4 +284,144 @@ async fn envoy_enforces_an_envoyproxy_ratelimit_file_through_tollgate() {
     drop(tollgate);
     assert_eq!(get(deny_port, "carol").await.status(), 500);
     assert_eq!(get(allow_port, "carol").await.status(), 200);
+}
+
+/// Envoy with `failure_mode_deny: false` on the second listener, started
+/// on `envoy_yaml`'s config, ready.
+async fn start_envoy(client: &reqwest::Client, envoy_yaml: &Path, admin_port: u16) -> Process {
+    let mut envoy = Process(
+        Command::new(envoy_binary())
+            .arg("-c")
+            .arg(envoy_yaml)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn envoy"),
+    );
+    wait_ready(client, admin_port, &mut envoy).await;
+    envoy
+}
+
+/// The client's address (Envoy's `remote_address`, read from
+/// `X-Forwarded-For` as Envoy does by default) keys `login`; `X-Api-Key`
+/// keys `keyed`.
+const IDENTITY_LIMITS: (&str, &str) = (
+    "edge",
+    "                  - actions:
+                    - remote_address: {}
+                  - actions:
+                    - request_headers: {header_name: x-api-key, descriptor_key: api_key}",
+);
+
+const IDENTITY_CONFIG: &str = "server: {watch_interval_ms: 0}
+envoy_ratelimit_configs: [edge.yaml]
+policies:
+  - {name: login, algorithm: fixed_window, limit: 5, window: 1h, identity: [client_ip]}
+  - {name: keyed, algorithm: fixed_window, limit: 5, window: 1h, identity: [{api_key: X-Api-Key}]}
+";
+
+const IDENTITY_RULES: &str = "domain: edge
+descriptors:
+  - key: remote_address
+    tollgate: {policy: login}
+  - key: api_key
+    tollgate: {policy: keyed}
+";
+
+/// Through a real Envoy whose `failure_mode_deny` is false: one IPv6 /64
+/// is one client (5 of 8 admitted), a mapped IPv4 address spends its IPv4
+/// address's budget, an API key is kept only hashed, and an empty key is
+/// refused with 429 (never an error Envoy would let through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_descriptors_bound_to_a_policy_key_by_its_identity_rules() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("edge.yaml"), IDENTITY_RULES).expect("write");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(&config, IDENTITY_CONFIG).expect("write");
+    let up = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let up_port = up.local_addr().expect("addr").port();
+    tokio::spawn(upstream(up));
+    let rls_port = free_port();
+    let (_tollgate, base) = start_tollgate_http(&config, rls_port);
+    let (deny_port, allow_port, admin_port) = (free_port(), free_port(), free_port());
+    let envoy_yaml = dir.path().join("envoy.yaml");
+    let ports = (deny_port, allow_port, admin_port);
+    std::fs::write(
+        &envoy_yaml,
+        envoy_config(ports, up_port, rls_port, IDENTITY_LIMITS),
+    )
+    .expect("write");
+    let client = reqwest::Client::new();
+    let _envoy = start_envoy(&client, &envoy_yaml, admin_port).await;
+    let get = |from: String, key: Option<&'static str>| {
+        let mut request = client
+            .get(format!("http://127.0.0.1:{allow_port}/login"))
+            .header("x-forwarded-for", from);
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        async move { request.send().await.expect("request through envoy") }
+    };
+    let mut statuses = Vec::new();
+    for host in 1..=8 {
+        statuses.push(
+            get(format!("2001:db8:7:7::{host:x}"), None)
+                .await
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
+    let mut statuses = Vec::new();
+    for from in [
+        "1.2.3.4",
+        "::ffff:1.2.3.4",
+        "1.2.3.4",
+        "::ffff:1.2.3.4",
+        "1.2.3.4",
+        "::ffff:1.2.3.4",
+    ] {
+        statuses.push(get(from.to_owned(), None).await.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+    let empty = get("198.51.100.1".to_owned(), Some("")).await;
+    assert_eq!(empty.status(), 429);
+    assert_eq!(
+        empty.headers()["tollgate-problem"],
+        "descriptors[1]: policy keyed: identity part api_key is empty"
+    );
+    let keyed = get("198.51.100.2".to_owned(), Some("sk_live_through_envoy")).await;
+    assert_eq!(keyed.status(), 200);
+    for path in ["/v1/hot", "/metrics"] {
+        let text = client
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body");
+        assert!(text.contains("keyed"), "{path}: {text}");
+        assert!(!text.contains("sk_live"), "{path}: {text}");
+    }
+    // The refused request spent nothing of 198.51.100.1's login budget.
+    let checked: serde_json::Value = client
+        .post(format!("{base}/v1/check"))
+        .body(r#"{"policy":"login","key":{"client_ip":"198.51.100.1"},"cost":0}"#)
+        .send()
+        .await
+        .expect("POST /v1/check")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(checked["remaining"], 5, "{checked}");
 }

@@ -138,7 +138,7 @@ fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
         (
             "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s, matc: {}}\n".to_owned(),
             vec![],
-            "policy \"p\": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, mode)",
+            "policy \"p\": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)",
             in_policy("  - {name: p, algorithm: fixed_window, limit: 10, window: 1s, matc: {}}", 63),
         ),
         (

@@ -405,7 +405,7 @@ async fn a_refund_under_a_request_id_makes_its_retry_charged_again_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_auth_retry_on_a_sharded_policy_is_replayed() {
     let server = TestServer::start(
-        "server: {trusted_proxies: [127.0.0.1], request_id_header: Idempotency-Key}\npolicies:\n  - {name: sharded, algorithm: fixed_window, limit: 4, window: 1h, shards: 2, identity: [{header: X-Tenant}]}\n",
+        "server: {trusted_proxies: [127.0.0.1], request_id_header: Idempotency-Key}\npolicies:\n  - {name: sharded, algorithm: fixed_window, limit: 4, window: 1h, shards: 2, client_request_ids: true, identity: [{header: X-Tenant}]}\n",
     )
     .await;
     let authorize = |key: Option<&'static str>| {

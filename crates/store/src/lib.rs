@@ -38,7 +38,7 @@ pub use fallback::{
 };
 pub use memory::{MemoryStore, MemoryStoreConfig};
 pub use request_id::{
-    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, MAX_REQUEST_ID_BYTES, RETRY_IDS_RANGE,
+    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, MAX_REPLAYS, MAX_REQUEST_ID_BYTES, RETRY_IDS_RANGE,
     RETRY_WINDOW_RANGE_MS, Replay, RequestDigest, RequestHasher, RequestId, RequestIdError,
     Retried, Retry,
 };

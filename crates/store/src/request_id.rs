@@ -20,6 +20,12 @@ use crate::Check;
 
 /// The longest request id, in bytes.
 pub const MAX_REQUEST_ID_BYTES: usize = 255;
+/// The most replays one record answers: after them the id is charged as a
+/// new request (and recorded afresh when admitted), so a storm of retries
+/// under one id buys at most this many free attempts a charge. Three
+/// covers a client's and a proxy's retries of one attempt. The Lua twin is
+/// `MAX_REPLAYS` in `lua/record.lua`.
+pub const MAX_REPLAYS: u32 = 3;
 /// How long an id is remembered when a policy does not say.
 pub const DEFAULT_RETRY_WINDOW_MS: u64 = 60_000;
 /// The shortest and longest retry windows a policy may set: below a second
@@ -242,6 +248,12 @@ mod tests {
         );
         assert_ne!(base, of(None, &[("ab", b"c", 1), ("ab", b"d", 1)]));
         assert_eq!(base.to_hex().len(), 32);
+    }
+
+    #[test]
+    fn the_lua_twin_bounds_replays_alike() {
+        let lua = include_str!("../lua/record.lua");
+        assert!(lua.contains(&format!("\nlocal MAX_REPLAYS = {MAX_REPLAYS}\n")));
     }
 
     #[test]

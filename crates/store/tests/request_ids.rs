@@ -12,8 +12,8 @@ use std::sync::Arc;
 use redis_support::Topology;
 use tollgate_core::{Decision, Identity, Limits, ManualClock, Policy, Rate, Window};
 use tollgate_store::{
-    Check, MemoryStore, MemoryStoreConfig, RedisStore, Replay, RequestDigest, RequestId, Retried,
-    Retry, Store,
+    Check, MAX_REPLAYS, MemoryStore, MemoryStoreConfig, RedisStore, Replay, RequestDigest,
+    RequestId, Retried, Retry, Store,
 };
 
 const T0: u64 = 1_700_000_000_000;
@@ -319,7 +319,44 @@ async fn one_id_with_another_shape_is_refused(s: &impl Subject, tag: &str) {
     assert_eq!(seen(&again), (vec![(true, 9)], Replay::Replayed));
 }
 
+/// A storm of retries under one id: each record answers `MAX_REPLAYS`
+/// replays, then the id is charged as a new request (and recorded afresh
+/// when admitted), so a limit of 2 admits 2 × (1 + 3) of 12 attempts, and
+/// every attempt past the limit is rejected.
+async fn one_record_answers_a_bounded_number_of_replays(s: &impl Subject, tag: &str) {
+    let policy = window(&format!("storm-{tag}"), 2);
+    let who = Identity::value("tenant-a");
+    let storm = id("the-same-id");
+    let spend = [check(&policy, &who, 1)];
+    let mut seen_all = Vec::new();
+    for n in 0..12 {
+        let r = s.once(&spend, retry(&storm, &spend), T0 + n).await;
+        seen_all.push((r.decisions[0].allowed, r.replay));
+    }
+    let (fresh, replayed) = ((true, Replay::Fresh), (true, Replay::Replayed));
+    let rejected = (false, Replay::Fresh);
+    assert_eq!(MAX_REPLAYS, 3);
+    assert_eq!(
+        seen_all,
+        [
+            fresh.clone(),
+            replayed.clone(),
+            replayed.clone(),
+            replayed.clone(),
+            fresh,
+            replayed.clone(),
+            replayed.clone(),
+            replayed,
+            rejected.clone(),
+            rejected.clone(),
+            rejected.clone(),
+            rejected,
+        ]
+    );
+}
+
 async fn suite(s: &impl Subject, tag: &str) {
+    one_record_answers_a_bounded_number_of_replays(s, tag).await;
     the_last_token_is_spent_once(s, tag).await;
     another_cost_under_one_id_is_refused(s, tag).await;
     an_id_is_forgotten_after_its_window(s, tag).await;
@@ -387,7 +424,9 @@ fn memory_ids_count_toward_the_store_bound_and_go_before_any_state() {
 }
 
 /// Many attempts of one id at once, across two stores (two tollgate
-/// instances) on one Redis: exactly one is charged.
+/// instances) on one Redis: one is charged for every `MAX_REPLAYS` replays,
+/// so a storm of 40 is charged 10 times, never once for all (a client
+/// reusing one id buys no unlimited free attempts).
 async fn racing_attempts_are_charged_once(topology: &Topology, tag: &str) {
     let one = topology.store().await;
     let two = topology.store().await;
@@ -417,9 +456,10 @@ async fn racing_attempts_are_charged_once(topology: &Topology, tag: &str) {
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert_eq!((fresh, replayed), (1, 39));
+    assert_eq!(MAX_REPLAYS, 3);
+    assert_eq!((fresh, replayed), (10, 30));
     let left = one.decide(check(&policy, &who, 0)).await.expect("decides");
-    assert_eq!(left.remaining, 995);
+    assert_eq!(left.remaining, 950);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

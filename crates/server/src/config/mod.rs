@@ -42,6 +42,7 @@ use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
 use document::{parse_doc, replace_store};
 use tollgate_limiter::{DecisionSampling, HotSeries};
+use tollgate_store::MAX_REPLAYS;
 
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]
@@ -320,6 +321,33 @@ impl ServeConfig {
             warnings.push(
                 "server.hot_identity_metrics is raw: the tollgate_hot_identity_* series carry identities as they are (client addresses, header values) to whoever reads /metrics; hashed keeps their shape without who they are".to_owned(),
             );
+        }
+        warnings.extend(self.client_request_id_warnings());
+        warnings
+    }
+
+    /// Policies that let a client's own id (`server.request_id_header`)
+    /// replay their admissions, and settings that do nothing.
+    fn client_request_id_warnings(&self) -> Vec<String> {
+        let honouring = self.policies.iter().filter(|p| p.client_request_ids);
+        let Some(header) = &self.server.request_id_header else {
+            return honouring
+                .map(|p| format!(
+                    "policy {}: client_request_ids: true does nothing: server.request_id_header names no header",
+                    p.policy.name()
+                ))
+                .collect();
+        };
+        let warnings: Vec<String> = honouring
+            .map(|p| format!(
+                "policy {}: client_request_ids: true lets the id a client chooses in {header} replay its admissions: a client reusing one id is admitted up to {MAX_REPLAYS} more times a charge within retry_window; keep it to policies whose application answers a repeated id from its own record (docs/request-ids.md)",
+                p.policy.name()
+            ))
+            .collect();
+        if warnings.is_empty() {
+            return vec![format!(
+                "server.request_id_header is {header}, but no policy sets client_request_ids: true: the ids clients send in it replay nothing (docs/request-ids.md)"
+            )];
         }
         warnings
     }

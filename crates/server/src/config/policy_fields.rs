@@ -27,6 +27,7 @@ const SERVE_FIELDS: &[&str] = &[
     "local_share_percent",
     "retry_window",
     "retry_ids",
+    "client_request_ids",
     "mode",
 ];
 
@@ -56,6 +57,9 @@ pub struct ServePolicy {
     pub hot_lease: Option<HotLeaseRule>,
     /// How it remembers request ids; `None`: `retry_window: off`.
     pub retry: Option<RetryRule>,
+    /// `client_request_ids`: whether ids from `server.request_id_header`,
+    /// chosen by the client, may replay its admissions (default false).
+    pub client_request_ids: bool,
     /// `mode: shadow`: decided, spent and counted, never enforced
     /// (`server.shadow_mode` puts every policy in shadow besides).
     pub shadow: bool,
@@ -110,9 +114,11 @@ fn parse_serve_fields(
     let shards = parse_shards(&policy, fields.get("shards"), &scope, &cost)?;
     let hot_lease = parse_hot_lease(&policy, fields.get("hot_lease"), &scope, shards)?;
     let retry = retry::parse_retry(&policy, fields)?;
+    let client_request_ids = retry::parse_client_ids(&policy, fields, retry.as_ref())?;
     let shadow = parse_mode(&policy, fields.get("mode"))?;
     Ok(ServePolicy {
         retry,
+        client_request_ids,
         shadow,
         policy: enforced(&policy, &scope, deployment),
         declared: policy,

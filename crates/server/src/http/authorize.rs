@@ -79,15 +79,6 @@ pub(super) async fn authorize_request<B>(
         Ok(request) => request,
         Err(fault) => return client_fault(app, fault),
     };
-    let id = match settings
-        .request_id_header
-        .as_ref()
-        .map(|name| request_id::from_header(&parts.headers, name))
-        .transpose()
-    {
-        Ok(id) => id.flatten(),
-        Err(fault) => return client_fault(app, fault),
-    };
     let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
     for live in &live_config.policies {
         let serve = &live.serve;
@@ -112,6 +103,23 @@ pub(super) async fn authorize_request<B>(
     if matched.is_empty() {
         return StatusCode::OK.into_response();
     }
+    // The id in server.request_id_header is the client's own choice: it
+    // replays admissions only when every matched policy asks for it
+    // (`client_request_ids`), so naming the header never makes a login's
+    // retries free; otherwise it is a header like any other.
+    let honoured = matched
+        .iter()
+        .all(|(live, ..)| live.serve.client_request_ids);
+    let id = match settings
+        .request_id_header
+        .as_ref()
+        .filter(|_| honoured)
+        .map(|name| request_id::from_header(&parts.headers, name))
+        .transpose()
+    {
+        Ok(id) => id.flatten(),
+        Err(fault) => return client_fault(app, fault),
+    };
     let checks: Vec<Check<'_>> = matched
         .iter()
         .map(|(live, identity, cost)| Check::new(&live.plan, identity, *cost))

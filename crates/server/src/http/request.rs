@@ -11,6 +11,7 @@ use ipnet::IpNet;
 use tollgate_core::{Identity, SecretHasher, quote};
 
 use crate::config::{CostRule, IdentityPart, ServePolicy, ServerSettings};
+use crate::identity::{ComposeFault, PartFault, Told, compose, shape_part};
 use crate::request_path::normalize;
 
 /// The original request behind a forward-auth call, as the configured
@@ -36,10 +37,7 @@ pub(crate) struct Forwarded<'a> {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-/// Why a request could not be given an identity or a cost: a 400 naming
-/// the fault, never a shared bucket and never a fail-open status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RequestFault(pub(crate) String);
+pub(crate) use crate::identity::RequestFault;
 
 /// The one value of header `name`, trimmed; `None` when absent or blank.
 /// A header sent twice is ambiguous (which copy would the application
@@ -213,112 +211,59 @@ fn told_client_ip(
     }
 }
 
-/// The identity `policy` takes from `request`. A missing part is a fault,
-/// never a shared bucket.
+/// The identity `policy` takes from `request`: what forward auth reads for
+/// each part, shaped by the one identity code every door calls. A missing
+/// part is a fault, never a shared bucket.
 pub(crate) fn identity_of(
     policy: &ServePolicy,
     request: &Forwarded<'_>,
     hasher: Option<&SecretHasher>,
     max_key_bytes: usize,
 ) -> Result<Identity, RequestFault> {
-    let missing = |what: String| {
-        RequestFault(format!(
-            "policy {}: identity part {what} is missing from the request",
-            policy.policy.name()
-        ))
-    };
+    let name = policy.policy.name();
     let mut values: Vec<(&str, Cow<'_, str>)> = Vec::with_capacity(policy.identity.len());
     for part in &policy.identity {
-        let value = match part {
-            IdentityPart::Header(name) => Cow::Borrowed(
-                single_header(request.headers, name.as_str())?
-                    .ok_or_else(|| missing(format!("header {name}")))?,
-            ),
-            IdentityPart::ApiKey(name) => {
-                let raw = single_header(request.headers, name.as_str())?
-                    .ok_or_else(|| missing(format!("api_key (header {name})")))?;
-                Cow::Owned(hash(hasher, raw)?)
+        let told = match part {
+            IdentityPart::Header(header) | IdentityPart::ApiKey(header) => {
+                single_header(request.headers, header.as_str())?.map(Told::Text)
             }
-            IdentityPart::Bearer => {
-                let token = single_header(request.headers, &AUTHORIZATION)?
-                    .and_then(|v| {
-                        let (scheme, token) = v.split_once(' ')?;
-                        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-                    })
-                    .filter(|t| !t.is_empty())
-                    .ok_or_else(|| missing("bearer (Authorization: Bearer <token>)".into()))?;
-                Cow::Owned(hash(hasher, token)?)
-            }
-            IdentityPart::ClientIp(networks) => Cow::Owned(networks.key(request.client_ip()?)),
-            IdentityPart::Method => upper(request.method),
-            IdentityPart::Path => policy.matcher.canonical_path(&request.path),
-            IdentityPart::Route => match policy.matcher.route() {
-                Some(route) => Cow::Borrowed(route),
-                None => policy.matcher.canonical_path(&request.path),
-            },
-            IdentityPart::Host => {
-                let host = canonical_host(request.host);
-                if host.is_empty() {
-                    return Err(missing("host".into()));
-                }
-                host
-            }
-            IdentityPart::Literal(v) => Cow::Borrowed(v.as_str()),
+            IdentityPart::Bearer => single_header(request.headers, &AUTHORIZATION)?.map(Told::Text),
+            IdentityPart::ClientIp(_) => Some(Told::Address(request.client_ip()?)),
+            IdentityPart::Method => Some(Told::Text(request.method)),
+            IdentityPart::Path | IdentityPart::Route => Some(Told::Text(&request.path)),
+            IdentityPart::Host => Some(Told::Text(request.host)),
+            IdentityPart::Literal(_) => None,
         };
+        let value = shape_part(policy, part, told, hasher).map_err(|fault| match fault {
+            PartFault::Missing => RequestFault(format!(
+                "policy {name}: identity part {} is missing from the request",
+                missing_part(part)
+            )),
+            PartFault::NotAnAddress(text) => RequestFault(format!(
+                "policy {name}: identity part client_ip: {text:?} is not an IP address"
+            )),
+            PartFault::NoHasher => RequestFault("no identity hashing key is configured".into()),
+        })?;
         values.push((part.name(), value));
     }
-    let identity = Identity::composite(values.iter().map(|(n, v)| (*n, v.as_ref())))
-        .map_err(|e| RequestFault(format!("policy {}: {e}", policy.policy.name())))?;
-    if identity.as_bytes().len() > max_key_bytes {
-        return Err(RequestFault(format!(
-            "policy {}: the identity is longer than {max_key_bytes} bytes",
-            policy.policy.name()
-        )));
+    compose(values.iter().map(|(n, v)| (*n, v.as_ref())), max_key_bytes).map_err(
+        |fault| match fault {
+            ComposeFault::Parts(e) => RequestFault(format!("policy {name}: {e}")),
+            ComposeFault::TooLong(_) => RequestFault(format!(
+                "policy {name}: the identity is longer than {max_key_bytes} bytes"
+            )),
+        },
+    )
+}
+
+/// How forward auth names a part a request left out.
+fn missing_part(part: &IdentityPart) -> String {
+    match part {
+        IdentityPart::Header(name) => format!("header {name}"),
+        IdentityPart::ApiKey(name) => format!("api_key (header {name})"),
+        IdentityPart::Bearer => "bearer (Authorization: Bearer <token>)".to_owned(),
+        other => other.name().to_owned(),
     }
-    Ok(identity)
-}
-
-/// The host as one bucket sees it, whatever its spelling: lower case,
-/// without a port (`api.example.com:443`) or the root's trailing dot
-/// (`api.example.com.`), as `match.host` compares it.
-fn canonical_host(host: &str) -> Cow<'_, str> {
-    let bare = match host.rsplit_once(':') {
-        // Not an IPv6 literal's colon: `[::1]:80` keeps `[::1]`.
-        Some((name, port))
-            if !port.is_empty()
-                && port.bytes().all(|b| b.is_ascii_digit())
-                && (!name.contains(':') || name.ends_with(']')) =>
-        {
-            name
-        }
-        _ => host,
-    };
-    lower(bare.strip_suffix('.').unwrap_or(bare))
-}
-
-/// `text` in upper case, copied only when it is not already.
-fn upper(text: &str) -> Cow<'_, str> {
-    if text.bytes().any(|b| b.is_ascii_lowercase()) {
-        Cow::Owned(text.to_ascii_uppercase())
-    } else {
-        Cow::Borrowed(text)
-    }
-}
-
-/// `text` in lower case, copied only when it is not already.
-fn lower(text: &str) -> Cow<'_, str> {
-    if text.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(text.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(text)
-    }
-}
-
-fn hash(hasher: Option<&SecretHasher>, secret: &str) -> Result<String, RequestFault> {
-    // Config loading guarantees a hasher whenever a policy has a secret part.
-    hasher
-        .map(|h| h.hash(secret.as_bytes()))
-        .ok_or_else(|| RequestFault("no identity hashing key is configured".into()))
 }
 
 /// The cost `policy` charges for `request`.
@@ -487,22 +432,6 @@ mod tests {
             client_ip(&bad, ip("192.0.2.1"), &trusted),
             Ok(ip("192.0.2.1"))
         );
-    }
-
-    #[test]
-    fn every_spelling_of_a_host_is_one_bucket() {
-        for spelling in [
-            "api.example.com",
-            "API.Example.com",
-            "api.example.com.",
-            "api.example.com:8443",
-            "API.example.com.:443",
-        ] {
-            assert_eq!(canonical_host(spelling), "api.example.com", "{spelling}");
-        }
-        assert_eq!(canonical_host("[::1]:80"), "[::1]");
-        assert_eq!(canonical_host("[::1]"), "[::1]");
-        assert_eq!(canonical_host(""), "");
     }
 
     #[test]

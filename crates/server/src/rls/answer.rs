@@ -26,6 +26,9 @@ pub(super) struct Answer<'a> {
     fields: Option<RateLimitFields>,
     /// `Retry-After`, in seconds, when configured, over, and a wait helps.
     retry_after: Option<u64>,
+    /// Why the request was refused ([`refused`]), for Envoy to add as
+    /// `Tollgate-Problem`, as forward auth names a client's fault.
+    problem: Option<&'a str>,
 }
 
 impl Answer<'_> {
@@ -34,6 +37,13 @@ impl Answer<'_> {
         let mut seconds = itoa::Buffer::new();
         let mut headers = [Header::default(); 3];
         let mut n = 0;
+        if let Some(problem) = self.problem {
+            headers[0] = Header {
+                key: PROBLEM_FIELD,
+                value: problem,
+            };
+            n = 1;
+        }
         if let Some(fields) = &self.fields {
             headers[0] = Header {
                 key: ratelimit_draft::POLICY_FIELD,
@@ -58,6 +68,39 @@ impl Answer<'_> {
         unary::answer(length, |out| {
             wire::write_response(out, overall, &self.statuses, headers);
         })
+    }
+}
+
+/// The field naming a refused request's fault, as forward auth's
+/// `Tollgate-Problem`.
+const PROBLEM_FIELD: &str = "tollgate-problem";
+
+/// The answer to a request with a descriptor the client's input cannot
+/// key ([`Resolved::Refused`]): over the limit, nothing decided or spent,
+/// the refused descriptors `OVER_LIMIT` and the others `OK` without a
+/// limit; the first refusal's reason in `Tollgate-Problem`. An error
+/// status instead would reach Envoy's `failure_mode_deny: false`, which
+/// lets the request through.
+pub(super) fn refused<'a>(resolved: &'a [Resolved<'a>]) -> Answer<'a> {
+    let statuses = resolved
+        .iter()
+        .map(|r| DescriptorStatus {
+            code: Code::of(matches!(r, Resolved::Refused(_))),
+            current_limit: None,
+            limit_remaining: 0,
+            reset_ms: None,
+        })
+        .collect();
+    let problem = resolved.iter().find_map(|r| match r {
+        Resolved::Refused(reason) => Some(reason.as_str()),
+        _ => None,
+    });
+    Answer {
+        over: true,
+        statuses,
+        fields: None,
+        retry_after: None,
+        problem,
     }
 }
 
@@ -106,6 +149,7 @@ pub(super) fn answer<'a>(
                 now_ms,
                 &mut verdict,
             ),
+            Resolved::Refused(_) => return Ok(refused(resolved)),
             Resolved::Decide(pending) => {
                 let Some(decision) = decision.as_ref() else {
                     return Err(Status::internal("a descriptor was left undecided"));
@@ -128,6 +172,7 @@ pub(super) fn answer<'a>(
         statuses,
         fields,
         retry_after,
+        problem: None,
     })
 }
 /// The request's overall answer, gathered descriptor by descriptor.

@@ -11,6 +11,7 @@
 //! independently, so a rejected request still spends the limits it passed).
 
 mod answer;
+mod identity;
 mod resolve;
 pub mod service;
 mod unary;

@@ -17,6 +17,7 @@ use tollgate_core::{Identity, Limits, Policy, Window};
 use tollgate_limiter::Plan;
 use tonic::Status;
 
+use super::identity::{IdentityFault, bound_identity, descriptor_identity};
 use super::wire::{Descriptor, Entry, Override, RateLimitCall};
 use crate::envoy_rules::{EnvoyRules, Matched, RuleKind, Unit};
 use crate::live::{LiveConfig, RulePlan};
@@ -46,6 +47,11 @@ pub(super) enum Resolved<'a> {
     },
     /// A limit the store decides.
     Decide(Box<Pending<'a>>),
+    /// What the client sent cannot key a budget (an empty identity part,
+    /// a `client_ip` that is no address, entries too long): the request is
+    /// over and nothing is decided, as forward auth answers such a request
+    /// 400 — never an error Envoy's `failure_mode_deny: false` lets through.
+    Refused(String),
 }
 
 /// What `current_limit` says, and the envoyproxy-style counters it counts in.
@@ -214,11 +220,14 @@ impl<'a> Resolver<'a> {
                 let Some(limit) = envoy.limits[index].as_ref() else {
                     return Err(Status::internal("a limited rule without its plan"));
                 };
+                let shared = Some(&matched.shared[..]);
                 let identity = match limit.plan {
-                    RulePlan::Own(_) => self.identity(i, descriptor, Some(&matched.shared))?,
-                    RulePlan::Bound(_) => {
-                        self.bound_identity(i, descriptor, Some(&matched.shared))?
-                    }
+                    RulePlan::Own(_) => self.identity(descriptor, shared),
+                    RulePlan::Bound(p) => self.bound_identity(descriptor, shared, p),
+                };
+                let identity = match identity {
+                    Ok(identity) => identity,
+                    Err(fault) => return refusal(i, fault),
                 };
                 Resolved::Decide(Box::new(Pending {
                     plan: PlanRef::Live(limit.plan(self.live)),
@@ -275,10 +284,14 @@ impl<'a> Resolver<'a> {
             Some(counters) => plan.with_counters(counters.clone()),
             None => plan,
         };
+        let identity = match self.identity(descriptor, None) {
+            Ok(identity) => identity,
+            Err(fault) => return refusal(i, fault),
+        };
         Ok(Resolved::Decide(Box::new(Pending {
             plan: PlanRef::Own(Box::new(plan)),
             policy_item: None,
-            identity: self.identity(i, descriptor, None)?,
+            identity,
             cost: hits,
             shadow: false,
             quota: false,
@@ -287,72 +300,49 @@ impl<'a> Resolver<'a> {
         })))
     }
 
+    /// An unbound rule's (or a `limit` override's) identity.
     fn identity(
         &self,
-        i: usize,
         descriptor: &Descriptor,
-        shared: Option<&[Option<&str>]>,
-    ) -> Result<Identity, Status> {
+        shared: Option<&'a [Option<&'a str>]>,
+    ) -> Result<Identity, IdentityFault> {
         descriptor_identity(
             self.domain,
             self.entries(descriptor).iter().map(|e| (e.key, e.value)),
             shared,
             self.live.config.server.max_key_bytes,
         )
-        .map_err(|reason| Status::invalid_argument(format!("descriptors[{i}]: {reason}")))
     }
 
-    /// A bound rule's identity ([`composite_identity`]).
+    /// A rule bound to policy `index`: keyed by that policy's identity
+    /// rules ([`bound_identity`]).
     fn bound_identity(
         &self,
-        i: usize,
         descriptor: &Descriptor,
         shared: Option<&[Option<&str>]>,
-    ) -> Result<Identity, Status> {
-        composite_identity(
-            self.entries(descriptor).iter().map(|e| (e.key, e.value)),
+        index: usize,
+    ) -> Result<Identity, IdentityFault> {
+        bound_identity(
+            &self.live.policies[index].serve,
+            self.entries(descriptor),
             shared,
+            self.live.config.hasher.as_ref(),
             self.live.config.server.max_key_bytes,
         )
-        .map_err(|reason| Status::invalid_argument(format!("descriptors[{i}]: {reason}")))
     }
 }
 
-/// The identity of a descriptor matched by a rule bound to a tollgate
-/// policy: the composite of its entries, as `/v1/check` spells
-/// `{"key": {"tenant": "acme"}}` and forward auth builds it from
-/// `identity: [{header: Tenant}]` (`share_threshold` wildcards put their
-/// pattern in place of the value). The domain is not part of it: the
-/// policy is one budget whichever door asks.
-fn composite_identity<'a>(
-    entries: impl Iterator<Item = (&'a str, &'a str)>,
-    shared: Option<&'a [Option<&'a str>]>,
-    max_bytes: usize,
-) -> Result<Identity, String> {
-    let identity = Identity::composite(with_shared(entries, shared)).map_err(|e| e.to_string())?;
-    if identity.as_bytes().len() > max_bytes {
-        return Err(format!(
-            "the descriptor's entries take {} bytes; at most {max_bytes} are accepted (server.max_key_bytes)",
-            identity.as_bytes().len()
-        ));
+/// Descriptor `i`'s identity fault as its answer: the client's is a
+/// refusal, a malformed descriptor `INVALID_ARGUMENT`.
+fn refusal<'a>(i: usize, fault: IdentityFault) -> Result<Resolved<'a>, Status> {
+    match fault {
+        IdentityFault::Refused(reason) => {
+            Ok(Resolved::Refused(format!("descriptors[{i}]: {reason}")))
+        }
+        IdentityFault::Invalid(reason) => Err(Status::invalid_argument(format!(
+            "descriptors[{i}]: {reason}"
+        ))),
     }
-    Ok(identity)
-}
-
-/// A descriptor's entries, each `share_threshold` wildcard's pattern in
-/// place of its entry's value.
-fn with_shared<'a>(
-    entries: impl Iterator<Item = (&'a str, &'a str)>,
-    shared: Option<&'a [Option<&'a str>]>,
-) -> impl Iterator<Item = (&'a str, &'a str)> {
-    entries.enumerate().map(move |(i, (key, value))| {
-        let value = shared
-            .and_then(|s| s.get(i))
-            .copied()
-            .flatten()
-            .unwrap_or(value);
-        (key, value)
-    })
 }
 
 /// `replaces`: a matched limit named by another matched limit's
@@ -363,70 +353,4 @@ fn replaced_names<'a>(rules: &'a EnvoyRules, matched: &[Option<Matched<'_>>]) ->
         .flatten()
         .flat_map(|m| rules.rules[m.rule].replaces.iter().map(String::as_str))
         .collect()
-}
-
-/// The identity of a matched descriptor: the domain and every entry, each
-/// length-prefixed so no two descriptors share one (`share_threshold`
-/// wildcards put their pattern in place of the value).
-fn descriptor_identity<'a>(
-    domain: &str,
-    entries: impl Iterator<Item = (&'a str, &'a str)>,
-    shared: Option<&'a [Option<&'a str>]>,
-    max_bytes: usize,
-) -> Result<Identity, String> {
-    let mut text = String::with_capacity(64);
-    let mut digits = itoa::Buffer::new();
-    // `{len}:{text}`, written piece by piece (no formatting machinery on
-    // the hot path).
-    let mut prefixed = |text: &mut String, piece: &str| {
-        text.push_str(digits.format(piece.len()));
-        text.push(':');
-        text.push_str(piece);
-    };
-    text.push_str("rls:");
-    prefixed(&mut text, domain);
-    for (key, value) in with_shared(entries, shared) {
-        text.push('|');
-        prefixed(&mut text, key);
-        prefixed(&mut text, value);
-    }
-    if text.len() > max_bytes {
-        return Err(format!(
-            "the descriptor's entries take {} bytes; at most {max_bytes} are accepted (server.max_key_bytes)",
-            text.len()
-        ));
-    }
-    Ok(Identity::value(&text))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The identity's text is part of every Redis key an RLS limit has
-    /// written: it must not change between versions.
-    #[test]
-    fn a_descriptor_identity_is_the_length_prefixed_domain_and_entries() {
-        let entries = [("key", "value"), ("remote_address", "10.0.0.1")];
-        let identity = descriptor_identity("edge", entries.into_iter(), None, 1024);
-        assert_eq!(
-            identity,
-            Ok(Identity::value(
-                "rls:4:edge|3:key5:value|14:remote_address8:10.0.0.1"
-            ))
-        );
-        let shared = [None, Some("10.*")];
-        let identity = descriptor_identity("edge", entries.into_iter(), Some(&shared), 1024);
-        assert_eq!(
-            identity,
-            Ok(Identity::value(
-                "rls:4:edge|3:key5:value|14:remote_address4:10.*"
-            ))
-        );
-        let refused = descriptor_identity("edge", entries.into_iter(), None, 40);
-        assert_eq!(
-            refused,
-            Err("the descriptor's entries take 51 bytes; at most 40 are accepted (server.max_key_bytes)".to_owned())
-        );
-    }
 }

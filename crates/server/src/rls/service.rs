@@ -19,7 +19,7 @@ use tonic::Status;
 use tonic::service::Routes;
 use tower::ServiceExt;
 
-use super::answer::{Answer, answer};
+use super::answer::{Answer, answer, refused};
 use super::resolve::{Pending, Resolved, Resolver};
 use super::unary::{self, GrpcBody};
 use super::wire::{self, MAX_DESCRIPTORS, MAX_ENTRIES, RateLimitCall};
@@ -100,7 +100,7 @@ async fn should_rate_limit(
         Err(status) => Err(status),
     };
     let (code, response) = match result {
-        Ok((over, response)) => (if over { "over_limit" } else { "ok" }, response),
+        Ok((answered, response)) => (answered.code(), response),
         Err(status) => (
             if status.code() == tonic::Code::InvalidArgument {
                 "invalid_argument"
@@ -118,6 +118,25 @@ async fn should_rate_limit(
     response
 }
 
+/// How a call was answered, as `tollgate_rls_requests_total` counts it.
+#[derive(Clone, Copy)]
+enum Answered {
+    Ok,
+    Over,
+    /// Over because what the client sent cannot key a budget.
+    Refused,
+}
+
+impl Answered {
+    fn code(self) -> &'static str {
+        match self {
+            Answered::Ok => "ok",
+            Answered::Over => "over_limit",
+            Answered::Refused => "refused",
+        }
+    }
+}
+
 /// The service's decisions over the running app.
 #[derive(Clone, Copy)]
 struct RateLimitGrpc<'a> {
@@ -131,10 +150,14 @@ impl RateLimitGrpc<'_> {
     async fn decide(
         &self,
         call: &RateLimitCall<'_>,
-    ) -> Result<(bool, hyper::Response<GrpcBody>), Status> {
+    ) -> Result<(Answered, hyper::Response<GrpcBody>), Status> {
         validate(call)?;
         let live = self.app.live.load();
         let resolved = Resolver::new(&live, call).resolve_all()?;
+        if resolved.iter().any(|r| matches!(r, Resolved::Refused(_))) {
+            // Nothing is decided: a refused request spends no budget.
+            return Ok((Answered::Refused, refused(&resolved).into_response()));
+        }
         let decided = self.decide_resolved(&resolved).await?;
         // Blocked (`requests_per_unit: 0`) limits end with their window.
         let now_ms = self.app.limiter.clock().now_ms();
@@ -144,7 +167,12 @@ impl RateLimitGrpc<'_> {
             now_ms,
             live.config.server.grpc_response_headers,
         )?;
-        Ok((answer.over, answer.into_response()))
+        let answered = if answer.over {
+            Answered::Over
+        } else {
+            Answered::Ok
+        };
+        Ok((answered, answer.into_response()))
     }
 
     /// The store's decisions, in `resolved`'s order (`None` where the store

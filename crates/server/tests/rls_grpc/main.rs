@@ -13,6 +13,7 @@ mod concurrency;
 mod config_faults;
 mod examples;
 mod harness;
+mod policy_identity;
 mod redis_lanes;
 mod request_fields;
 mod store_failures;

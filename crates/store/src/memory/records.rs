@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tollgate_core::Algorithm;
 
 use super::{MemoryStore, Table, table_for};
-use crate::request_id::{self, Replay, RequestDigest, RequestId, Retried, Retry};
+use crate::request_id::{self, MAX_REPLAYS, Replay, RequestDigest, RequestId, Retried, Retry};
 use crate::{Check, StoreError};
 
 /// The request ids recorded with one key as a call's first check.
@@ -26,6 +26,8 @@ pub(super) struct Recorded {
     /// The whole request it admitted: only the same request replays it.
     request: RequestDigest,
     pub(super) until_ms: u64,
+    /// The times it answered; at [`MAX_REPLAYS`] it answers no more.
+    replays: u32,
 }
 
 impl Records {
@@ -37,8 +39,10 @@ impl Records {
     }
 
     /// The record of `id`, while it lives.
-    pub(super) fn live(&self, id: &RequestId, now: u64) -> Option<&Recorded> {
-        self.ids.iter().find(|r| r.until_ms > now && r.id == *id)
+    pub(super) fn live(&mut self, id: &RequestId, now: u64) -> Option<&mut Recorded> {
+        self.ids
+            .iter_mut()
+            .find(|r| r.until_ms > now && r.id == *id)
     }
 
     /// Drops expired ids; returns how many.
@@ -98,11 +102,17 @@ impl MemoryStore {
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let mut guards = self.lock(&hashes);
         let hash = hashes[0];
+        // A record of this request answers (and counts) a replay until its
+        // replays are used up; then the request is decided as a new one.
         let recorded = table_for(&mut guards, self.shard_index(hash))
             .records
-            .find(hash, |r| r.is(hash, first))
+            .find_mut(hash, |r| r.is(hash, first))
             .and_then(|r| r.live(retry.id, now))
-            .map(|r| r.request);
+            .filter(|r| r.request != retry.request || r.replays < MAX_REPLAYS)
+            .map(|r| {
+                r.replays += u32::from(r.request == retry.request);
+                r.request
+            });
         if let Some(recorded) = recorded {
             if recorded != retry.request {
                 return Ok(Retried {
@@ -136,11 +146,16 @@ impl MemoryStore {
             id: retry.id.clone(),
             request: retry.request,
             until_ms: now.saturating_add(retry.window_ms),
+            replays: 0,
         };
         let max = usize::try_from(retry.max_ids).unwrap_or(usize::MAX).max(1);
         match table.records.find_mut(hash, |r| r.is(hash, check)) {
             Some(records) => {
                 let mut dropped = records.drop_expired(now);
+                // A record whose replays were used up is replaced.
+                let before = records.ids.len();
+                records.ids.retain(|r| r.id != *retry.id);
+                dropped += before - records.ids.len();
                 while records.ids.len() >= max {
                     records.ids.pop_front();
                     dropped += 1;
