@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tollgate_core::Algorithm;
 
-use super::{MemoryStore, Table, table_for};
+use super::{MemoryStore, Now, Table, table_for};
 use crate::request_id::{self, Replay, RequestDigest, RequestId, Retried, Retry};
 use crate::{Check, StoreError};
 
@@ -94,14 +94,14 @@ impl MemoryStore {
                 replay: Replay::Fresh,
             });
         };
-        let now = self.clock.now_ms();
+        let now = self.now();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let mut guards = self.lock(&hashes);
         let hash = hashes[0];
         let recorded = table_for(&mut guards, self.shard_index(hash))
             .records
             .find(hash, |r| r.is(hash, first))
-            .and_then(|r| r.live(retry.id, now))
+            .and_then(|r| r.live(retry.id, now.wall))
             .map(|r| r.request);
         if let Some(recorded) = recorded {
             if recorded != retry.request {
@@ -131,16 +131,16 @@ impl MemoryStore {
     /// Records `retry.id` with `check`'s key, dropping its expired ids and,
     /// past `max_ids`, its oldest; then holds the shard to its bound, which
     /// forgets an id (there is one: this one) before it evicts any state.
-    fn record(&self, table: &mut Table, hash: u64, check: &Check<'_>, retry: Retry<'_>, now: u64) {
+    fn record(&self, table: &mut Table, hash: u64, check: &Check<'_>, retry: Retry<'_>, now: Now) {
         let recorded = Recorded {
             id: retry.id.clone(),
             request: retry.request,
-            until_ms: now.saturating_add(retry.window_ms),
+            until_ms: now.wall.saturating_add(retry.window_ms),
         };
         let max = usize::try_from(retry.max_ids).unwrap_or(usize::MAX).max(1);
         match table.records.find_mut(hash, |r| r.is(hash, check)) {
             Some(records) => {
-                let mut dropped = records.drop_expired(now);
+                let mut dropped = records.drop_expired(now.wall);
                 while records.ids.len() >= max {
                     records.ids.pop_front();
                     dropped += 1;
