@@ -356,8 +356,7 @@ impl Lease {
         (sent_ms, elapsed): (u64, u64),
     ) {
         for (identity, seen) in self.challengers.take() {
-            if entries.contains_key(&identity) || self.terms.seen_fits(seen, elapsed, self.floor)
-            {
+            if entries.contains_key(&identity) || self.terms.seen_fits(seen, elapsed, self.floor) {
                 continue;
             }
             let demand = self.terms.per_renewal(seen, elapsed);

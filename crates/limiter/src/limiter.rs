@@ -17,6 +17,7 @@ use tollgate_store::{
 };
 
 use crate::backend::Backend;
+use crate::carry::{self, CarriedKey};
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::Check;
@@ -443,14 +444,17 @@ impl Limiter {
                 .call(backend, &[*one], &[Some(pick)], 1, Some(retry))
                 .await;
         };
-        let guarded = [
+        let carried = carry::keys(std::slice::from_ref(one), 1, self.clock.monotonic_ms());
+        let mut guarded = vec![
             one.peek().guarded(None, Some((home.0, &home.1))),
             one.guarded(None, Some((next.0, &next.1))),
         ];
+        guarded.extend(carried_checks(std::slice::from_ref(one), &carried));
         self.metrics.store_requests.inc();
         let mut decided = backend.decide(&guarded, Some(retry)).await;
-        if decided.decisions.len() == 2 {
+        if decided.decisions.len() == 2 + carried.len() {
             decided.decisions.remove(0);
+            carry::fold(&mut decided, 1, &carried);
         } else {
             decided.decisions.clear();
         }
@@ -458,7 +462,9 @@ impl Limiter {
     }
 
     /// One all-or-nothing store call: leased checks under their share,
-    /// sharded ones on their pick's shard (`spill` shards further on).
+    /// sharded ones on their pick's shard (`spill` shards further on), and
+    /// each on the shard layouts its plan carries from before a reload
+    /// (crate::carry), folded back into its decision.
     async fn call(
         &self,
         backend: &Backend,
@@ -469,8 +475,9 @@ impl Limiter {
     ) -> Decided {
         let pick = |i: usize| picks.get(i).copied().flatten();
         self.metrics.store_requests.inc();
+        let carried = carry::keys(checks, spill, self.clock.monotonic_ms());
         match checks {
-            [one] => {
+            [one] if carried.is_empty() => {
                 let share = one.share(&*self.clock);
                 let shard = one.shard(pick(0), spill);
                 let guarded = one.guarded(
@@ -499,7 +506,7 @@ impl Limiter {
                         .map(|(i, c)| c.shard(pick(i), spill))
                         .collect()
                 };
-                let guarded: Vec<GuardedCheck<'_>> = checks
+                let mut guarded: Vec<GuardedCheck<'_>> = checks
                     .iter()
                     .enumerate()
                     .map(|(i, c)| {
@@ -512,7 +519,9 @@ impl Limiter {
                         )
                     })
                     .collect();
-                let decided = backend.decide(&guarded, retry).await;
+                guarded.extend(carried_checks(checks, &carried));
+                let mut decided = backend.decide(&guarded, retry).await;
+                carry::fold(&mut decided, checks.len(), &carried);
                 if !shares.is_empty() {
                     note_rejections(checks, &decided);
                 }
@@ -639,6 +648,18 @@ fn digest(checks: &[Check<'_>], shape: Option<&str>) -> RequestDigest {
 /// Leased checks the shared store turned away ask for more than their
 /// floor at their lease's next renewal (a degraded decision says nothing
 /// of the share).
+/// The store checks of `carried`: each its check's cost and failure mode
+/// on an old layout's key.
+fn carried_checks<'s>(
+    checks: &[Check<'s>],
+    carried: &'s [CarriedKey<'s>],
+) -> impl Iterator<Item = GuardedCheck<'s>> {
+    carried.iter().filter_map(move |key| {
+        let check = checks.get(key.owner)?;
+        Some(check.guarded(None, Some((key.policy, &key.identity))))
+    })
+}
+
 fn note_rejections(checks: &[Check<'_>], decided: &Decided) {
     if decided.by != DecidedBy::Shared || decided.decisions.len() != checks.len() {
         return;

@@ -13,6 +13,7 @@ use tollgate_store::{
     local_policy,
 };
 
+use crate::carry::{Carried, carried_over};
 use crate::hot_lease::HotLeases;
 use crate::lease::Lease;
 use crate::metrics::PolicyCounters;
@@ -46,6 +47,7 @@ pub struct Plan {
     lease: Option<Arc<Lease>>,
     shards: Vec<Policy>,
     shard_cursor: AtomicU64,
+    carried: Vec<Arc<Carried>>,
     hot_lease: Option<Arc<HotLeases>>,
     retry: Option<RetryRule>,
     counters: Option<PolicyCounters>,
@@ -65,6 +67,7 @@ impl Plan {
             lease: None,
             shards: Vec::new(),
             shard_cursor: AtomicU64::new(0),
+            carried: Vec::new(),
             hot_lease: None,
             retry: None,
             counters: None,
@@ -95,6 +98,14 @@ impl Plan {
     /// an integer share (they sum to the limit), tried round robin.
     pub fn with_shards(mut self, n: u16) -> Self {
         self.shards = shard_policies(&self.policy, n);
+        self
+    }
+
+    /// Replacing `previous` (a reload): where the shard layout changed,
+    /// the old layouts are also decided on for the policy's rest, so what
+    /// each identity spent carries over (crate::carry). Call it last.
+    pub fn with_carry_over(mut self, previous: &Plan) -> Self {
+        self.carried = carried_over(&self, previous);
         self
     }
 
@@ -152,6 +163,17 @@ impl Plan {
     /// Each shard's policy (empty: not sharded).
     pub fn shards(&self) -> &[Policy] {
         &self.shards
+    }
+
+    /// The shard layouts a reload replaced that it still reads.
+    pub(crate) fn carried(&self) -> &[Arc<Carried>] {
+        &self.carried
+    }
+
+    /// How many shard layouts a reload replaced it carries (each read
+    /// from the first decision after the reload for the policy's rest).
+    pub fn carries_layouts(&self) -> usize {
+        self.carried.len()
     }
 
     /// Its hot identities' blocks, under `hot_lease`.

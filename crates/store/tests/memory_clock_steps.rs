@@ -85,7 +85,11 @@ fn a_wall_clock_stepped_an_hour_forward_then_back_leaves_every_algorithm_exhaust
         );
     }
     clock.step(T0 + HOUR);
-    assert_eq!(store.sweep(), 0, "no state has rested: an hour went by on the wall alone");
+    assert_eq!(
+        store.sweep(),
+        0,
+        "no state has rested: an hour went by on the wall alone"
+    );
     assert_eq!(store.key_count(), 5);
     clock.step(T0);
     for policy in &policies {
