@@ -11,8 +11,8 @@
 //! win a slot.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock};
 
 use tollgate_core::Identity;
 
@@ -22,16 +22,17 @@ pub const MAX_CHALLENGERS: usize = 64;
 
 /// Units asked for since the last renewal, and how many of them may be
 /// another identity's (inherited on taking its place).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Count {
-    units: u64,
+    /// Counted under the read lock, as requests come.
+    units: AtomicU64,
     error: u64,
 }
 
 /// One lease's candidates.
 #[derive(Default)]
 pub(super) struct Challengers {
-    counts: Mutex<HashMap<Identity, Count>>,
+    counts: RwLock<HashMap<Identity, Count>>,
     /// How many there are, read without the lock on every request.
     len: AtomicUsize,
 }
@@ -42,9 +43,9 @@ impl Challengers {
         if self.len.load(Ordering::Relaxed) == 0 || cost == 0 {
             return;
         }
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(identity) {
-            count.units = count.units.saturating_add(cost);
+        let counts = self.counts.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get(identity) {
+            count.units.fetch_add(cost, Ordering::Relaxed);
         }
     }
 
@@ -52,34 +53,28 @@ impl Challengers {
     /// is full, becomes a candidate (one already is: [`Challengers::count`]
     /// counted the cost as it was asked).
     pub(super) fn enter(&self, identity: &Identity, cost: u64) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counts = self.counts.write().unwrap_or_else(PoisonError::into_inner);
         if counts.contains_key(identity) {
             return;
         }
+        let mut entering = Count {
+            units: AtomicU64::new(cost),
+            error: 0,
+        };
         if counts.len() >= MAX_CHALLENGERS {
             let least = counts
                 .iter()
-                .min_by(|a, b| a.1.units.cmp(&b.1.units).then_with(|| a.0.cmp(b.0)))
-                .map(|(id, count)| (id.clone(), *count));
-            if let Some((id, count)) = least {
-                counts.remove(&id);
-                counts.insert(
-                    identity.clone(),
-                    Count {
-                        units: count.units.saturating_add(cost),
-                        error: count.units,
-                    },
-                );
-            }
-            return;
+                .map(|(id, count)| (id, count.units.load(Ordering::Relaxed)))
+                .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(b.0)))
+                .map(|(id, units)| (id.clone(), units));
+            let Some((id, units)) = least else { return };
+            counts.remove(&id);
+            entering = Count {
+                units: AtomicU64::new(units.saturating_add(cost)),
+                error: units,
+            };
         }
-        counts.insert(
-            identity.clone(),
-            Count {
-                units: cost,
-                error: 0,
-            },
-        );
+        counts.insert(identity.clone(), entering);
         self.len.store(counts.len(), Ordering::Relaxed);
     }
 
@@ -87,11 +82,11 @@ impl Challengers {
     /// most demanding first (ties in identity order); the list starts
     /// afresh.
     pub(super) fn take(&self) -> Vec<(Identity, u64)> {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counts = self.counts.write().unwrap_or_else(PoisonError::into_inner);
         self.len.store(0, Ordering::Relaxed);
         let mut sure: Vec<(Identity, u64)> = counts
             .drain()
-            .map(|(id, c)| (id, c.units.saturating_sub(c.error)))
+            .map(|(id, c)| (id, c.units.into_inner().saturating_sub(c.error)))
             .collect();
         sure.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         sure
