@@ -20,7 +20,7 @@ use crate::backend::Backend;
 use crate::carry::{self, CarriedKey};
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
-use crate::plan::Check;
+use crate::plan::{Check, carried_keys};
 use crate::sampled_log::{DecisionSampling, Made, SampledLog};
 use crate::stores::{StoreName, StoreWatch};
 use crate::trace::TraceSink;
@@ -444,7 +444,7 @@ impl Limiter {
                 .call(backend, &[*one], &[Some(pick)], 1, Some(retry))
                 .await;
         };
-        let carried = carry::keys(std::slice::from_ref(one), 1, self.clock.monotonic_ms());
+        let carried = carried_keys(std::slice::from_ref(one), 1, self.clock.monotonic_ms());
         let mut guarded = vec![
             one.peek().guarded(None, Some((home.0, &home.1))),
             one.guarded(None, Some((next.0, &next.1))),
@@ -454,7 +454,7 @@ impl Limiter {
         let mut decided = backend.decide(&guarded, Some(retry)).await;
         if decided.decisions.len() == 2 + carried.len() {
             decided.decisions.remove(0);
-            carry::fold(&mut decided, 1, &carried);
+            carry::fold(&mut decided.decisions, 1, &carried);
         } else {
             decided.decisions.clear();
         }
@@ -475,7 +475,7 @@ impl Limiter {
     ) -> Decided {
         let pick = |i: usize| picks.get(i).copied().flatten();
         self.metrics.store_requests.inc();
-        let carried = carry::keys(checks, spill, self.clock.monotonic_ms());
+        let carried = carried_keys(checks, spill, self.clock.monotonic_ms());
         match checks {
             [one] if carried.is_empty() => {
                 let share = one.share(&*self.clock);
@@ -521,7 +521,7 @@ impl Limiter {
                     .collect();
                 guarded.extend(carried_checks(checks, &carried));
                 let mut decided = backend.decide(&guarded, retry).await;
-                carry::fold(&mut decided, checks.len(), &carried);
+                carry::fold(&mut decided.decisions, checks.len(), &carried);
                 if !shares.is_empty() {
                     note_rejections(checks, &decided);
                 }
