@@ -37,10 +37,11 @@ use super::{MemoryStore, Slot, Table};
 /// wall clock stepped an hour forward never makes a limiting state look at
 /// rest, and the wall clock, so a state is never forgotten while the wall,
 /// stepped back, has not reached its rest (forgetting stays unobservable).
-/// The wall time is kept as its lead over the monotonic time: a slot holds
-/// it in two bytes, clamped to ±32 s, which only ever judges later (a
-/// larger step back is covered as 32 s; a step forward beyond 32 s is
-/// judged on the monotonic clock, as it must be).
+/// The wall time is kept as its lead over the monotonic time, in two bytes
+/// a slot, clamped to ±32 s: a state decided while the wall was behind by
+/// more is judged later than needed, one decided while the wall was ahead
+/// by more at most 32 s after its monotonic rest (a full reset of real
+/// time has passed by then).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Now {
     pub(super) wall: u64,
