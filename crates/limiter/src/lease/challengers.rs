@@ -53,6 +53,14 @@ impl Challengers {
     /// is full, becomes a candidate (one already is: [`Challengers::count`]
     /// counted the cost as it was asked).
     pub(super) fn enter(&self, identity: &Identity, cost: u64) {
+        let known = self
+            .counts
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(identity);
+        if known {
+            return;
+        }
         let mut counts = self.counts.write().unwrap_or_else(PoisonError::into_inner);
         if counts.contains_key(identity) {
             return;
