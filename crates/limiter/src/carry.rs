@@ -95,6 +95,21 @@ impl Carried {
     }
 }
 
+impl Carried {
+    /// Every key of this layout for `identity` (an operator's reset
+    /// forgets them all).
+    pub(crate) fn every_key(&self, identity: &Identity) -> Vec<(&Policy, Identity)> {
+        if let [one] = self.policies.as_slice() {
+            return vec![(one, identity.clone())];
+        }
+        self.policies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((p, identity.shard(u16::try_from(i).ok()?))))
+            .collect()
+    }
+}
+
 /// One old-layout key a request also spends on: the check it belongs to,
 /// and the key's policy and identity.
 pub(crate) struct CarriedKey<'p> {

@@ -197,6 +197,14 @@ impl Plan {
         &self.shards
     }
 
+    /// Every key of the layouts it carries for `identity`, live or not.
+    pub(crate) fn carried_keys_of(&self, identity: &Identity) -> Vec<(&Policy, Identity)> {
+        self.carried
+            .iter()
+            .flat_map(|layout| layout.every_key(identity))
+            .collect()
+    }
+
     /// How many shard layouts a reload replaced it carries (each read
     /// from the first decision after the reload for the policy's rest).
     pub fn carries_layouts(&self) -> usize {

@@ -191,3 +191,25 @@ async fn the_old_layout_is_read_for_the_policys_rest_then_dropped() {
     let same = Plan::new(policy, 0).with_shards(4).with_carry_over(&new);
     assert_eq!(same.carries_layouts(), 0);
 }
+
+#[tokio::test]
+async fn an_operators_reset_forgets_the_carried_layout_too() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let limiter = limiter(Backend::memory(10_000, clock.clone()), clock.clone());
+    let who = Identity::value("tenant");
+    for policy in &twelve_a_day() {
+        let old = Plan::new(policy.clone(), 0);
+        exhaust(&limiter, &old, &who).await;
+        let new = Plan::new(policy.clone(), 0)
+            .with_shards(4)
+            .with_carry_over(&old);
+        assert!(!decide(&limiter, &new, &who).await.allowed);
+        assert!(limiter.forget(&new, &who).await.expect("reset"));
+        // Afresh on every layout: the new one's 3 a shard, 12 in all.
+        let mut admitted = 0;
+        for _ in 0..16 {
+            admitted += u64::from(decide(&limiter, &new, &who).await.allowed);
+        }
+        assert_eq!(admitted, 12, "{}", policy.name());
+    }
+}
