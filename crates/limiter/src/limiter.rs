@@ -17,10 +17,10 @@ use tollgate_store::{
 };
 
 use crate::backend::Backend;
-use crate::carry::{self, CarriedKey};
+use crate::carry;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
-use crate::plan::{Check, carried_keys};
+use crate::plan::{Check, carried_checks, carried_keys};
 use crate::sampled_log::{DecisionSampling, Made, SampledLog};
 use crate::stores::{StoreName, StoreWatch};
 use crate::trace::TraceSink;
@@ -648,18 +648,6 @@ fn digest(checks: &[Check<'_>], shape: Option<&str>) -> RequestDigest {
 /// Leased checks the shared store turned away ask for more than their
 /// floor at their lease's next renewal (a degraded decision says nothing
 /// of the share).
-/// The store checks of `carried`: each its check's cost and failure mode
-/// on an old layout's key.
-fn carried_checks<'s>(
-    checks: &[Check<'s>],
-    carried: &'s [CarriedKey<'s>],
-) -> impl Iterator<Item = GuardedCheck<'s>> {
-    carried.iter().filter_map(move |key| {
-        let check = checks.get(key.owner)?;
-        Some(check.guarded(None, Some((key.policy, &key.identity))))
-    })
-}
-
 fn note_rejections(checks: &[Check<'_>], decided: &Decided) {
     if decided.by != DecidedBy::Shared || decided.decisions.len() != checks.len() {
         return;

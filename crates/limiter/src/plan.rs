@@ -279,6 +279,18 @@ pub(crate) fn carried_keys<'p>(
     keys
 }
 
+/// The store checks of `carried`: each its check's cost and failure mode
+/// on an old layout's key.
+pub(crate) fn carried_checks<'s>(
+    checks: &[Check<'s>],
+    carried: &'s [CarriedKey<'s>],
+) -> impl Iterator<Item = GuardedCheck<'s>> {
+    carried.iter().filter_map(move |key| {
+        let check = checks.get(key.owner)?;
+        Some(check.guarded(None, Some((key.policy, &key.identity))))
+    })
+}
+
 /// One check: may `identity` spend `cost` under `plan` now?
 #[derive(Clone, Copy)]
 pub struct Check<'a> {
