@@ -87,6 +87,13 @@ impl ManualClock {
         }
     }
 
+    /// Steps the wall time alone, forward or backward, as an operator or a
+    /// wrong time source stepping a real clock would: the monotonic time,
+    /// which no step moves, stays where it is.
+    pub fn step(&self, now_ms: u64) {
+        self.now_ms.store(now_ms, Ordering::Relaxed);
+    }
+
     /// Moves both times forward, as a trace's next event would.
     pub fn advance(&self, by_ms: u64) {
         self.now_ms.fetch_add(by_ms, Ordering::Relaxed);
@@ -135,6 +142,15 @@ mod tests {
         assert_eq!((clock.now_ms(), clock.monotonic_ms()), (70_500, 100_500));
         clock.set(71_000);
         assert_eq!((clock.now_ms(), clock.monotonic_ms()), (71_000, 101_000));
+    }
+
+    #[test]
+    fn a_wall_clock_stepped_either_way_leaves_the_monotonic_time_where_it_was() {
+        let clock = ManualClock::new(100_000);
+        clock.step(3_700_000);
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (3_700_000, 100_000));
+        clock.step(100_000);
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (100_000, 100_000));
     }
 
     #[test]

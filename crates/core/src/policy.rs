@@ -177,6 +177,21 @@ impl Limits {
             }
         }
     }
+
+    /// The time these limits take to forget a use: a bucket's refill from
+    /// empty to full, a fixed window or a log's window, two windows for a
+    /// sliding window (its estimate weighs the previous one). A state left
+    /// alone this long says nothing of what was spent before it.
+    pub fn rest_ms(&self) -> u64 {
+        match self {
+            Limits::TokenBucket(r) | Limits::Gcra(r) => {
+                let ms = u128::from(r.capacity()) * u128::from(r.per_ms());
+                u64::try_from(ms.div_ceil(u128::from(r.tokens().max(1)))).unwrap_or(u64::MAX / 4)
+            }
+            Limits::FixedWindow(w) | Limits::SlidingLog(w) => w.window_ms(),
+            Limits::SlidingWindow(w) => w.window_ms().saturating_mul(2),
+        }
+    }
 }
 
 /// A named, validated policy. Cheap to clone.

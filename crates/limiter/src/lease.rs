@@ -4,11 +4,15 @@
 //!
 //! Every identity has its region's floor, spent with no ledger call. An
 //! identity the floor turned away gets an entry here (at most
-//! [`Leased::max_identities`]; past that it spends its floor, counted) and
-//! renews its own grant with the others in one batched call a renewal
-//! period; an entry whose demand fits its floor again is dropped once its
-//! grant has run out, so identities within their floor cost the ledger
-//! nothing. The ledger (crates/store/lua/lease.lua, in the global Redis)
+//! [`Leased::max_identities`]) and renews its own grant with the others in
+//! one batched call a renewal period; an entry whose demand fits its floor
+//! again is dropped once its grant has run out, so identities within their
+//! floor cost the ledger nothing. Slots go by demand, not by arrival: past
+//! the bound an identity is a challenger (lease/challengers.rs), and at a
+//! renewal a challenger that asked for more than [`DISPLACE_RATIO`] times
+//! what the least demanding holder asked takes its slot. The holder stops
+//! spending its grant here at once, and the ledger frees it a term plus a
+//! rest after granting it, as for any grant left to run out. The ledger (crates/store/lua/lease.lua, in the global Redis)
 //! decides grants on Redis's clock; this side only keeps the durations: a
 //! grant is spent from when the renewal was *sent* until a term later, on
 //! this instance's monotonic clock, so however Redis's clock and ours
@@ -30,8 +34,18 @@ use tollgate_store::{LeaseAsk, LeaseGrant, LeaseLimit, LeaseWant, StoreError};
 
 use crate::metrics::{LeaseCounters, LimiterMetrics};
 
+mod challengers;
+use challengers::Challengers;
+
 /// Leased identities per policy on one instance when config names none.
 pub const DEFAULT_MAX_IDENTITIES: usize = 1_000;
+
+/// A challenger takes a holder's slot only when its demand over the last
+/// renewal period is more than this many times the holder's: two tenants
+/// of like demand never trade a slot back and forth (the holder keeps it),
+/// and after a displacement the loser needs this many times the winner's
+/// demand (so this squared times its own) to win the slot back.
+pub const DISPLACE_RATIO: u64 = 2;
 
 /// A `leased` policy's terms (docs/config.md, Leased shares): every region
 /// owns a floor of each identity's limit; the rest, the spare, is leased
@@ -130,6 +144,10 @@ pub struct Lease {
     floor: u64,
     floor_policy: Arc<Policy>,
     entries: RwLock<HashMap<Identity, Arc<Entry>>>,
+    /// Identities over their floor that found the table full.
+    challengers: Challengers,
+    /// When the last renewal was sent (0: never).
+    last_begin_ms: AtomicU64,
     /// When the next renewal is due.
     next_due_ms: AtomicU64,
     counters: LeaseCounters,
@@ -150,6 +168,8 @@ impl Lease {
             floor,
             floor_policy,
             entries: RwLock::new(HashMap::new()),
+            challengers: Challengers::default(),
+            last_begin_ms: AtomicU64::new(0),
             next_due_ms: AtomicU64::new(0),
             counters,
         }
@@ -167,6 +187,7 @@ impl Lease {
     pub fn share(&self, identity: &Identity, cost: u64, now_ms: u64) -> Arc<Policy> {
         let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
         let Some(entry) = entries.get(identity) else {
+            self.challengers.count(identity, cost);
             return Arc::clone(&self.floor_policy);
         };
         entry.demand.fetch_add(cost, Ordering::Relaxed);
@@ -203,7 +224,8 @@ impl Lease {
 
     /// `identity` was turned away asking `cost` units: it gets an entry,
     /// so the next renewal asks for its own spare, unless the table is
-    /// full (then it spends its floor, and that is counted).
+    /// full (then it spends its floor, counted, and challenges for a slot
+    /// at the next renewal).
     pub fn rejected(&self, identity: &Identity, cost: u64) {
         let known = self
             .entries
@@ -218,7 +240,9 @@ impl Lease {
             return;
         }
         if entries.len() >= self.terms.max_identities {
+            drop(entries);
             self.counters.refused_identities.inc();
+            self.challengers.enter(identity, cost);
             return;
         }
         entries.insert(
@@ -266,17 +290,20 @@ impl Lease {
     /// Starts a renewal sent at `sent_ms`: takes each identity's demand
     /// seen since its last one (per renewal period, so instances that
     /// renewed late or early compare fairly), drops the identities whose
-    /// demand fits their floor and whose grant has run out, and returns
-    /// those that want more than their floor. An identity within its floor
-    /// but still holding a grant is not renewed: its grant runs out.
+    /// demand fits their floor and whose grant has run out, seats the
+    /// challengers that earn a slot, and returns those that want more than
+    /// their floor. An identity within its floor but still holding a grant
+    /// is not renewed: its grant runs out.
     pub fn begin(&self, sent_ms: u64) -> Vec<Wanting> {
         self.schedule(sent_ms);
+        let since = self.last_begin_ms.swap(sent_ms, Ordering::Relaxed);
         let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
         let mut wanting = Vec::new();
-        let mut reported = 0u64;
+        // Every holder kept, and its demand: who a challenger may displace.
+        let mut holders: Vec<(Identity, u64)> = Vec::new();
         entries.retain(|identity, entry| {
             let seen = entry.demand.swap(0, Ordering::Relaxed);
-            let last = entry.last_sent_ms.load(Ordering::Relaxed);
+            let last = entry.last_sent_ms.swap(sent_ms, Ordering::Relaxed);
             let elapsed = if last == 0 {
                 self.terms.renew_ms
             } else {
@@ -284,8 +311,7 @@ impl Lease {
             };
             let demand = self.terms.per_renewal(seen, elapsed);
             if !self.terms.seen_fits(seen, elapsed, self.floor) {
-                entry.last_sent_ms.store(sent_ms, Ordering::Relaxed);
-                reported = reported.saturating_add(demand);
+                holders.push((identity.clone(), demand));
                 wanting.push(Wanting {
                     identity: identity.clone(),
                     demand,
@@ -295,12 +321,77 @@ impl Lease {
             }
             // Within its floor: counted afresh from here, kept only while
             // a grant runs.
-            entry.last_sent_ms.store(sent_ms, Ordering::Relaxed);
-            sent_ms < entry.held.load().until_ms
+            let kept = sent_ms < entry.held.load().until_ms;
+            if kept {
+                holders.push((identity.clone(), demand));
+            }
+            kept
         });
+        let elapsed = if since == 0 {
+            self.terms.renew_ms
+        } else {
+            sent_ms.saturating_sub(since).max(1)
+        };
+        self.seat_challengers(&mut entries, &mut wanting, holders, (sent_ms, elapsed));
+        let reported = wanting
+            .iter()
+            .fold(0u64, |sum, w| sum.saturating_add(w.demand));
         self.counters.identities.set(gauge(entries.len() as u64));
         self.counters.demand.set(gauge(reported));
         wanting
+    }
+
+    /// Seats this period's challengers, the most demanding first: in a
+    /// free slot, or in the least demanding holder's (ties in identity
+    /// order) when the challenger asked for more than [`DISPLACE_RATIO`]
+    /// times what it asked. A displaced holder leaves the table and the
+    /// renewal: from now it spends its floor here, and its grant is left
+    /// to the ledger to free. A holder seated this period is not displaced
+    /// in it. `elapsed`: the challengers' period, since the last renewal.
+    fn seat_challengers(
+        &self,
+        entries: &mut HashMap<Identity, Arc<Entry>>,
+        wanting: &mut Vec<Wanting>,
+        mut holders: Vec<(Identity, u64)>,
+        (sent_ms, elapsed): (u64, u64),
+    ) {
+        for (identity, seen) in self.challengers.take() {
+            if entries.contains_key(&identity) || self.terms.seen_fits(seen, elapsed, self.floor) {
+                continue;
+            }
+            let demand = self.terms.per_renewal(seen, elapsed);
+            if entries.len() >= self.terms.max_identities {
+                let least = holders
+                    .iter()
+                    .enumerate()
+                    .min_by(|(_, a), (_, b)| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
+                    .map(|(at, _)| at);
+                let Some(at) = least else { break };
+                // The most demanding challenger first: none after it wins.
+                if demand <= holders[at].1.saturating_mul(DISPLACE_RATIO) {
+                    break;
+                }
+                let (displaced, _) = holders.swap_remove(at);
+                entries.remove(&displaced);
+                wanting.retain(|w| w.identity != displaced);
+                self.counters.outcome("displaced").inc();
+            }
+            let entry = Arc::new(Entry {
+                held: ArcSwap::from_pointee(Held {
+                    units: self.floor,
+                    until_ms: 0,
+                    policy: Arc::clone(&self.floor_policy),
+                }),
+                demand: AtomicU64::new(0),
+                last_sent_ms: AtomicU64::new(sent_ms),
+            });
+            entries.insert(identity.clone(), Arc::clone(&entry));
+            wanting.push(Wanting {
+                identity,
+                demand,
+                entry,
+            });
+        }
     }
 
     /// The ledger call for `wants`, under this policy's terms.

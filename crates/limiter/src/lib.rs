@@ -55,6 +55,7 @@
 mod across;
 mod backend;
 mod blocks;
+mod carry;
 mod decision_log;
 mod hot;
 mod hot_lease;

@@ -17,9 +17,10 @@ use tollgate_store::{
 };
 
 use crate::backend::Backend;
+use crate::carry;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
-use crate::plan::Check;
+use crate::plan::{Check, carried_checks, carried_keys};
 use crate::sampled_log::{DecisionSampling, Made, SampledLog};
 use crate::stores::{StoreName, StoreWatch};
 use crate::trace::TraceSink;
@@ -451,14 +452,17 @@ impl Limiter {
                 .call(backend, &[*one], &[Some(pick)], 1, Some(retry))
                 .await;
         };
-        let guarded = [
+        let carried = carried_keys(std::slice::from_ref(one), 1, self.clock.monotonic_ms());
+        let mut guarded = vec![
             one.peek().guarded(None, Some((home.0, &home.1))),
             one.guarded(None, Some((next.0, &next.1))),
         ];
+        guarded.extend(carried_checks(std::slice::from_ref(one), &carried));
         self.metrics.store_requests.inc();
         let mut decided = backend.decide(&guarded, Some(retry)).await;
-        if decided.decisions.len() == 2 {
+        if decided.decisions.len() == 2 + carried.len() {
             decided.decisions.remove(0);
+            carry::fold(&mut decided.decisions, 1, &carried);
         } else {
             decided.decisions.clear();
         }
@@ -466,7 +470,9 @@ impl Limiter {
     }
 
     /// One all-or-nothing store call: leased checks under their share,
-    /// sharded ones on their pick's shard (`spill` shards further on).
+    /// sharded ones on their pick's shard (`spill` shards further on), and
+    /// each on the shard layouts its plan carries from before a reload
+    /// (crate::carry), folded back into its decision.
     async fn call(
         &self,
         backend: &Backend,
@@ -477,8 +483,9 @@ impl Limiter {
     ) -> Decided {
         let pick = |i: usize| picks.get(i).copied().flatten();
         self.metrics.store_requests.inc();
+        let carried = carried_keys(checks, spill, self.clock.monotonic_ms());
         match checks {
-            [one] => {
+            [one] if carried.is_empty() => {
                 let share = one.share(&*self.clock);
                 let shard = one.shard(pick(0), spill);
                 let guarded = one.guarded(
@@ -507,7 +514,7 @@ impl Limiter {
                         .map(|(i, c)| c.shard(pick(i), spill))
                         .collect()
                 };
-                let guarded: Vec<GuardedCheck<'_>> = checks
+                let mut guarded: Vec<GuardedCheck<'_>> = checks
                     .iter()
                     .enumerate()
                     .map(|(i, c)| {
@@ -520,7 +527,9 @@ impl Limiter {
                         )
                     })
                     .collect();
-                let decided = backend.decide(&guarded, retry).await;
+                guarded.extend(carried_checks(checks, &carried));
+                let mut decided = backend.decide(&guarded, retry).await;
+                carry::fold(&mut decided.decisions, checks.len(), &carried);
                 if !shares.is_empty() {
                     note_rejections(checks, &decided);
                 }

@@ -13,6 +13,7 @@ use tollgate_store::{
     local_policy,
 };
 
+use crate::carry::{Carried, CarriedKey};
 use crate::hot_lease::HotLeases;
 use crate::lease::Lease;
 use crate::metrics::PolicyCounters;
@@ -46,6 +47,7 @@ pub struct Plan {
     lease: Option<Arc<Lease>>,
     shards: Vec<Policy>,
     shard_cursor: AtomicU64,
+    carried: Vec<Arc<Carried>>,
     hot_lease: Option<Arc<HotLeases>>,
     retry: Option<RetryRule>,
     counters: Option<PolicyCounters>,
@@ -65,6 +67,7 @@ impl Plan {
             lease: None,
             shards: Vec::new(),
             shard_cursor: AtomicU64::new(0),
+            carried: Vec::new(),
             hot_lease: None,
             retry: None,
             counters: None,
@@ -96,6 +99,46 @@ impl Plan {
     pub fn with_shards(mut self, n: u16) -> Self {
         self.shards = shard_policies(&self.policy, n);
         self
+    }
+
+    /// Replacing `previous` (a reload): where the shard layout changed,
+    /// the old layouts are also decided on for the policy's rest, so what
+    /// each identity spent carries over (crate::carry). Call it last.
+    pub fn with_carry_over(mut self, previous: &Plan) -> Self {
+        self.carried = self.carried_from(previous);
+        self
+    }
+
+    /// The layouts it carries after replacing `previous`: `previous`'s own
+    /// when its shard count differs, and those `previous` still carried
+    /// (but those a decision found over), one per shard count, never its
+    /// own (its keys are the new ones). None when the store or the
+    /// algorithm changed (the old states are not read there: a store of
+    /// its own, or states taken as absent).
+    fn carried_from(&self, previous: &Plan) -> Vec<Arc<Carried>> {
+        if previous.store != self.store || previous.policy.algorithm() != self.policy.algorithm() {
+            return Vec::new();
+        }
+        let own = self.shards.len().max(1);
+        let mut carried: Vec<Arc<Carried>> = Vec::new();
+        if previous.shards.len().max(1) != own {
+            let policies = if previous.shards.is_empty() {
+                vec![previous.policy.clone()]
+            } else {
+                previous.shards.clone()
+            };
+            let rest_ms = previous.policy.limits().rest_ms();
+            carried.push(Arc::new(Carried::new(policies, rest_ms)));
+        }
+        for old in &previous.carried {
+            if !old.ended()
+                && old.count() != own
+                && carried.iter().all(|c| c.count() != old.count())
+            {
+                carried.push(Arc::clone(old));
+            }
+        }
+        carried
     }
 
     /// Under `hot_lease`: hot identities spend blocks taken at once.
@@ -154,6 +197,20 @@ impl Plan {
         &self.shards
     }
 
+    /// Every key of the layouts it carries for `identity`, live or not.
+    pub(crate) fn carried_keys_of(&self, identity: &Identity) -> Vec<(&Policy, Identity)> {
+        self.carried
+            .iter()
+            .flat_map(|layout| layout.every_key(identity))
+            .collect()
+    }
+
+    /// How many shard layouts a reload replaced it carries (each read
+    /// from the first decision after the reload for the policy's rest).
+    pub fn carries_layouts(&self) -> usize {
+        self.carried.len()
+    }
+
     /// Its hot identities' blocks, under `hot_lease`.
     pub fn hot_lease(&self) -> Option<&Arc<HotLeases>> {
         self.hot_lease.as_ref()
@@ -197,6 +254,41 @@ fn shard_policies(policy: &Policy, shards: u16) -> Vec<Policy> {
         // Load refused a count that leaves a shard nothing.
         .filter_map(|i| split_policy(policy, &weights, i))
         .collect()
+}
+
+/// The old-layout keys `checks` also spend on at `now_ms` (monotonic),
+/// `spill` shards after each layout's turn (crate::carry); empty, with no
+/// allocation, when no plan carries a live layout.
+pub(crate) fn carried_keys<'p>(
+    checks: &[Check<'p>],
+    spill: usize,
+    now_ms: u64,
+) -> Vec<CarriedKey<'p>> {
+    let mut keys = Vec::new();
+    for (owner, check) in checks.iter().enumerate() {
+        for layout in check.plan.carried.iter().filter(|l| l.live(now_ms)) {
+            if let Some((policy, identity)) = layout.key(check.identity, spill) {
+                keys.push(CarriedKey {
+                    owner,
+                    policy,
+                    identity,
+                });
+            }
+        }
+    }
+    keys
+}
+
+/// The store checks of `carried`: each its check's cost and failure mode
+/// on an old layout's key.
+pub(crate) fn carried_checks<'s>(
+    checks: &[Check<'s>],
+    carried: &'s [CarriedKey<'s>],
+) -> impl Iterator<Item = GuardedCheck<'s>> {
+    carried.iter().filter_map(move |key| {
+        let check = checks.get(key.owner)?;
+        Some(check.guarded(None, Some((key.policy, &key.identity))))
+    })
 }
 
 /// One check: may `identity` spend `cost` under `plan` now?

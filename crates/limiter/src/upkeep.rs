@@ -11,7 +11,8 @@ use crate::stores::StoreHealth;
 
 impl Limiter {
     /// Forgets `plan`'s state for `identity` — an operator's reset: the
-    /// identity starts afresh, on every shard when the plan is sharded.
+    /// identity starts afresh, on every shard when the plan is sharded, and
+    /// on the shard layouts a reload left it reading (crate::carry).
     /// Whether there was a state.
     pub async fn forget(&self, plan: &Plan, identity: &Identity) -> Result<bool, StoreError> {
         let store = plan.store();
@@ -27,10 +28,13 @@ impl Limiter {
                 hot.given_back(unspent.units, 0);
             }
         }
-        if plan.shards().is_empty() {
-            return backend.forget(plan.policy(), identity).await;
-        }
         let mut existed = false;
+        for (policy, old) in plan.carried_keys_of(identity) {
+            existed |= backend.forget(policy, &old).await?;
+        }
+        if plan.shards().is_empty() {
+            return Ok(backend.forget(plan.policy(), identity).await? || existed);
+        }
         for (index, shard) in plan.shards().iter().enumerate() {
             let id = u16::try_from(index).unwrap_or(u16::MAX);
             existed |= backend.forget(shard, &identity.shard(id)).await?;

@@ -114,9 +114,9 @@ impl LiveConfig {
 }
 
 /// A configured policy's plan: its scope's store, failure mode, lease
-/// (kept from `previous` where it still serves), shards, hot lease (kept
-/// likewise), request ids, counters, and shadow mode (its own `mode`, or
-/// `server.shadow_mode`).
+/// (kept from `previous` where it still serves), shards (with the layouts
+/// `previous` decided on carried over), hot lease (kept likewise), request
+/// ids, counters, and shadow mode (its own `mode`, or `server.shadow_mode`).
 fn plan_of(
     serve: &ServePolicy,
     shadow_mode: bool,
@@ -163,7 +163,12 @@ fn plan_of(
             ))
         }));
     }
-    plan
+    // A changed `shards` reads the old layout's states for the policy's
+    // rest: an exhausted identity stays exhausted across the reload.
+    match before {
+        Some(before) => plan.with_carry_over(&before.plan),
+        None => plan,
+    }
 }
 
 /// The loaded envoyproxy/ratelimit rules with their metric counters and

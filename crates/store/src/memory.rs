@@ -12,7 +12,11 @@
 //!
 //! Bounds: a key's state expires once it is back to full (buckets) or empty
 //! (windows), which the decision's `reset_after_ms` states exactly; expired
-//! keys are swept when a shard fills and by [`MemoryStore::sweep`]. When a
+//! keys are swept when a shard fills and by [`MemoryStore::sweep`]. Whether
+//! a state has come to rest is judged on the monotonic clock as well as
+//! the wall clock (memory/eviction.rs, `Now`): on the wall clock alone, one
+//! stepped an hour forward and back would see every state at rest, and the
+//! sweep would hand every exhausted identity a fresh quota. When a
 //! shard is full of live keys it evicts a state that is not limiting, the
 //! least consumed first, counted in [`MemoryStore::evictions`]; it never
 //! evicts a limiting state, so fresh identities cannot reset a limit. A
@@ -44,7 +48,7 @@ use crate::{Check, Store, StoreError};
 mod eviction;
 mod full;
 mod records;
-use eviction::{Marks, sweep_table};
+use eviction::{Marks, Now, sweep_table};
 use records::Records;
 
 /// How a memory store is sized.
@@ -78,13 +82,19 @@ struct Slot {
     identity: IdentityBytes,
     /// Always `Some` while stored; an `Option` so the core decides in place.
     state: Option<State>,
-    /// When the state is back to full or empty: forgetting it is unobservable.
+    /// When the state is back to full or empty (on the monotonic clock):
+    /// forgetting it is unobservable.
     expires_at_ms: u64,
     /// For how long before then it is not limiting (memory/eviction.rs);
     /// flat fields, not a `Marks`, so the slot stays two lines.
     open_before_rest_ms: u32,
-    /// The share of its limit spent at its last decision, of `u16::MAX`.
-    consumed: u16,
+    /// The share of its limit spent at its last decision, of `u8::MAX`.
+    consumed: u8,
+    /// How far the wall clock was ahead of the monotonic clock at its last
+    /// decision, beyond where it was when the store was made (ms, clamped):
+    /// a wall clock since stepped back rests the state no sooner than the
+    /// wall says (memory/eviction.rs, [`Now`]).
+    lead_ms: i16,
 }
 
 // Two cache lines per key. Should a state grow past this, shrink
@@ -185,6 +195,8 @@ pub struct MemoryStore {
     max_per_shard: usize,
     hasher: foldhash::quality::RandomState,
     clock: Arc<dyn Clock>,
+    /// The wall time minus the monotonic time when the store was made.
+    base_lead_ms: i64,
     evictions: AtomicU64,
     refusals: AtomicU64,
     /// The budgets of `local` policies' identities that found no room
@@ -222,6 +234,7 @@ impl MemoryStore {
             shard_bits: shard_count.trailing_zeros(),
             max_per_shard,
             hasher: foldhash::quality::RandomState::default(),
+            base_lead_ms: Now::lead_of(&*clock, 0),
             clock,
             evictions: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -233,15 +246,25 @@ impl MemoryStore {
     /// [`StoreError::Full`] when its key is new and its shard holds only
     /// limiting states: nothing is stored then.
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
-        self.decide_at(check, self.clock.now_ms())
+        self.decide_at(check, self.now())
+    }
+
+    /// Both times now: the wall time decides, the monotonic time rests.
+    fn now(&self) -> Now {
+        let (wall, mono) = (self.clock.now_ms(), self.clock.monotonic_ms());
+        Now {
+            wall,
+            mono,
+            lead: Now::lead(wall, mono, self.base_lead_ms),
+        }
     }
 
     /// Decides `check` now and says where its units came from, so the ones
     /// never used can be given back ([`MemoryStore::give_back`]).
     pub fn take(&self, check: Check<'_>) -> Result<(Decision, Taken), StoreError> {
-        let now = self.clock.now_ms();
+        let now = self.now();
         let decision = self.decide_at(check, now)?;
-        Ok((decision, Taken::new(now, &decision)))
+        Ok((decision, Taken::new(now.wall, &decision)))
     }
 
     /// Gives back up to `check.cost` units of a [`MemoryStore::take`] never
@@ -249,19 +272,19 @@ impl MemoryStore {
     /// ([`Limits::give_back`](tollgate_core::Limits::give_back)); returns
     /// how many went back. The key keeps its expiry (no earlier than needed).
     pub fn give_back(&self, check: Check<'_>, taken: Taken) -> u64 {
-        let now = self.clock.now_ms();
+        let now = self.now();
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
         let limits = check.policy.limits();
         let Some(slot) = table.slots.find_mut(hash, |s| s.is(hash, &check)) else {
             return 0;
         };
-        let given = limits.give_back(&mut slot.state, now, check.cost, taken);
+        let given = limits.give_back(&mut slot.state, now.wall, check.cost, taken);
         // It may have stopped limiting: its marks as a peek now reads it.
         if given > 0
             && let Some(state) = &slot.state
         {
-            let peek = limits.decide_with(&mut Some(state.clone()), now, 0, Intent::Probe);
+            let peek = limits.decide_with(&mut Some(state.clone()), now.wall, 0, Intent::Probe);
             let expires_at_ms = slot.expires_at_ms;
             slot.mark(Marks::of(limits, state, now, &peek, None).expiring_at(expires_at_ms));
             table.full_until_ms = 0;
@@ -269,7 +292,7 @@ impl MemoryStore {
         given
     }
 
-    fn decide_at(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
+    fn decide_at(&self, check: Check<'_>, now: Now) -> Result<Decision, StoreError> {
         let hash = self.hash(&check);
         let mut table = self.shard(hash).0.lock();
         let table = &mut *table;
@@ -277,7 +300,7 @@ impl MemoryStore {
         match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
                 let slot = entry.get_mut();
-                let decision = limits.decide(&mut slot.state, now, check.cost);
+                let decision = limits.decide(&mut slot.state, now.wall, check.cost);
                 match &slot.state {
                     Some(state) => {
                         slot.mark(Marks::of(limits, state, now, &decision, Some(check.cost)));
@@ -290,7 +313,7 @@ impl MemoryStore {
             }
             Err(_) => {
                 let mut state = None;
-                let decision = limits.decide(&mut state, now, check.cost);
+                let decision = limits.decide(&mut state, now.wall, check.cost);
                 // A peek (cost 0) at an identity never seen stores nothing:
                 // a read must not write, and a fresh state decides as an
                 // absent one does (twin: decide_each in common.lua).
@@ -331,7 +354,7 @@ impl MemoryStore {
             [one] => return Ok(vec![self.decide_now(*one)?]),
             _ => {}
         }
-        let now = self.clock.now_ms();
+        let now = self.now();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let mut guards = self.lock(&hashes);
         self.decide_locked(&mut guards, checks, &hashes, now)
@@ -355,7 +378,7 @@ impl MemoryStore {
         guards: &mut Guards<'_>,
         checks: &[Check<'_>],
         hashes: &[u64],
-        now: u64,
+        now: Now,
     ) -> Result<Vec<Decision>, StoreError> {
         // Decide on copies so nothing is written unless every check admits.
         // Each distinct key has one copy: a key named twice sees its own
@@ -388,7 +411,7 @@ impl MemoryStore {
                 .map(|(c, &k)| {
                     c.policy
                         .limits()
-                        .decide_with(&mut copies[k].1, now, c.cost, intent)
+                        .decide_with(&mut copies[k].1, now.wall, c.cost, intent)
                 })
                 .collect()
         };
@@ -426,7 +449,7 @@ impl MemoryStore {
         copies: Vec<(usize, Option<State>)>,
         copy_of: &[usize],
         decisions: &[Decision],
-        now: u64,
+        now: Now,
     ) -> Result<(), StoreError> {
         let last = |k: usize, first: usize| copy_of.iter().rposition(|&c| c == k).unwrap_or(first);
         let mut wanted: Vec<(usize, usize)> = Vec::new();
@@ -434,7 +457,7 @@ impl MemoryStore {
             let hash = hashes[*first];
             let shard = self.shard_index(hash);
             let needs_room = state.as_ref().is_some_and(|state| {
-                state.expires_at_ms(now, &decisions[last(k, *first)]) > now
+                state.expires_at_ms(now.wall, &decisions[last(k, *first)]) > now.wall
                     && table_for(guards, shard)
                         .slots
                         .find(hash, |s| s.is(hash, &checks[*first]))
@@ -471,7 +494,7 @@ impl MemoryStore {
                 (Ok(entry), None) => {
                     entry.remove();
                 }
-                (Err(_), Some(state)) if state.expires_at_ms(now, decision) <= now => {
+                (Err(_), Some(state)) if state.expires_at_ms(now.wall, decision) <= now.wall => {
                     at_rest.push((first, state, *decision));
                 }
                 (Err(_), Some(state)) => {
@@ -492,7 +515,7 @@ impl MemoryStore {
 
     /// Removes every expired key; returns how many. Call it now and then.
     pub fn sweep(&self) -> usize {
-        let now = self.clock.now_ms();
+        let now = self.now();
         self.shards
             .iter()
             .map(|shard| sweep_table(&mut shard.0.lock(), now, &[], self.victims_a_pass()))
@@ -559,11 +582,11 @@ impl MemoryStore {
         check: &Check<'_>,
         state: State,
         marks: Marks,
-        now: u64,
+        now: Now,
         keep: &[u64],
     ) -> Result<(), StoreError> {
         if table.held() >= self.max_per_shard {
-            if marks.expires_at_ms <= now {
+            if marks.expires_at_ms <= now.mono {
                 return Ok(());
             }
             if !self.make_room(table, now, keep) {
@@ -581,6 +604,7 @@ impl MemoryStore {
                 expires_at_ms: 0,
                 open_before_rest_ms: 0,
                 consumed: 0,
+                lead_ms: 0,
             }
             .marked(marks),
             |s| s.hash,

@@ -303,3 +303,122 @@ fn shares_scale_windows_and_never_exceed_the_limit() {
     );
     assert!(share_of(&window, 0).is_none());
 }
+
+/// `max_identities` slots, the floor 25 a rest (12.5 a renewal period).
+fn slots(max_identities: usize) -> Leased {
+    Leased {
+        max_identities,
+        ..terms()
+    }
+}
+
+/// Identities a renewal carried, sorted, with their demands.
+fn sorted(mut carried: Vec<(Identity, u64)>) -> Vec<(Identity, u64)> {
+    carried.sort();
+    carried
+}
+
+#[test]
+fn a_demanding_tenant_displaces_the_least_demanding_squatter_at_the_next_renewal() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &slots(3), "eu", &metrics);
+    let junk: Vec<Identity> = (0..3).map(|i| tenant(&format!("junk-{i}"))).collect();
+    let acme = tenant("acme");
+    // Three junk identities just over their floor take every slot first.
+    for j in &junk {
+        lease.rejected(j, 13);
+    }
+    renew(&lease, 0, 10, |n| Ok(vec![granted(10, 10); n]));
+    assert_eq!(lease.units(&junk[0], 20), 35);
+    // The real tenant asks 40 in the period and finds the table full.
+    for j in &junk {
+        lease.share(j, 13, 100);
+    }
+    assert_eq!(lease.share(&acme, 40, 100).limits().limit(), 25);
+    lease.rejected(&acme, 40);
+    assert_eq!(lease.units(&acme, 100), 25, "its floor until the renewal");
+    // 40 > 2 × 13: it takes the slot of the least demanding (ties in
+    // identity order: junk-0), which leaves the renewal.
+    let carried = renew(&lease, 500, 510, |n| Ok(vec![granted(40, 40); n]));
+    assert_eq!(
+        sorted(carried),
+        [
+            (acme.clone(), 40),
+            (junk[1].clone(), 13),
+            (junk[2].clone(), 13)
+        ]
+    );
+    assert_eq!(lease.identities(), 3);
+    assert_eq!(lease.units(&acme, 510), 65, "its leased share at once");
+    assert_eq!(
+        lease.units(&junk[0], 510),
+        25,
+        "the displaced spends its floor at once, its grant left to the ledger"
+    );
+    let text = metrics.encode();
+    for line in [
+        r#"tollgate_lease_renewals_total{policy="api",region="eu",outcome="displaced"} 1"#,
+        r#"tollgate_lease_identities_refused_total{policy="api",region="eu"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+    }
+}
+
+#[test]
+fn a_challenger_needs_more_than_twice_the_holders_demand_so_slots_do_not_flap() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &slots(1), "eu", &metrics);
+    let (a, b) = (tenant("a"), tenant("b"));
+    lease.rejected(&a, 20);
+    renew(&lease, 0, 10, |_| Ok(vec![granted(20, 20)]));
+    // b asks exactly twice what a asks: a keeps the slot.
+    lease.share(&a, 20, 100);
+    lease.rejected(&b, 40);
+    assert_eq!(
+        renew(&lease, 500, 510, |n| Ok(vec![granted(20, 20); n])),
+        [(a.clone(), 20)]
+    );
+    // Once more than twice: b takes it.
+    lease.share(&a, 20, 600);
+    lease.rejected(&b, 41);
+    assert_eq!(
+        renew(&lease, 1_000, 1_010, |n| Ok(vec![granted(30, 30); n])),
+        [(b.clone(), 41)]
+    );
+    assert_eq!((lease.units(&a, 1_010), lease.units(&b, 1_010)), (25, 55));
+    // a back at its old demand, even at twice b's, does not take it back.
+    lease.share(&b, 41, 1_100);
+    lease.rejected(&a, 82);
+    assert_eq!(
+        renew(&lease, 1_500, 1_510, |n| Ok(vec![granted(30, 30); n])),
+        [(b.clone(), 41)]
+    );
+}
+
+#[test]
+fn a_flood_of_fresh_junk_names_cannot_push_out_a_demanding_challenger() {
+    let metrics = metrics();
+    let lease = Lease::new(&bucket(), &slots(1), "eu", &metrics);
+    let (holder, acme) = (tenant("holder"), tenant("acme"));
+    lease.rejected(&holder, 13);
+    renew(&lease, 0, 10, |_| Ok(vec![granted(10, 10)]));
+    lease.share(&holder, 13, 100);
+    lease.rejected(&acme, 30);
+    for _ in 0..9 {
+        lease.share(&acme, 30, 150);
+    }
+    // A thousand fresh names at 13 each, far more than the candidates kept
+    // (64): each takes the least one's place, never acme's, whose 300 stand
+    // above every count the junk builds (13 000 over 64 candidates).
+    for i in 0..1_000 {
+        lease.rejected(&tenant(&format!("junk-{i}")), 13);
+    }
+    for _ in 0..10 {
+        lease.share(&acme, 30, 200);
+    }
+    assert_eq!(
+        renew(&lease, 500, 510, |n| Ok(vec![granted(40, 40); n])),
+        [(acme.clone(), 600)],
+        "acme takes the slot; no junk name, sure of 13 at most, takes one"
+    );
+}

@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 use tollgate_core::{
-    ConfigError, Limits, Policy, describe, format_duration_ms, parse_duration_ms, split_policy,
+    ConfigError, Policy, describe, format_duration_ms, parse_duration_ms, split_policy,
     split_shares,
 };
 
@@ -65,14 +65,7 @@ const MAX_LEASED_IDENTITIES: u64 = 100_000;
 /// rest this long before another may spend them, so no interval of the
 /// policy's own bound sees them spent twice.
 pub fn rest_ms(policy: &Policy) -> u64 {
-    match policy.limits() {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => {
-            let ms = u128::from(r.capacity()) * u128::from(r.per_ms());
-            u64::try_from(ms.div_ceil(u128::from(r.tokens().max(1)))).unwrap_or(u64::MAX / 4)
-        }
-        Limits::FixedWindow(w) | Limits::SlidingLog(w) => w.window_ms(),
-        Limits::SlidingWindow(w) => w.window_ms().saturating_mul(2),
-    }
+    policy.limits().rest_ms()
 }
 
 impl Scope {

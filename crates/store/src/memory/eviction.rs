@@ -30,6 +30,57 @@ use tollgate_core::{Decision, Limits, State};
 
 use super::{MemoryStore, Slot, Table};
 
+/// A decision's two times (crates/core/src/clock.rs). The wall time dates
+/// decisions and request ids; whether a state rests or still limits is
+/// judged on both clocks, and it must hold on both: the monotonic clock
+/// (the state's wall-clock span to rest, laid on it at its decision), so a
+/// wall clock stepped an hour forward never makes a limiting state look at
+/// rest, and the wall clock, so a state is never forgotten while the wall,
+/// stepped back, has not reached its rest (forgetting stays unobservable).
+/// The wall time is kept as its lead over the monotonic time, in two bytes
+/// a slot, clamped to ±32 s: a state decided while the wall was behind by
+/// more is judged later than needed, one decided while the wall was ahead
+/// by more at most 32 s after its monotonic rest (a full reset of real
+/// time has passed by then).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Now {
+    pub(super) wall: u64,
+    pub(super) mono: u64,
+    /// The wall's lead over the monotonic time beyond the store's base.
+    pub(super) lead: i64,
+}
+
+impl Now {
+    /// The wall time minus the monotonic time, less `base`.
+    pub(super) fn lead(wall: u64, mono: u64, base: i64) -> i64 {
+        let raw = i128::from(wall) - i128::from(mono) - i128::from(base);
+        i64::try_from(raw).unwrap_or(if raw < 0 { i64::MIN } else { i64::MAX })
+    }
+
+    /// `clock`'s lead now, less `base`.
+    pub(super) fn lead_of(clock: &dyn tollgate_core::Clock, base: i64) -> i64 {
+        Self::lead(clock.now_ms(), clock.monotonic_ms(), base)
+    }
+
+    /// The wall time `wall_ms` (no earlier than now) on the monotonic clock.
+    fn mono_of(self, wall_ms: u64) -> u64 {
+        self.mono.saturating_add(wall_ms.saturating_sub(self.wall))
+    }
+
+    /// The lead a slot keeps: clamped to two bytes, toward judging later
+    /// when the wall fell behind (a larger lead kept than it was).
+    fn kept_lead(self) -> i16 {
+        i16::try_from(self.lead).unwrap_or(if self.lead < 0 { i16::MIN } else { i16::MAX })
+    }
+
+    /// The monotonic time a slot marked with `lead` is judged at: now, or
+    /// as much earlier as the wall has fallen behind since its decision.
+    fn judged_at(self, lead: i16) -> u64 {
+        let behind = i64::from(lead).saturating_sub(self.lead).max(0);
+        self.mono.saturating_sub(behind.unsigned_abs())
+    }
+}
+
 /// A pass over a shard lists one eviction candidate for this many slots.
 pub(super) const SLOTS_A_VICTIM: usize = 128;
 
@@ -45,15 +96,18 @@ const ID_SAMPLE: usize = 16;
 
 /// What eviction must know of a stored state, stamped at its last
 /// decision: left alone a state only recovers, so the marks say what it
-/// is at any later time without its policy at hand.
+/// is at any later time without its policy at hand. Both times are on the
+/// monotonic clock ([`Now`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Marks {
     /// From then on the state is back to full or empty: at rest.
     pub(super) expires_at_ms: u64,
     /// Until then a request of cost 1 would be rejected: limiting.
     admits_one_from_ms: u64,
-    /// The share of its limit spent at that decision, of `u16::MAX`.
-    consumed: u16,
+    /// The share of its limit spent at that decision, of `u8::MAX`.
+    consumed: u8,
+    /// The wall clock's lead at that decision ([`Now`]).
+    lead_ms: i16,
 }
 
 /// A state's standing at some time, in the order eviction takes them.
@@ -76,10 +130,11 @@ impl Marks {
     pub(super) fn of(
         limits: &Limits,
         state: &State,
-        now: u64,
+        at: Now,
         decision: &Decision,
         cost: Option<u64>,
     ) -> Self {
+        let now = at.wall;
         // Cheap on the hot path: a state with a unit left is not limiting,
         // and a rejected unit says itself when it would be admitted; only
         // a state spent to 0 otherwise is asked (a second decision).
@@ -98,15 +153,16 @@ impl Marks {
             - u64::try_from(decision.remaining.max(0))
                 .unwrap_or(0)
                 .min(limit);
-        // At most u16::MAX, as `spent ≤ limit`; u128 only for vast limits.
-        let consumed = match spent.checked_mul(u64::from(u16::MAX)) {
+        // At most u8::MAX, as `spent ≤ limit`; u128 only for vast limits.
+        let consumed = match spent.checked_mul(u64::from(u8::MAX)) {
             Some(scaled) => scaled / limit,
-            None => (u128::from(spent) * u128::from(u16::MAX) / u128::from(limit)) as u64,
+            None => (u128::from(spent) * u128::from(u8::MAX) / u128::from(limit)) as u64,
         };
         Self {
-            expires_at_ms: state.expires_at_ms(now, decision),
-            admits_one_from_ms,
-            consumed: u16::try_from(consumed).unwrap_or(u16::MAX),
+            expires_at_ms: at.mono_of(state.expires_at_ms(now, decision)),
+            admits_one_from_ms: at.mono_of(admits_one_from_ms),
+            consumed: u8::try_from(consumed).unwrap_or(u8::MAX),
+            lead_ms: at.kept_lead(),
         }
     }
 }
@@ -132,6 +188,7 @@ impl Slot {
             u32::try_from(marks.expires_at_ms.saturating_sub(marks.admits_one_from_ms))
                 .unwrap_or(u32::MAX);
         self.consumed = marks.consumed;
+        self.lead_ms = marks.lead_ms;
     }
 
     /// The slot with `marks` kept.
@@ -146,8 +203,9 @@ impl Slot {
             .saturating_sub(u64::from(self.open_before_rest_ms))
     }
 
-    /// The state's standing at `now`.
-    pub(super) fn class(&self, now: u64) -> Class {
+    /// The state's standing at `at`, judged on both clocks ([`Now`]).
+    pub(super) fn class(&self, at: Now) -> Class {
+        let now = at.judged_at(self.lead_ms);
         if self.expires_at_ms <= now {
             Class::AtRest
         } else if self.open_from_ms() <= now {
@@ -167,14 +225,15 @@ impl MemoryStore {
     /// Frees one unit of a full shard in the order of the module notes,
     /// never one of `keep` (the keys of the decision being written);
     /// `false` when only limiting states (and `keep`) remain.
-    pub(super) fn make_room(&self, table: &mut Table, now: u64, keep: &[u64]) -> bool {
+    pub(super) fn make_room(&self, table: &mut Table, at: Now, keep: &[u64]) -> bool {
+        let now = at.mono;
         let list = self.victims_a_pass();
         let known_full = table.victims.is_empty() && now < table.full_until_ms;
         let mut scanned = known_full;
         table.since_sweep += 1;
         if !known_full && (table.victims.is_empty() || table.since_sweep >= list) {
             scanned = true;
-            if sweep_table(table, now, keep, list) > 0 {
+            if sweep_table(table, at, keep, list) > 0 {
                 return true;
             }
         }
@@ -190,7 +249,7 @@ impl MemoryStore {
                     continue;
                 };
                 // Listed at the last pass; it may have been spent since.
-                match entry.get().class(now) {
+                match entry.get().class(at) {
                     Class::Limiting => continue,
                     Class::AtRest => {}
                     Class::Open => {
@@ -204,7 +263,7 @@ impl MemoryStore {
                 return false;
             }
             scanned = true;
-            if sweep_table(table, now, keep, list) > 0 {
+            if sweep_table(table, at, keep, list) > 0 {
                 return true;
             }
         }
@@ -213,8 +272,10 @@ impl MemoryStore {
 
 /// Removes states at rest and expired request ids (but `keep`), and lists
 /// the `list` open states to evict next, the least consumed last (so
-/// popped first); returns how many it removed.
-pub(super) fn sweep_table(table: &mut Table, now: u64, keep: &[u64], list: usize) -> usize {
+/// popped first); returns how many it removed. States are judged on the
+/// monotonic clock, request ids on the wall clock that dates them.
+pub(super) fn sweep_table(table: &mut Table, at: Now, keep: &[u64], list: usize) -> usize {
+    let now = at.mono;
     let before = table.held();
     // A max-heap of the least consumed seen so far, never above `list`.
     let mut least = BinaryHeap::with_capacity(list + 1);
@@ -222,7 +283,7 @@ pub(super) fn sweep_table(table: &mut Table, now: u64, keep: &[u64], list: usize
     table.slots.retain(|s| {
         let kept = keep.contains(&s.hash);
         next_open = next_open.min(s.open_from_ms());
-        match s.class(now) {
+        match s.class(at) {
             Class::AtRest => kept,
             Class::Open => {
                 if !kept {
@@ -243,7 +304,7 @@ pub(super) fn sweep_table(table: &mut Table, now: u64, keep: &[u64], list: usize
         .extend(least.into_sorted_vec().into_iter().rev().map(|(_, _, h)| h));
     let mut dropped = 0;
     table.records.retain(|r| {
-        dropped += r.drop_expired(now);
+        dropped += r.drop_expired(at.wall);
         !r.ids.is_empty()
     });
     table.ids -= dropped;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tollgate_core::Algorithm;
 
-use super::{MemoryStore, Table, table_for};
+use super::{MemoryStore, Now, Table, table_for};
 use crate::request_id::{self, MAX_REPLAYS, Replay, RequestDigest, RequestId, Retried, Retry};
 use crate::{Check, StoreError};
 
@@ -98,7 +98,7 @@ impl MemoryStore {
                 replay: Replay::Fresh,
             });
         };
-        let now = self.clock.now_ms();
+        let now = self.now();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let mut guards = self.lock(&hashes);
         let hash = hashes[0];
@@ -107,7 +107,7 @@ impl MemoryStore {
         let recorded = table_for(&mut guards, self.shard_index(hash))
             .records
             .find_mut(hash, |r| r.is(hash, first))
-            .and_then(|r| r.live(retry.id, now))
+            .and_then(|r| r.live(retry.id, now.wall))
             .filter(|r| r.request != retry.request || r.replays < MAX_REPLAYS)
             .map(|r| {
                 r.replays += u32::from(r.request == retry.request);
@@ -141,17 +141,17 @@ impl MemoryStore {
     /// Records `retry.id` with `check`'s key, dropping its expired ids and,
     /// past `max_ids`, its oldest; then holds the shard to its bound, which
     /// forgets an id (there is one: this one) before it evicts any state.
-    fn record(&self, table: &mut Table, hash: u64, check: &Check<'_>, retry: Retry<'_>, now: u64) {
+    fn record(&self, table: &mut Table, hash: u64, check: &Check<'_>, retry: Retry<'_>, now: Now) {
         let recorded = Recorded {
             id: retry.id.clone(),
             request: retry.request,
-            until_ms: now.saturating_add(retry.window_ms),
+            until_ms: now.wall.saturating_add(retry.window_ms),
             replays: 0,
         };
         let max = usize::try_from(retry.max_ids).unwrap_or(usize::MAX).max(1);
         match table.records.find_mut(hash, |r| r.is(hash, check)) {
             Some(records) => {
-                let mut dropped = records.drop_expired(now);
+                let mut dropped = records.drop_expired(now.wall);
                 // A record whose replays were used up is replaced.
                 let before = records.ids.len();
                 records.ids.retain(|r| r.id != *retry.id);
