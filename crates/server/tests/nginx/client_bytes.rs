@@ -36,7 +36,7 @@ async fn a_huge_cost_header_gets_a_400_quoting_a_short_prefix_never_a_502() {
             "title": "Bad Request",
             "status": 400,
             "detail": format!(
-                "policy exports: header x-export-rows-thousands must be a whole number from 1 to 1000, got \"{}\"... (5000 bytes)",
+                "policy exports: header x-export-rows-thousands must be a whole number from 1 to 100, got \"{}\"... (5000 bytes)",
                 "9".repeat(32)
             ),
         })
