@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use tollgate_core::{Clock, Policy};
 
 use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
+use crate::connections::{ConnectionGate, ConnectionLimits};
 use crate::limiter::{Backend, Limiter, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
@@ -23,6 +24,9 @@ pub struct App {
     pub limiter: Limiter,
     /// The server's metrics, as `/metrics` exposes them.
     pub metrics: Arc<Metrics>,
+    /// The open connections of every listener, bounded by the start
+    /// config's `server` settings.
+    pub(crate) connections: Arc<ConnectionGate>,
     /// The config file, read again on every reload.
     pub config_path: PathBuf,
     /// `--region` and `--store` (or their variables), which every reload
@@ -82,6 +86,7 @@ impl App {
                 open_store(settings, &policies, Arc::clone(&clock)).await?,
             ));
         }
+        let connections = Arc::new(ConnectionGate::new(ConnectionLimits::of(&config.server)));
         let live = LiveConfig::new(config, &metrics, None);
         let limiter = Limiter::named(backends, Arc::clone(&metrics.limiter), clock);
         limiter.set_decision_sampling(live.config.decision_sampling.clone());
@@ -105,6 +110,7 @@ impl App {
             live: ArcSwap::from_pointee(live),
             limiter,
             metrics,
+            connections,
             config_path,
             overrides: Overrides::default(),
             last_refused: Mutex::new(None),

@@ -62,6 +62,13 @@ pub struct RouteLabels {
     pub endpoint: &'static str,
 }
 
+/// A connection rule, for the connections it refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// `max_connections_per_peer` or `proxy_reserved_connections`.
+    pub rule: &'static str,
+}
+
 /// The build, as `tollgate_build_info` labels it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -81,6 +88,11 @@ pub struct Metrics {
     pub bad_requests: Family<StatusLabels, Counter>,
     /// Connections closed on arrival because `server.max_connections` were open.
     pub refused_connections: Counter,
+    /// Connections closed on arrival by a peer's rule, by rule.
+    pub refused_by_rule: Family<RuleLabels, Counter>,
+    /// Connections from peers that are not trusted proxies closed for
+    /// sending no request head (gRPC: no first byte) in time.
+    pub header_timeouts: Counter,
     /// Requests refused for a missing or wrong bearer token, by endpoint.
     pub unauthorized: Family<EndpointLabels, Counter>,
     /// HTTP connections dropped because their TLS handshake failed or
@@ -168,7 +180,17 @@ impl Metrics {
         let refused_connections = registered(
             r,
             "refused_connections",
-            "HTTP connections closed on arrival because server.max_connections were open",
+            "Connections closed on arrival because server.max_connections were open (every listener together)",
+        );
+        let refused_by_rule = registered(
+            r,
+            "connections_refused",
+            "Connections closed on arrival from a peer that is not a trusted proxy, by rule: max_connections_per_peer (the peer held its share) or proxy_reserved_connections (only the trusted proxies' slots were left)",
+        );
+        let header_timeouts = registered(
+            r,
+            "header_timeouts",
+            "Connections from peers that are not trusted proxies closed for sending no complete request head within server.header_timeout_ms (gRPC: no first byte), at connect or between keep-alive requests",
         );
         let unauthorized = registered(
             r,
@@ -178,7 +200,7 @@ impl Metrics {
         let tls_handshake_failures = registered(
             r,
             "tls_handshake_failures",
-            "HTTP connections dropped because their TLS handshake failed or took longer than server.request_timeout_ms",
+            "Connections dropped because their TLS handshake failed or took longer than its bound (server.header_timeout_ms; for a trusted proxy server.request_timeout_ms)",
         );
         let trace_dropped = registered(
             r,
@@ -193,6 +215,8 @@ impl Metrics {
             reload_failures,
             bad_requests,
             refused_connections,
+            refused_by_rule,
+            header_timeouts,
             unauthorized,
             tls_handshake_failures,
             trace_dropped,

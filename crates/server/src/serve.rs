@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +15,10 @@ use tollgate_core::SystemClock;
 use crate::ServeError;
 use crate::app::App;
 use crate::config::{Overrides, ServeConfig, StoreSettings};
+use crate::descriptors::raise_descriptor_limit;
 use crate::listen::ListenAddress;
-use crate::workers::{serve_grpc, serve_http};
+use crate::proxy_socket;
+use crate::workers::{serve_grpc, serve_http, serve_proxy_socket};
 
 /// How often idle keys are swept from the memory store.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -57,6 +59,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    let descriptors = raise_descriptor_limit(&config.server)?;
     let addr = listen.unwrap_or_else(|| config.server.listen.clone());
     let scheme = if config.tls.is_some() {
         "https"
@@ -94,6 +97,18 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         None => None,
     };
     let grpc_local = grpc_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let proxy_socket = match app.live.load().config.server.proxy_socket.clone() {
+        Some(socket) => {
+            let base = app.config_path.parent().unwrap_or(Path::new("."));
+            let bound = proxy_socket::bind(&socket, base).map_err(|source| ServeError::Listen {
+                what: " for the proxy",
+                addr: base.join(&socket.path).display().to_string(),
+                source,
+            })?;
+            Some(bound)
+        }
+        None => None,
+    };
     // Signals are caught before anyone is told we listen: a SIGHUP or
     // SIGTERM sent right after the first line must not kill the process.
     let watch = |kind: SignalKind, name: &'static str| {
@@ -111,9 +126,14 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(
         http = %format_args!("{scheme}://{local}"),
         grpc = %grpc_local.map_or_else(|| "off".to_owned(), |g| format!("{scheme}://{g}")),
+        proxy_socket = %proxy_socket
+            .as_ref()
+            .map_or_else(|| "off".to_owned(), |(_, bound)| bound.path.display().to_string()),
         stores = %stores,
         region = %region.as_deref().unwrap_or("none"),
         policies = app.live.load().policies.len(),
+        max_connections = app.live.load().config.server.max_connections,
+        open_files = descriptors.soft,
         "tollgate serving"
     );
     if shared_stores {
@@ -140,7 +160,23 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             stopped(stop_rx.clone()),
         ))
     });
+    let (proxy, bound_socket) = match proxy_socket {
+        Some((listener, bound)) => (
+            Some(tokio::spawn(serve_proxy_socket(
+                Arc::clone(&app),
+                listener,
+                stopped(stop_rx.clone()),
+            ))),
+            Some(bound),
+        ),
+        None => (None, None),
+    };
     serve_app(app, listener, stopped(stop_rx)).await?;
+    if let Some(proxy) = proxy {
+        // Stopped with HTTP: its requests drained as the TCP listener's did.
+        proxy.await.map_err(ServeError::ProxySocketTask)??;
+    }
+    drop(bound_socket);
     if let Some(grpc) = grpc {
         match tokio::time::timeout(GRPC_DRAIN, grpc).await {
             Ok(joined) => joined.map_err(ServeError::GrpcTask)??,

@@ -22,7 +22,7 @@ pub use request_shaping::{CostRule, IdentityPart};
 // Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
 #[cfg(test)]
 pub(crate) use request_shaping::ClientNetworks;
-pub use server::{HotIdentityMetrics, ServerSettings, TraceSettings};
+pub use server::{HotIdentityMetrics, ProxySocket, ServerSettings, TraceSettings};
 pub use stores::{StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};

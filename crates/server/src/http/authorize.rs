@@ -2,7 +2,7 @@
 //! ForwardAuth and Envoy ext_authz: the forwarded request's matching
 //! policies, decided by the limiter, answered by status and header fields.
 
-use std::net::SocketAddr;
+use crate::peer::Peer;
 
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -43,11 +43,7 @@ pub(super) fn is_authorize_path(path: &str) -> bool {
 }
 
 /// `/v1/authorize`: the forwarded request's checks, decided by the limiter.
-pub(super) async fn authorize_request<B>(
-    app: &App,
-    peer: SocketAddr,
-    req: http::Request<B>,
-) -> Response {
+pub(super) async fn authorize_request<B>(app: &App, peer: Peer, req: http::Request<B>) -> Response {
     let live_config = app.live.load();
     let settings = &live_config.config.server;
     let (parts, _body) = req.into_parts();
