@@ -11,6 +11,7 @@ mod proxy_stack;
 mod support;
 
 mod bypass;
+mod connections;
 mod contract;
 mod fail_closed;
 mod harness;
