@@ -148,6 +148,55 @@ async fn a_peer_past_its_cap_is_refused_while_another_address_is_served() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_listener_shares_the_budget_and_closes_a_peer_that_sends_no_first_byte() {
+    let server = TestServer::start(&format!(
+        "server: {{header_timeout_ms: 300, max_connections_per_peer: 2}}\n{POLICY}"
+    ))
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let grpc = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(tollgate::serve_grpc(
+        std::sync::Arc::clone(&server.app),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // Sends no HTTP/2 preface: closed after the header timeout.
+    let mut silent = connect_from([127, 0, 0, 2], grpc).await;
+    closed_unanswered(&mut silent).await;
+    // One peer's cap counts its connections on both listeners: with two
+    // HTTP connections held, its gRPC connection is refused at once.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = connect_from([127, 0, 0, 3], addr(&server)).await;
+        assert_eq!(healthz(&mut stream).await, Some(200));
+        held.push(stream);
+    }
+    let mut third = connect_from([127, 0, 0, 3], grpc).await;
+    closed_unanswered(&mut third).await;
+    let metrics = metrics_text(&server.client, &server.base).await;
+    assert_eq!(
+        metric(&metrics, "tollgate_header_timeouts_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"tollgate_connections_refused_total{rule="max_connections_per_peer"}"#
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    let _ = stop.send(());
+    served.await.expect("gRPC task").expect("served cleanly");
+    server.stop().await;
+}
+
 /// `prlimit --nofile=SOFT:HARD tollgate ARGS --config CONFIG`.
 fn limited(nofile: &str, args: &[&str], config: &Path) -> Command {
     let mut cmd = Command::new("prlimit");
