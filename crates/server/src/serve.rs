@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
 
 use tollgate_core::SystemClock;
 
@@ -97,18 +98,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         None => None,
     };
     let grpc_local = grpc_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let proxy_socket = match app.live.load().config.server.proxy_socket.clone() {
-        Some(socket) => {
-            let base = app.config_path.parent().unwrap_or(Path::new("."));
-            let bound = proxy_socket::bind(&socket, base).map_err(|source| ServeError::Listen {
-                what: " for the proxy",
-                addr: base.join(&socket.path).display().to_string(),
-                source,
-            })?;
-            Some(bound)
-        }
-        None => None,
-    };
+    let proxy_socket = bind_proxy_socket(&app)?;
     // Signals are caught before anyone is told we listen: a SIGHUP or
     // SIGTERM sent right after the first line must not kill the process.
     let watch = |kind: SignalKind, name: &'static str| {
@@ -160,23 +150,30 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             stopped(stop_rx.clone()),
         ))
     });
-    let (proxy, bound_socket) = match proxy_socket {
-        Some((listener, bound)) => (
-            Some(tokio::spawn(serve_proxy_socket(
-                Arc::clone(&app),
-                listener,
-                stopped(stop_rx.clone()),
-            ))),
-            Some(bound),
-        ),
-        None => (None, None),
-    };
+    let proxy = proxy_socket.map(|(listener, bound)| {
+        let (app, stop) = (Arc::clone(&app), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            let served = serve_proxy_socket(app, listener, stop).await;
+            // Its file goes once nothing is served on it.
+            drop(bound);
+            served
+        })
+    });
     serve_app(app, listener, stopped(stop_rx)).await?;
+    drain_others(proxy, grpc).await?;
+    tracing::info!("tollgate stopped");
+    Ok(())
+}
+
+/// Once HTTP has drained: waits for the proxy socket, stopped with it, and
+/// the gRPC listener, for at most [`GRPC_DRAIN`].
+async fn drain_others(
+    proxy: Option<JoinHandle<Result<(), ServeError>>>,
+    grpc: Option<JoinHandle<Result<(), ServeError>>>,
+) -> Result<(), ServeError> {
     if let Some(proxy) = proxy {
-        // Stopped with HTTP: its requests drained as the TCP listener's did.
         proxy.await.map_err(ServeError::ProxySocketTask)??;
     }
-    drop(bound_socket);
     if let Some(grpc) = grpc {
         match tokio::time::timeout(GRPC_DRAIN, grpc).await {
             Ok(joined) => joined.map_err(ServeError::GrpcTask)??,
@@ -186,8 +183,25 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             ),
         }
     }
-    tracing::info!("tollgate stopped");
     Ok(())
+}
+
+/// `server.proxy_socket`, bound (its path relative to the config file),
+/// when the config sets one.
+fn bind_proxy_socket(
+    app: &App,
+) -> Result<Option<(UnixListener, proxy_socket::BoundSocket)>, ServeError> {
+    let Some(socket) = app.live.load().config.server.proxy_socket.clone() else {
+        return Ok(None);
+    };
+    let base = app.config_path.parent().unwrap_or(Path::new("."));
+    proxy_socket::bind(&socket, base)
+        .map(Some)
+        .map_err(|source| ServeError::Listen {
+            what: " for the proxy",
+            addr: base.join(&socket.path).display().to_string(),
+            source,
+        })
 }
 
 /// A standalone or Sentinel Redis connects lazily, so a store that is down

@@ -11,9 +11,11 @@ use tollgate_core::{ConfigError, node_path};
 use super::ServerSettings;
 
 /// Connections one peer that is not a trusted proxy may hold by default:
-/// a generous pool for an application instance (or several behind one
-/// NAT address) calling `/v1/check`, and far from `max_connections`.
-pub(super) const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
+/// room for an application instance calling `/v1/check` over HTTP/1.1
+/// with a thousand requests in flight (a store outage piles them up for
+/// as long as the store's timeout), while one address takes at most a
+/// twelfth of the untrusted share (12,288 of the default 16,384).
+pub(super) const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 1024;
 /// A request head's deadline for such a peer by default: a client on a
 /// network sends its head in well under a second; five is room for a slow
 /// link, not for a socket held open on purpose.
