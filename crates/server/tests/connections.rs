@@ -308,3 +308,54 @@ fn serve_and_validate_refuse_a_max_connections_the_hard_limit_cannot_hold() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// One request on the unix socket at `path`, `Connection: close`: the
+/// status and the body.
+async fn over_socket(path: &Path, request: &str) -> (u16, String) {
+    let mut stream = tokio::net::UnixStream::connect(path)
+        .await
+        .expect("connect to the proxy socket");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_socket_is_a_trusted_proxy_with_no_trusted_proxies_listed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        "server: {proxy_socket: {path: proxy.sock}, deny_status: 403}\npolicies:\n  - {name: login, algorithm: fixed_window, limit: 1, window: 1h, match: {path: /login}, identity: [client_ip]}\n",
+    )
+    .expect("write config");
+    let _tollgate = TollgateProcess::spawn(&config, &[]);
+    let socket = dir.path().join("proxy.sock");
+    let login = |client: &str| {
+        format!(
+            "GET /v1/authorize HTTP/1.1\r\nHost: shop\r\nX-Original-URI: /login\r\nX-Original-Method: POST\r\n{client}Connection: close\r\n\r\n"
+        )
+    };
+    // Its description of the request is believed, and X-Forwarded-For
+    // names the client: one login each, per client.
+    let first = login("X-Forwarded-For: 203.0.113.9\r\n");
+    assert_eq!(over_socket(&socket, &first).await.0, 200);
+    assert_eq!(over_socket(&socket, &first).await.0, 403);
+    let other = login("X-Real-IP: 203.0.113.10\r\n");
+    assert_eq!(over_socket(&socket, &other).await.0, 200);
+    // Naming no client is a fault, not one bucket for all.
+    let (status, body) = over_socket(&socket, &login("")).await;
+    assert_eq!(status, 400);
+    let body: serde_json::Value = serde_json::from_str(&body).expect("problem+json");
+    assert_eq!(
+        body["detail"],
+        "this request came on server.proxy_socket without X-Forwarded-For or X-Real-IP: the proxy must name the client's address"
+    );
+}

@@ -488,6 +488,22 @@ mod tests {
     }
 
     #[test]
+    fn on_the_proxy_socket_the_proxy_must_name_the_client() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        let h = headers(&[("x-forwarded-for", "203.0.113.9, 10.0.0.7")]);
+        assert_eq!(client_ip(&h, None, &trusted), Ok(ip("203.0.113.9")));
+        let real = headers(&[("x-real-ip", "203.0.113.5")]);
+        assert_eq!(client_ip(&real, None, &[]), Ok(ip("203.0.113.5")));
+        // No address to fall back on: a fault, never one shared bucket.
+        assert_eq!(
+            client_ip(&headers(&[]), None, &trusted),
+            Err(RequestFault(
+                "this request came on server.proxy_socket without X-Forwarded-For or X-Real-IP: the proxy must name the client's address".into()
+            ))
+        );
+    }
+
+    #[test]
     fn every_spelling_of_a_host_is_one_bucket() {
         for spelling in [
             "api.example.com",
