@@ -12,7 +12,7 @@ use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
 use crate::connections::{ConnectionGate, ConnectionLimits};
 use crate::limiter::{Backend, Limiter, StoreName};
 use crate::live::LiveConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PeerLabels};
 use crate::trace::open_trace;
 use tollgate_store::{RedisStore, StoreError};
 
@@ -86,7 +86,21 @@ impl App {
                 open_store(settings, &policies, Arc::clone(&clock)).await?,
             ));
         }
-        let connections = Arc::new(ConnectionGate::new(ConnectionLimits::of(&config.server)));
+        // One series a statement: `get_or_create`'s guard holds the
+        // family's lock until the statement ends.
+        let open_proxy = metrics
+            .open_connections
+            .get_or_create(&PeerLabels { peer: "proxy" })
+            .clone();
+        let open_other = metrics
+            .open_connections
+            .get_or_create(&PeerLabels { peer: "other" })
+            .clone();
+        let connections = Arc::new(ConnectionGate::new(
+            ConnectionLimits::of(&config.server),
+            open_proxy,
+            open_other,
+        ));
         let live = LiveConfig::new(config, &metrics, None);
         let limiter = Limiter::named(backends, Arc::clone(&metrics.limiter), clock);
         limiter.set_decision_sampling(live.config.decision_sampling.clone());

@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use prometheus_client::metrics::gauge::Gauge;
+
 use crate::config::ServerSettings;
 
 /// Why a connection was refused: each is a label of
@@ -74,6 +76,9 @@ impl ConnectionLimits {
 pub(crate) struct ConnectionGate {
     limits: ConnectionLimits,
     counts: Mutex<Counts>,
+    /// `tollgate_open_connections`: trusted proxies' and everyone else's.
+    open_proxy: Gauge,
+    open_other: Gauge,
 }
 
 #[derive(Debug, Default)]
@@ -110,11 +115,14 @@ pub(crate) struct Slot {
 }
 
 impl ConnectionGate {
-    /// A gate with no connection open.
-    pub(crate) fn new(limits: ConnectionLimits) -> Self {
+    /// A gate with no connection open, showing how many are open in
+    /// `open_proxy` and `open_other`.
+    pub(crate) fn new(limits: ConnectionLimits, open_proxy: Gauge, open_other: Gauge) -> Self {
         Self {
             limits,
             counts: Mutex::new(Counts::default()),
+            open_proxy,
+            open_other,
         }
     }
 
@@ -141,6 +149,7 @@ impl ConnectionGate {
             }
         };
         counts.open += 1;
+        self.gauge(peer.is_some()).inc();
         Ok(Slot {
             gate: Arc::clone(self),
             peer,
@@ -151,6 +160,14 @@ impl ConnectionGate {
     #[cfg(test)]
     fn open(&self) -> usize {
         self.lock().open
+    }
+
+    fn gauge(&self, other: bool) -> &Gauge {
+        if other {
+            &self.open_other
+        } else {
+            &self.open_proxy
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
@@ -164,6 +181,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut counts = self.gate.lock();
         counts.open = counts.open.saturating_sub(1);
+        self.gate.gauge(self.peer.is_some()).dec();
         if let Some(key) = self.peer
             && let Some(held) = counts.by_peer.get_mut(&key)
         {
@@ -180,11 +198,16 @@ mod tests {
     use super::*;
 
     fn gate(max: usize, per_peer: usize, reserved: usize) -> Arc<ConnectionGate> {
-        Arc::new(ConnectionGate::new(ConnectionLimits {
+        let limits = ConnectionLimits {
             max,
             per_peer,
             reserved,
-        }))
+        };
+        Arc::new(ConnectionGate::new(
+            limits,
+            Gauge::default(),
+            Gauge::default(),
+        ))
     }
 
     fn other(text: &str) -> Caller {
@@ -230,9 +253,12 @@ mod tests {
             Some(Refused::ProxyReserve)
         );
         let _p = gate.admit(Caller::Proxy).expect("the reserve");
-        let _q = gate.admit(Caller::Proxy).expect("the reserve");
+        let q = gate.admit(Caller::Proxy).expect("the reserve");
         assert_eq!(gate.admit(Caller::Proxy).err(), Some(Refused::Full));
         assert_eq!(gate.admit(other("192.0.2.3")).err(), Some(Refused::Full));
+        assert_eq!((gate.open_proxy.get(), gate.open_other.get()), (2, 2));
+        drop(q);
+        assert_eq!((gate.open_proxy.get(), gate.open_other.get()), (1, 2));
     }
 
     #[test]

@@ -69,6 +69,13 @@ pub struct RuleLabels {
     pub rule: &'static str,
 }
 
+/// Whose connections: trusted proxies' or everyone else's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// `proxy` (`trusted_proxies`, the proxy socket) or `other`.
+    pub peer: &'static str,
+}
+
 /// The build, as `tollgate_build_info` labels it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -93,6 +100,8 @@ pub struct Metrics {
     /// Connections from peers that are not trusted proxies closed for
     /// sending no request head (gRPC: no first byte) in time.
     pub header_timeouts: Counter,
+    /// Connections open now, every listener together, by peer.
+    pub open_connections: Family<PeerLabels, Gauge>,
     /// Requests refused for a missing or wrong bearer token, by endpoint.
     pub unauthorized: Family<EndpointLabels, Counter>,
     /// HTTP connections dropped because their TLS handshake failed or
@@ -192,6 +201,11 @@ impl Metrics {
             "header_timeouts",
             "Connections from peers that are not trusted proxies closed for sending no complete request head within server.header_timeout_ms (gRPC: no first byte), at connect or between keep-alive requests",
         );
+        let open_connections = registered(
+            r,
+            "open_connections",
+            "Connections open now, every listener together, by peer: proxy (server.trusted_proxies, server.proxy_socket) or other",
+        );
         let unauthorized = registered(
             r,
             "unauthorized_requests",
@@ -217,6 +231,7 @@ impl Metrics {
             refused_connections,
             refused_by_rule,
             header_timeouts,
+            open_connections,
             unauthorized,
             tls_handshake_failures,
             trace_dropped,

@@ -118,7 +118,7 @@ async fn a_silent_peer_is_closed_after_the_header_timeout_but_a_trusted_proxy_is
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_past_its_cap_is_refused_while_another_address_is_served() {
     let server = TestServer::start(&format!(
-        "server: {{max_connections_per_peer: 3}}\n{POLICY}"
+        "server: {{max_connections_per_peer: 3, header_timeout_ms: 600000}}\n{POLICY}"
     ))
     .await;
     let to = addr(&server);
@@ -144,6 +144,11 @@ async fn a_peer_past_its_cap_is_refused_while_another_address_is_served() {
         ),
         Some(1.0),
         "{metrics}"
+    );
+    // Open now: the three, the other address's, and the one reading this.
+    assert_eq!(
+        metric(&metrics, r#"tollgate_open_connections{peer="other"}"#),
+        Some(5.0)
     );
     server.stop().await;
 }
