@@ -10,9 +10,10 @@ use arc_swap::ArcSwap;
 use tollgate_core::{Clock, Policy};
 
 use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
+use crate::connections::{ConnectionGate, ConnectionLimits};
 use crate::limiter::{Backend, Limiter, StoreName};
 use crate::live::LiveConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PeerLabels};
 use crate::trace::open_trace;
 use tollgate_store::{LIVE_REFRESH_MS, RedisStore, StoreError};
 
@@ -24,6 +25,9 @@ pub struct App {
     pub limiter: Limiter,
     /// The server's metrics, as `/metrics` exposes them.
     pub metrics: Arc<Metrics>,
+    /// The open connections of every listener, bounded by the start
+    /// config's `server` settings.
+    pub(crate) connections: Arc<ConnectionGate>,
     /// The config file, read again on every reload.
     pub config_path: PathBuf,
     /// `--region` and `--store` (or their variables), which every reload
@@ -86,6 +90,21 @@ impl App {
             backends.push((name, backend));
             live_marks.extend(redis);
         }
+        // One series a statement: `get_or_create`'s guard holds the
+        // family's lock until the statement ends.
+        let open_proxy = metrics
+            .open_connections
+            .get_or_create(&PeerLabels { peer: "proxy" })
+            .clone();
+        let open_other = metrics
+            .open_connections
+            .get_or_create(&PeerLabels { peer: "other" })
+            .clone();
+        let connections = Arc::new(ConnectionGate::new(
+            ConnectionLimits::of(&config.server),
+            open_proxy,
+            open_other,
+        ));
         let live = LiveConfig::new(config, &metrics, None);
         let limiter = Limiter::named(backends, Arc::clone(&metrics.limiter), clock);
         limiter.set_decision_sampling(live.config.decision_sampling.clone());
@@ -109,6 +128,7 @@ impl App {
             live: ArcSwap::from_pointee(live),
             limiter,
             metrics,
+            connections,
             config_path,
             overrides: Overrides::default(),
             last_refused: Mutex::new(None),

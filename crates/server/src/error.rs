@@ -7,6 +7,7 @@ use std::io;
 use tollgate_store::StoreError;
 
 use crate::config::{ConfigLoadError, TlsNotLoaded};
+use crate::descriptors::DescriptorError;
 
 /// Why `tollgate serve` could not start, or stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +21,7 @@ pub enum ServeError {
     /// A listener could not bind its address.
     #[error("cannot listen{what} on {addr}: {source}")]
     Listen {
-        /// `""` for HTTP, `" for gRPC"`.
+        /// `""` for HTTP, `" for gRPC"`, `" for the proxy"`.
         what: &'static str,
         /// As given: an address, or a host name resolved at bind.
         addr: String,
@@ -63,4 +64,11 @@ pub enum ServeError {
     /// The gRPC server's task panicked or was cancelled.
     #[error("gRPC server task failed: {0}")]
     GrpcTask(tokio::task::JoinError),
+    /// The proxy socket's server task panicked or was cancelled.
+    #[error("proxy socket server task failed: {0}")]
+    ProxySocketTask(tokio::task::JoinError),
+    /// The process may not open the file descriptors `server.max_connections`
+    /// needs.
+    #[error(transparent)]
+    Descriptors(#[from] DescriptorError),
 }

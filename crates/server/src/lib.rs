@@ -9,16 +9,19 @@
 //! 1. **`config/`** — what a file says, loaded and validated once for
 //!    `validate` and `serve` alike (with `config/scope`), beside `envoy_rules/`
 //!    (Envoy's descriptor rules) and the small parsers it uses
-//!    (`failure_mode`, `listen`, `matching`, `request_path`, `tls`, `tokens`);
-//!    `identity`, a policy's identity rules that every door applies alike.
+//!    (`failure_mode`, `listen`, `matching`, `peer`, `request_path`, `tls`,
+//!    `tokens`); `identity`, a policy's identity rules that every door
+//!    applies alike.
 //! 2. **`live`** — the loaded config with each policy's limiter `Plan`
 //!    built once per load, replaced whole on reload; `app` is the state
-//!    every adapter shares, `metrics` the server's Prometheus series. The decision itself is the `tollgate-limiter`
+//!    every adapter shares (with `connections`, who may hold a connection),
+//!    `metrics` the server's Prometheus series. The decision itself is the `tollgate-limiter`
 //!    crate (stores, failure modes, clock, decision metrics).
 //! 3. **protocol adapters** — input → checks → `Limiter::decide` → answer:
 //!    HTTP (`http/`, one file an endpoint), Envoy RLS (`rls/`), `replay`
 //!    and `explain`; both doors write RateLimit fields by `ratelimit_fields`.
-//! 4. **`workers`, `serve`, then `main`** — listen, reload, shut down; the
+//! 4. **`workers`, `serve`, then `main`** — listen, reload, shut down
+//!    (`descriptors`: the file descriptors those connections need); the
 //!    binary parses the command line and calls in here.
 //!
 //! A `/v1/check` walks: `workers` accepts → `http::route` → the body parsed
@@ -36,6 +39,7 @@ mod failure_mode;
 mod identity;
 mod listen;
 mod matching;
+mod peer;
 mod request_path;
 use config::scope;
 mod tls;
@@ -44,6 +48,7 @@ mod tokens;
 // 2. live config and shared state; the limiter is its own crate, so a Rust
 // service can depend on it alone.
 mod app;
+mod connections;
 mod deadline;
 mod live;
 mod metrics;
@@ -59,12 +64,15 @@ mod replay;
 mod rls;
 
 // 4. serve
+mod descriptors;
 mod error;
+mod proxy_socket;
 mod serve;
 mod workers;
 
 // What the binary runs: `serve`, `replay`, `validate` and `explain`.
 pub use config::{ConfigLoadError, Overrides, ServeConfig};
+pub use descriptors::{DescriptorError, Descriptors, raise_descriptor_limit};
 pub use error::ServeError;
 pub use explain::{describe_policy, explain, explain_json};
 pub use listen::ListenAddress;

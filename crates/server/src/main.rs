@@ -285,12 +285,18 @@ fn replay_command(
 }
 
 /// `tollgate validate`: the config's hash and policies, then its warnings;
-/// under `--strict` a warning fails it.
+/// under `--strict` a warning fails it. It refuses what `serve` refuses at
+/// start, the file descriptor limit included.
 fn validate_command(load: &Load, strict: bool) -> ExitCode {
     let loaded = match load.load() {
         Ok(loaded) => loaded,
         Err(message) => return fail(&message, 1),
     };
+    // What `serve` would refuse here, as it would say it: the file
+    // descriptors are this machine's (run it where, and as whom, serve runs).
+    if let Err(message) = tollgate::raise_descriptor_limit(&loaded.server) {
+        return fail(&message, 1);
+    }
     let mut out = io::stdout().lock();
     let _ = writeln!(
         out,

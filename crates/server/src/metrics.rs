@@ -62,6 +62,20 @@ pub struct RouteLabels {
     pub endpoint: &'static str,
 }
 
+/// A connection rule, for the connections it refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// `max_connections_per_peer` or `proxy_reserved_connections`.
+    pub rule: &'static str,
+}
+
+/// Whose connections: trusted proxies' or everyone else's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// `proxy` (`trusted_proxies`, the proxy socket) or `other`.
+    pub peer: &'static str,
+}
+
 /// The build, as `tollgate_build_info` labels it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -81,6 +95,13 @@ pub struct Metrics {
     pub bad_requests: Family<StatusLabels, Counter>,
     /// Connections closed on arrival because `server.max_connections` were open.
     pub refused_connections: Counter,
+    /// Connections closed on arrival by a peer's rule, by rule.
+    pub refused_by_rule: Family<RuleLabels, Counter>,
+    /// Connections from peers that are not trusted proxies closed for
+    /// sending no request head (gRPC: no first byte) in time.
+    pub header_timeouts: Counter,
+    /// Connections open now, every listener together, by peer.
+    pub open_connections: Family<PeerLabels, Gauge>,
     /// Requests refused for a missing or wrong bearer token, by endpoint.
     pub unauthorized: Family<EndpointLabels, Counter>,
     /// HTTP connections dropped because their TLS handshake failed or
@@ -168,7 +189,22 @@ impl Metrics {
         let refused_connections = registered(
             r,
             "refused_connections",
-            "HTTP connections closed on arrival because server.max_connections were open",
+            "Connections closed on arrival because server.max_connections were open (every listener together)",
+        );
+        let refused_by_rule = registered(
+            r,
+            "connections_refused",
+            "Connections closed on arrival from a peer that is not a trusted proxy, by rule: max_connections_per_peer (the peer held its share) or proxy_reserved_connections (only the trusted proxies' slots were left)",
+        );
+        let header_timeouts = registered(
+            r,
+            "header_timeouts",
+            "Connections from peers that are not trusted proxies closed for sending no complete request head within server.header_timeout_ms (gRPC: no first byte), at connect or between keep-alive requests",
+        );
+        let open_connections = registered(
+            r,
+            "open_connections",
+            "Connections open now, every listener together, by peer: proxy (server.trusted_proxies, server.proxy_socket) or other",
         );
         let unauthorized = registered(
             r,
@@ -178,7 +214,7 @@ impl Metrics {
         let tls_handshake_failures = registered(
             r,
             "tls_handshake_failures",
-            "HTTP connections dropped because their TLS handshake failed or took longer than server.request_timeout_ms",
+            "Connections dropped because their TLS handshake failed or took longer than its bound (server.header_timeout_ms; for a trusted proxy server.request_timeout_ms)",
         );
         let trace_dropped = registered(
             r,
@@ -193,6 +229,9 @@ impl Metrics {
             reload_failures,
             bad_requests,
             refused_connections,
+            refused_by_rule,
+            header_timeouts,
+            open_connections,
             unauthorized,
             tls_handshake_failures,
             trace_dropped,

@@ -3,20 +3,23 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
 
 use tollgate_core::SystemClock;
 
 use crate::ServeError;
 use crate::app::App;
 use crate::config::{Overrides, ServeConfig, StoreSettings};
+use crate::descriptors::raise_descriptor_limit;
 use crate::listen::ListenAddress;
-use crate::workers::{serve_grpc, serve_http};
+use crate::proxy_socket;
+use crate::workers::{serve_grpc, serve_http, serve_proxy_socket};
 
 /// How often idle keys are swept from the memory store.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -61,6 +64,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     for warning in config.warnings_serving(&addr, grpc_addr.as_ref()) {
         tracing::warn!("{warning}");
     }
+    let descriptors = raise_descriptor_limit(&config.server)?;
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -96,6 +100,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         None => None,
     };
     let grpc_local = grpc_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let proxy_socket = bind_proxy_socket(&app)?;
     // Signals are caught before anyone is told we listen: a SIGHUP or
     // SIGTERM sent right after the first line must not kill the process.
     let watch = |kind: SignalKind, name: &'static str| {
@@ -113,9 +118,14 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(
         http = %format_args!("{scheme}://{local}"),
         grpc = %grpc_local.map_or_else(|| "off".to_owned(), |g| format!("{scheme}://{g}")),
+        proxy_socket = %proxy_socket
+            .as_ref()
+            .map_or_else(|| "off".to_owned(), |(_, bound)| bound.path.display().to_string()),
         stores = %stores,
         region = %region.as_deref().unwrap_or("none"),
         policies = app.live.load().policies.len(),
+        max_connections = app.live.load().config.server.max_connections,
+        open_files = descriptors.soft,
         "tollgate serving"
     );
     if shared_stores {
@@ -142,7 +152,30 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             stopped(stop_rx.clone()),
         ))
     });
+    let proxy = proxy_socket.map(|(listener, bound)| {
+        let (app, stop) = (Arc::clone(&app), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            let served = serve_proxy_socket(app, listener, stop).await;
+            // Its file goes once nothing is served on it.
+            drop(bound);
+            served
+        })
+    });
     serve_app(app, listener, stopped(stop_rx)).await?;
+    drain_others(proxy, grpc).await?;
+    tracing::info!("tollgate stopped");
+    Ok(())
+}
+
+/// Once HTTP has drained: waits for the proxy socket, stopped with it, and
+/// the gRPC listener, for at most [`GRPC_DRAIN`].
+async fn drain_others(
+    proxy: Option<JoinHandle<Result<(), ServeError>>>,
+    grpc: Option<JoinHandle<Result<(), ServeError>>>,
+) -> Result<(), ServeError> {
+    if let Some(proxy) = proxy {
+        proxy.await.map_err(ServeError::ProxySocketTask)??;
+    }
     if let Some(grpc) = grpc {
         match tokio::time::timeout(GRPC_DRAIN, grpc).await {
             Ok(joined) => joined.map_err(ServeError::GrpcTask)??,
@@ -152,8 +185,25 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             ),
         }
     }
-    tracing::info!("tollgate stopped");
     Ok(())
+}
+
+/// `server.proxy_socket`, bound (its path relative to the config file),
+/// when the config sets one.
+fn bind_proxy_socket(
+    app: &App,
+) -> Result<Option<(UnixListener, proxy_socket::BoundSocket)>, ServeError> {
+    let Some(socket) = app.live.load().config.server.proxy_socket.clone() else {
+        return Ok(None);
+    };
+    let base = app.config_path.parent().unwrap_or(Path::new("."));
+    proxy_socket::bind(&socket, base)
+        .map(Some)
+        .map_err(|source| ServeError::Listen {
+            what: " for the proxy",
+            addr: base.join(&socket.path).display().to_string(),
+            source,
+        })
 }
 
 /// A standalone or Sentinel Redis connects lazily, so a store that is down

@@ -8,7 +8,12 @@
 //! that owns its connections runs each request from read to write on one
 //! core, with no cross-core wake-ups (docs/benchmarks.md has the figures).
 //! The acceptor deals connections round-robin so workers stay balanced, and
-//! refuses connections beyond `server.max_connections`.
+//! refuses those the connection gate does not admit ([`crate::connections`]:
+//! `max_connections`, per peer, the trusted proxies' reserve) before a byte
+//! is read. A peer that is not a trusted proxy has `server.header_timeout_ms`
+//! to send each request head (gRPC: its first byte); a trusted proxy's idle
+//! connections are kept `proxy_idle_timeout_ms`. The proxy socket
+//! (`server.proxy_socket`) serves HTTP/1.1 to the proxy alone.
 //!
 //! The hot endpoints (`POST /v1/check`, `/v1/authorize`, `ShouldRateLimit`)
 //! go straight to their handlers; everything else goes through the axum
@@ -18,9 +23,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -30,14 +33,18 @@ use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpStream};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ServeError;
 use crate::app::App;
+use crate::connections::{Caller, Refused, Slot};
 use crate::http;
 use crate::http::linger::{LingerFlag, LingerOnClose, Lingering};
+use crate::metrics::RuleLabels;
+use crate::peer::Peer;
 use crate::tls::EdgeStream;
 
 /// Accepted connections waiting for a busy worker, per worker.
@@ -72,9 +79,44 @@ impl Protocol {
     }
 }
 
+/// What a listener accepts on.
+enum Listener {
+    Tcp(TcpListener),
+    /// `server.proxy_socket`.
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// The next connection, as a stream a worker's runtime can take, and
+    /// its peer.
+    async fn accept(&self) -> std::io::Result<(Stream, Peer)> {
+        match self {
+            Listener::Tcp(listener) => {
+                let (stream, peer) = listener.accept().await?;
+                let _ = stream.set_nodelay(true);
+                Ok((Stream::Tcp(stream.into_std()?), Peer::Addr(peer)))
+            }
+            Listener::Unix(listener) => {
+                let (stream, _) = listener.accept().await?;
+                Ok((Stream::Unix(stream.into_std()?), Peer::ProxySocket))
+            }
+        }
+    }
+}
+
+/// An accepted connection on its way to a worker's runtime.
+enum Stream {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
 struct Accepted {
-    stream: std::net::TcpStream,
-    peer: SocketAddr,
+    stream: Stream,
+    peer: Peer,
+    /// A trusted proxy's connection (or one on the proxy socket).
+    trusted: bool,
+    /// Its place under the gate, given back when the connection ends.
+    slot: Slot,
 }
 
 /// How many workers `server.http_workers` asks for (0: one per core).
@@ -92,7 +134,17 @@ pub async fn serve_http(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    serve_listener(app, listener, Protocol::Http, shutdown).await
+    serve_listener(app, Listener::Tcp(listener), Protocol::Http, shutdown).await
+}
+
+/// Serves HTTP on `server.proxy_socket`, every peer a trusted proxy, as
+/// [`serve_http`] does on TCP (never TLS: the socket is local).
+pub(crate) async fn serve_proxy_socket(
+    app: Arc<App>,
+    listener: UnixListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    serve_listener(app, Listener::Unix(listener), Protocol::Http, shutdown).await
 }
 
 /// Serves Envoy's rate limit service (`ShouldRateLimit`, [`crate::rls`])
@@ -103,24 +155,25 @@ pub async fn serve_grpc(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    serve_listener(app, listener, Protocol::Grpc, shutdown).await
+    serve_listener(app, Listener::Tcp(listener), Protocol::Grpc, shutdown).await
 }
 
 /// Serves `protocol` on `listener` until `shutdown` resolves: one worker
 /// a core, each on its own thread, fed connections by this acceptor.
 async fn serve_listener(
     app: Arc<App>,
-    listener: TcpListener,
+    listener: Listener,
     protocol: Protocol,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let (workers, max_connections, limits) = {
+    let (workers, limits) = {
         let settings = &app.live.load().config.server;
         (
             worker_count(settings.http_workers),
-            settings.max_connections,
             HeadLimits {
                 request_timeout: Duration::from_millis(settings.request_timeout_ms),
+                header_timeout: Duration::from_millis(settings.header_timeout_ms),
+                proxy_idle_timeout: Duration::from_millis(settings.proxy_idle_timeout_ms),
                 max_headers: settings.max_headers,
                 max_header_bytes: settings.max_header_bytes,
             },
@@ -139,14 +192,12 @@ async fn serve_listener(
         Protocol::Http => Routes::Http(http::operations_router(Arc::clone(&app))),
         Protocol::Grpc => Routes::Grpc(crate::rls::other_methods().await),
     };
-    let open = Arc::new(AtomicUsize::new(0));
     let mut handoffs = Vec::with_capacity(workers);
     let mut finished = Vec::with_capacity(workers);
     for index in 0..workers {
         let worker = Worker {
             app: Arc::clone(&app),
             routes: routes.clone(),
-            open: Arc::clone(&open),
             limits,
             tls: tls.clone(),
         };
@@ -168,27 +219,50 @@ async fn serve_listener(
                 }
             },
         };
-        if open.load(Ordering::Relaxed) >= max_connections {
-            app.metrics.refused_connections.inc();
-            drop(stream);
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
-        let Ok(stream) = stream.into_std() else {
+        let Some(accepted) = admit(&app, stream, peer) else {
             continue;
         };
-        open.fetch_add(1, Ordering::Relaxed);
         let handoff = &handoffs[next % workers];
         next = next.wrapping_add(1);
-        if handoff.send(Accepted { stream, peer }).await.is_err() {
-            open.fetch_sub(1, Ordering::Relaxed);
-        }
+        // A worker gone drops the connection, and its slot with it.
+        let _ = handoff.send(accepted).await;
     }
     drop(handoffs);
     for done in finished {
         let _ = done.await;
     }
     Ok(())
+}
+
+/// The connection with its slot, or `None` (counted, and the connection
+/// closed) when the gate refuses it. Who is trusted is read from the live
+/// config, so a reload of `trusted_proxies` applies to the next accept.
+fn admit(app: &App, stream: Stream, peer: Peer) -> Option<Accepted> {
+    let trusted = peer.is_trusted(&app.live.load().config.server.trusted_proxies);
+    let caller = match peer.ip() {
+        Some(ip) if !trusted => Caller::Other(ip),
+        _ => Caller::Proxy,
+    };
+    match app.connections.admit(caller) {
+        Ok(slot) => Some(Accepted {
+            stream,
+            peer,
+            trusted,
+            slot,
+        }),
+        Err(Refused::Full) => {
+            app.metrics.refused_connections.inc();
+            None
+        }
+        Err(rule) => {
+            app.metrics
+                .refused_by_rule
+                .get_or_create(&RuleLabels { rule: rule.rule() })
+                .inc();
+            tracing::debug!(%peer, rule = rule.rule(), "connection refused");
+            None
+        }
+    }
 }
 
 /// Starts `worker` on a thread of its own, on its own current-thread
@@ -245,9 +319,15 @@ async fn start_worker(
 /// What a request's head may take, read at start.
 #[derive(Clone, Copy)]
 struct HeadLimits {
-    /// `server.request_timeout_ms`: for a request's headers here, for its
-    /// body in `http/body.rs`.
+    /// `server.request_timeout_ms`: a request's body (`http/body.rs`), and
+    /// a trusted proxy's TLS handshake.
     request_timeout: Duration,
+    /// `server.header_timeout_ms`: each request head (gRPC: the first
+    /// byte) and the TLS handshake of a peer that is not a trusted proxy.
+    header_timeout: Duration,
+    /// `server.proxy_idle_timeout_ms`: each request head of a trusted
+    /// proxy, so how long its idle keep-alive connections are kept.
+    proxy_idle_timeout: Duration,
     /// `server.max_headers` and `server.max_header_bytes`: beyond them hyper
     /// answers 431 and closes (docs/forward-auth.md says what a proxy
     /// makes of it).
@@ -267,10 +347,22 @@ enum Routes {
 struct Worker {
     app: Arc<App>,
     routes: Routes,
-    open: Arc<AtomicUsize>,
     limits: HeadLimits,
-    /// `server.tls`: every connection is TLS.
+    /// `server.tls`: every TCP connection is TLS.
     tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// One connection's task: what it needs from its worker.
+struct Connection {
+    app: Arc<App>,
+    routes: Routes,
+    peer: Peer,
+    trusted: bool,
+    /// The TLS handshake's (or, for gRPC, the first byte's) deadline.
+    opening_timeout: Duration,
+    http1: http1::Builder,
+    http2: http2::Builder<SpawnBoxed>,
+    watcher: Watcher,
 }
 
 impl Worker {
@@ -278,77 +370,56 @@ impl Worker {
     /// every connection has finished.
     async fn serve(self, mut handoff: mpsc::Receiver<Accepted>) {
         let graceful = GracefulShutdown::new();
-        let http1 = self.http1();
+        let http1_proxy = self.http1(self.limits.proxy_idle_timeout);
+        let http1_other = self.http1(self.limits.header_timeout);
         let http2 = self.http2();
-        while let Some(Accepted { stream, peer }) = handoff.recv().await {
-            let Ok(stream) = TcpStream::from_std(stream) else {
-                self.open.fetch_sub(1, Ordering::Relaxed);
-                continue;
+        while let Some(accepted) = handoff.recv().await {
+            let Accepted {
+                stream,
+                peer,
+                trusted,
+                slot,
+            } = accepted;
+            // A trusted proxy's head may wait its idle bound; its handshake
+            // is a request's. Anyone else has the header timeout for both.
+            let (opening_timeout, http1) = if trusted {
+                (self.limits.request_timeout, &http1_proxy)
+            } else {
+                (self.limits.header_timeout, &http1_other)
             };
-            let (app, routes, open) = (
-                Arc::clone(&self.app),
-                self.routes.clone(),
-                Arc::clone(&self.open),
-            );
-            // The TLS handshake runs in the connection's own task, bounded
-            // like a request's head; the watcher keeps a shutdown waiting
-            // for it.
-            let (tls, handshake_timeout) = (self.tls.clone(), self.limits.request_timeout);
-            let watcher = graceful.watcher();
-            let (http1, http2) = (http1.clone(), http2.clone());
+            let connection = Connection {
+                app: Arc::clone(&self.app),
+                routes: self.routes.clone(),
+                peer,
+                trusted,
+                opening_timeout,
+                http1: http1.clone(),
+                http2: http2.clone(),
+                watcher: graceful.watcher(),
+            };
+            let tls = self.tls.clone();
             tokio::spawn(async move {
-                let stream = match tls {
-                    None => Some(EdgeStream::Plain(stream)),
-                    Some(acceptor) => {
-                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
-                        {
-                            Ok(Ok(tls)) => Some(EdgeStream::Tls(Box::new(tls))),
-                            Ok(Err(e)) => {
-                                app.metrics.tls_handshake_failures.inc();
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed; connection dropped");
-                                None
-                            }
-                            Err(_) => {
-                                app.metrics.tls_handshake_failures.inc();
-                                tracing::debug!(%peer, "TLS handshake timed out; connection dropped");
-                                None
-                            }
+                match stream {
+                    Stream::Tcp(stream) => {
+                        if let Ok(stream) = TcpStream::from_std(stream) {
+                            connection.serve_tcp(stream, tls).await;
                         }
                     }
-                };
-                if let Some(stream) = stream {
-                    match routes {
-                        Routes::Http(router) => {
-                            let linger = LingerFlag::default();
-                            let stream = TokioIo::new(Lingering::new(stream, linger.clone()));
-                            let service = service_fn(move |req| {
-                                dispatch(
-                                    Arc::clone(&app),
-                                    router.clone(),
-                                    peer,
-                                    linger.clone(),
-                                    req,
-                                )
-                            });
-                            let _ = watcher.watch(http1.serve_connection(stream, service)).await;
-                        }
-                        Routes::Grpc(others) => {
-                            let service = service_fn(move |req| {
-                                crate::rls::route(Arc::clone(&app), others.clone(), req)
-                            });
-                            let _ = watcher
-                                .watch(http2.serve_connection(TokioIo::new(stream), service))
-                                .await;
+                    Stream::Unix(stream) => {
+                        if let Ok(stream) = UnixStream::from_std(stream) {
+                            connection.serve(stream).await;
                         }
                     }
                 }
-                open.fetch_sub(1, Ordering::Relaxed);
+                drop(slot);
             });
         }
         graceful.shutdown().await;
     }
 
-    fn http1(&self) -> http1::Builder {
+    /// HTTP/1.1 whose every request head must arrive within
+    /// `head_timeout` of the connection's start or of the previous answer.
+    fn http1(&self, head_timeout: Duration) -> http1::Builder {
         let mut builder = http1::Builder::new();
         builder
             // One flat buffer and one send(2) a response: its headers and a
@@ -356,7 +427,7 @@ impl Worker {
             // writev(2) (docs/benchmarks.md).
             .writev(false)
             .timer(TokioTimer::new())
-            .header_read_timeout(self.limits.request_timeout)
+            .header_read_timeout(head_timeout)
             .max_headers(self.limits.max_headers)
             .max_header_size(self.limits.max_header_bytes)
             // The read buffer must hold the largest head allowed.
@@ -376,6 +447,90 @@ impl Worker {
             .max_header_list_size(u32::try_from(self.limits.max_header_bytes).unwrap_or(u32::MAX))
             .auto_date_header(false);
         builder
+    }
+}
+
+impl Connection {
+    /// A TCP connection: its TLS handshake first when `server.tls` is set,
+    /// bounded like its first head; for gRPC without TLS, its first byte.
+    async fn serve_tcp(self, stream: TcpStream, tls: Option<tokio_rustls::TlsAcceptor>) {
+        let (app, peer) = (Arc::clone(&self.app), self.peer);
+        let Some(acceptor) = tls else {
+            if matches!(self.routes, Routes::Grpc(_)) && !self.first_byte(&stream).await {
+                return;
+            }
+            return self.serve(EdgeStream::Plain(stream)).await;
+        };
+        match tokio::time::timeout(self.opening_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => self.serve(EdgeStream::Tls(Box::new(tls))).await,
+            Ok(Err(e)) => {
+                app.metrics.tls_handshake_failures.inc();
+                tracing::debug!(%peer, error = %e, "TLS handshake failed; connection dropped");
+            }
+            Err(_) => {
+                app.metrics.tls_handshake_failures.inc();
+                tracing::debug!(%peer, "TLS handshake timed out; connection dropped");
+            }
+        }
+    }
+
+    /// Whether a byte arrived within the opening bound: HTTP/2 has no head
+    /// timeout of its own, and a client that never sends its preface would
+    /// hold its slot for as long as it liked.
+    async fn first_byte(&self, stream: &TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(self.opening_timeout, stream.peek(&mut byte)).await {
+            Ok(Ok(read)) => read > 0,
+            Ok(Err(_)) => false,
+            Err(_) => {
+                if !self.trusted {
+                    self.app.metrics.header_timeouts.inc();
+                }
+                false
+            }
+        }
+    }
+
+    /// Serves the connection's protocol on `stream` until it closes.
+    async fn serve<S>(self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            app,
+            routes,
+            peer,
+            trusted,
+            http1,
+            http2,
+            watcher,
+            ..
+        } = self;
+        let metrics = Arc::clone(&app.metrics);
+        let served = match routes {
+            Routes::Http(router) => {
+                let linger = LingerFlag::default();
+                let stream = TokioIo::new(Lingering::new(stream, linger.clone()));
+                let service = service_fn(move |req| {
+                    dispatch(Arc::clone(&app), router.clone(), peer, linger.clone(), req)
+                });
+                watcher.watch(http1.serve_connection(stream, service)).await
+            }
+            Routes::Grpc(others) => {
+                let service =
+                    service_fn(move |req| crate::rls::route(Arc::clone(&app), others.clone(), req));
+                watcher
+                    .watch(http2.serve_connection(TokioIo::new(stream), service))
+                    .await
+            }
+        };
+        if let Err(e) = served
+            && e.is_timeout()
+            && !trusted
+        {
+            metrics.header_timeouts.inc();
+            tracing::debug!(%peer, "no request head within server.header_timeout_ms; connection closed");
+        }
     }
 }
 
@@ -403,7 +558,7 @@ where
 async fn dispatch(
     app: Arc<App>,
     router: Router,
-    peer: SocketAddr,
+    peer: Peer,
     linger: LingerFlag,
     req: Request<Incoming>,
 ) -> Result<Response, Infallible> {

@@ -23,7 +23,7 @@ pub use request_shaping::{CostRule, IdentityPart};
 // Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
 #[cfg(test)]
 pub(crate) use request_shaping::ClientNetworks;
-pub use server::{HotIdentityMetrics, ServerSettings, TraceSettings};
+pub use server::{HotIdentityMetrics, ProxySocket, ServerSettings, TraceSettings};
 pub use stores::{StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};
@@ -279,7 +279,11 @@ impl ServeConfig {
             .filter(|p| p.matcher != Matcher::default())
             .map(|p| p.policy.name())
             .collect();
-        if !matching.is_empty() && self.server.trusted_proxies.is_empty() {
+        // The proxy socket's peer is trusted whatever the list says.
+        if !matching.is_empty()
+            && self.server.trusted_proxies.is_empty()
+            && self.server.proxy_socket.is_none()
+        {
             warnings.push(format!(
                 "policies {} match forwarded requests, but server.trusted_proxies is empty: /v1/authorize refuses a request description ({} headers) from any peer, and client_ip is the caller's own address",
                 matching.join(", "),

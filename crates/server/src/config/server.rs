@@ -14,6 +14,12 @@ use tollgate_core::{ConfigError, describe, node_path};
 use crate::listen::ListenAddress;
 use crate::tls::TlsPaths;
 use crate::tokens::Guarded;
+pub use connections::ProxySocket;
+use connections::{
+    DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_PROXY_IDLE_TIMEOUT_MS,
+};
+
+mod connections;
 
 /// The environment variable holding the key for hashing secret identity parts.
 const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
@@ -77,11 +83,33 @@ pub struct ServerSettings {
     pub grpc_response_headers: bool,
     /// HTTP worker threads, each with its own runtime (0: one per core).
     pub http_workers: usize,
-    /// Open HTTP connections beyond which new ones are closed at once.
+    /// Open connections, all listeners together, beyond which a new one is
+    /// closed at once. Read at start, and checked against the file
+    /// descriptors the process may open ([`crate::descriptors`]).
     pub max_connections: usize,
-    /// The longest a request's headers, and then its body, may take to
-    /// arrive; a slower client's connection is closed (a slow body gets 408
-    /// first). Read at start, like `http_workers`.
+    /// The most connections one peer that is not a trusted proxy may hold
+    /// (an IPv4 address; an IPv6 /64). Read at start.
+    pub max_connections_per_peer: usize,
+    /// How many of `max_connections` only trusted proxies (and the proxy
+    /// socket) may take, so a flood from elsewhere never locks the proxy
+    /// out. Absent: a quarter of `max_connections`; none while no proxy is
+    /// trusted. Read at start.
+    pub proxy_reserved_connections: Option<usize>,
+    /// The longest a peer that is not a trusted proxy may take to send a
+    /// complete request head, from its connect and between keep-alive
+    /// requests; then its connection is closed. Read at start.
+    pub header_timeout_ms: u64,
+    /// The same bound for trusted proxies: how long their idle keep-alive
+    /// connections are kept, longer than proxies keep theirs so that the
+    /// proxy, not tollgate, closes an idle one. Read at start.
+    pub proxy_idle_timeout_ms: u64,
+    /// A unix socket serving the HTTP API to the proxy alone (nginx
+    /// `proxy_pass http://unix:PATH:`, Caddy `unix/PATH`); every peer on
+    /// it is a trusted proxy. Read at start.
+    pub proxy_socket: Option<ProxySocket>,
+    /// The longest a request's body may take to arrive (a slow body gets
+    /// 408), and a TLS handshake from a trusted proxy. Read at start, like
+    /// `http_workers`.
     pub request_timeout_ms: u64,
     /// TLS for both listeners: PEM certificate and key files, relative to
     /// the config file. Read at start.
@@ -177,6 +205,11 @@ impl Default for ServerSettings {
             grpc_response_headers: false,
             http_workers: 0,
             max_connections: 16_384,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            proxy_reserved_connections: None,
+            header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
+            proxy_idle_timeout_ms: DEFAULT_PROXY_IDLE_TIMEOUT_MS,
+            proxy_socket: None,
             request_timeout_ms: 30_000,
             tls: None,
             request_id_header: None,
@@ -269,12 +302,7 @@ impl ServerSettings {
             )
             .at(node_path!["server", "request_timeout_ms"]));
         }
-        if self.max_connections == 0 {
-            return Err(
-                ConfigError::Document("server: max_connections must be positive".into())
-                    .at(node_path!["server", "max_connections"]),
-            );
-        }
+        self.validate_connections()?;
         if !(400..=599).contains(&self.deny_status) {
             return Err(ConfigError::Document(format!(
                 "server: deny_status {} is not an HTTP error status (400-599)",
@@ -329,11 +357,16 @@ macro_rules! start_only {
 /// The settings read once at start — listeners, workers, limits of a
 /// request's head, TLS — in the order a reload reports them. Both the
 /// report and the copy-back read this one list.
-const START_ONLY: [StartOnly; 9] = start_only![
+const START_ONLY: [StartOnly; 14] = start_only![
     listen,
     grpc_listen,
+    proxy_socket,
     http_workers,
     max_connections,
+    max_connections_per_peer,
+    proxy_reserved_connections,
+    header_timeout_ms,
+    proxy_idle_timeout_ms,
     request_timeout_ms,
     max_headers,
     max_header_bytes,

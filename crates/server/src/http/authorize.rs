@@ -2,7 +2,7 @@
 //! ForwardAuth and Envoy ext_authz: the forwarded request's matching
 //! policies, decided by the limiter, answered by status and header fields.
 
-use std::net::SocketAddr;
+use crate::peer::Peer;
 
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -46,11 +46,7 @@ pub(super) fn is_authorize_path(path: &str) -> bool {
 }
 
 /// `/v1/authorize`: the forwarded request's checks, decided by the limiter.
-pub(super) async fn authorize_request<B>(
-    app: &App,
-    peer: SocketAddr,
-    req: http::Request<B>,
-) -> Response {
+pub(super) async fn authorize_request<B>(app: &App, peer: Peer, req: http::Request<B>) -> Response {
     let live_config = app.live.load();
     // The proxy's own token (never the client's Authorization): without
     // it, any process that reaches the listener could describe a login

@@ -2,7 +2,7 @@
 //! contract of docs/design.md §8 back. This file routes; each endpoint's
 //! handler lives in its own file and translates, deciding nothing itself.
 
-use std::net::SocketAddr;
+use crate::peer::Peer;
 use std::sync::Arc;
 
 use axum::Router;
@@ -66,7 +66,7 @@ fn endpoint_of(path: &str) -> &'static str {
 pub(crate) async fn route(
     app: &Arc<App>,
     operations: Router,
-    peer: SocketAddr,
+    peer: Peer,
     req: http::Request<hyper::body::Incoming>,
 ) -> Response {
     let endpoint = endpoint_of(req.uri().path());
@@ -97,7 +97,7 @@ pub(crate) async fn route(
 async fn dispatch(
     app: &Arc<App>,
     operations: Router,
-    peer: SocketAddr,
+    peer: Peer,
     req: http::Request<hyper::body::Incoming>,
 ) -> Response {
     let path = req.uri().path();

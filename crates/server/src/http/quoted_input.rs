@@ -59,7 +59,7 @@ fn every_fault(config: &ServeConfig) -> Vec<(&'static str, String)> {
         &xff,
         "GET",
         "/export",
-        SocketAddr::new(proxy, 1),
+        SocketAddr::new(proxy, 1).into(),
         &config.server,
     )
     .expect("a request");

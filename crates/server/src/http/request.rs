@@ -12,6 +12,7 @@ use tollgate_core::{Identity, SecretHasher, quote};
 
 use crate::config::{CostRule, IdentityPart, ServePolicy, ServerSettings};
 use crate::identity::{ComposeFault, PartFault, Told, compose, shape_part};
+use crate::peer::{Peer, is_trusted};
 use crate::request_path::normalize;
 
 /// The original request behind a forward-auth call, as the configured
@@ -27,7 +28,7 @@ pub(crate) struct Forwarded<'a> {
     pub(crate) host: &'a str,
     /// The forwarded request's header fields.
     pub(crate) headers: &'a HeaderMap,
-    peer: IpAddr,
+    peer: Peer,
     trusted_proxies: &'a [IpNet],
     /// Worked out on first use: only `client_ip` identities need it.
     client_ip: OnceCell<Result<IpAddr, RequestFault>>,
@@ -81,11 +82,11 @@ impl<'a> Forwarded<'a> {
         headers: &'a HeaderMap,
         own_method: &'a str,
         own_path: &'a str,
-        peer: SocketAddr,
+        peer: Peer,
         server: &'a ServerSettings,
     ) -> Result<Self, RequestFault> {
         let forward = &server.forward_auth;
-        let trusted = is_trusted(&server.trusted_proxies, &peer.ip());
+        let trusted = peer.is_trusted(&server.trusted_proxies);
         let described = |name: &Option<HeaderName>| -> Result<Option<&'a str>, RequestFault> {
             let Some(name) = name else { return Ok(None) };
             let value = single_header(headers, name)?;
@@ -93,6 +94,7 @@ impl<'a> Forwarded<'a> {
                 return Err(RequestFault(format!(
                     "header {name} describes the request, but this caller ({}) is not in server.trusted_proxies: only a trusted proxy may describe a request",
                     peer.ip()
+                        .map_or_else(|| peer.to_string(), |ip| ip.to_string())
                 )));
             }
             Ok(value)
@@ -121,28 +123,20 @@ impl<'a> Forwarded<'a> {
             path,
             host,
             headers,
-            peer: peer.ip(),
+            peer,
             trusted_proxies: &server.trusted_proxies,
             client_ip: OnceCell::new(),
         })
     }
 
-    /// The client's address (see [`client_ip`]), worked out once.
+    /// The client's address (see [`client_ip`]), worked out once. On the
+    /// proxy socket the proxy must name it: there is no peer address to
+    /// fall back on, and one shared bucket for every client is never one.
     pub(crate) fn client_ip(&self) -> Result<IpAddr, RequestFault> {
         self.client_ip
-            .get_or_init(|| client_ip(self.headers, self.peer, self.trusted_proxies))
+            .get_or_init(|| client_ip(self.headers, self.peer.ip(), self.trusted_proxies))
             .clone()
     }
-}
-
-/// Whether a trusted proxy is at `ip`, written either way: an IPv4-mapped
-/// address (`::ffff:10.0.0.7`, a dual-stack socket's peer) matches an IPv4
-/// network, and still matches a network written mapped.
-fn is_trusted(trusted: &[IpNet], ip: &IpAddr) -> bool {
-    let canonical = ip.to_canonical();
-    trusted
-        .iter()
-        .any(|net| net.contains(ip) || net.contains(&canonical))
 }
 
 /// One `X-Forwarded-For` hop: an address, optionally with a port
@@ -160,20 +154,25 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
 /// fault (naming the header), while what stands left of the client's hop
 /// was written by the client and is never read. An IPv4-mapped address
 /// comes back as its IPv4 address, so one client has one spelling.
+///
+/// On the proxy socket (`peer` is `None`) the proxy is trusted and has no
+/// address: without either header there is no client address at all.
 pub(crate) fn client_ip(
     headers: &HeaderMap,
-    peer: IpAddr,
+    peer: impl Into<Option<IpAddr>>,
     trusted: &[IpNet],
 ) -> Result<IpAddr, RequestFault> {
-    told_client_ip(headers, peer, trusted).map(|ip| ip.to_canonical())
+    told_client_ip(headers, peer.into(), trusted).map(|ip| ip.to_canonical())
 }
 
 fn told_client_ip(
     headers: &HeaderMap,
-    peer: IpAddr,
+    peer: Option<IpAddr>,
     trusted: &[IpNet],
 ) -> Result<IpAddr, RequestFault> {
-    if !is_trusted(trusted, &peer) {
+    if let Some(peer) = peer
+        && !is_trusted(trusted, &peer)
+    {
         return Ok(peer);
     }
     let mut leftmost = None;
@@ -207,7 +206,11 @@ fn told_client_ip(
                 quote(text)
             ))
         }),
-        None => Ok(peer),
+        None => peer.ok_or_else(|| {
+            RequestFault(
+                "this request came on server.proxy_socket without X-Forwarded-For or X-Real-IP: the proxy must name the client's address".to_owned(),
+            )
+        }),
     }
 }
 
@@ -431,6 +434,22 @@ mod tests {
         assert_eq!(
             client_ip(&bad, ip("192.0.2.1"), &trusted),
             Ok(ip("192.0.2.1"))
+        );
+    }
+
+    #[test]
+    fn on_the_proxy_socket_the_proxy_must_name_the_client() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        let h = headers(&[("x-forwarded-for", "203.0.113.9, 10.0.0.7")]);
+        assert_eq!(client_ip(&h, None, &trusted), Ok(ip("203.0.113.9")));
+        let real = headers(&[("x-real-ip", "203.0.113.5")]);
+        assert_eq!(client_ip(&real, None, &[]), Ok(ip("203.0.113.5")));
+        // No address to fall back on: a fault, never one shared bucket.
+        assert_eq!(
+            client_ip(&headers(&[]), None, &trusted),
+            Err(RequestFault(
+                "this request came on server.proxy_socket without X-Forwarded-For or X-Real-IP: the proxy must name the client's address".into()
+            ))
         );
     }
 

@@ -65,8 +65,17 @@ impl Nginx {
     /// already in use"), so a taken port is retried on a fresh one; any other
     /// failure to start is the test's failure.
     pub fn start(tollgate_base: &str, upstream: SocketAddr) -> Self {
+        let tollgate = tollgate_base
+            .strip_prefix("http://")
+            .expect("tollgate's base is http://host:port");
+        Self::start_to(tollgate, upstream)
+    }
+
+    /// [`Self::start`] with `tollgate` as the example's `upstream tollgate`
+    /// server: `host:port`, or `unix:PATH` for `server.proxy_socket`.
+    pub fn start_to(tollgate: &str, upstream: SocketAddr) -> Self {
         for _ in 0..5 {
-            match Self::start_on(free_port(), tollgate_base, upstream) {
+            match Self::start_on(free_port(), tollgate, upstream) {
                 Ok(nginx) => return nginx,
                 Err(PortTaken) => continue,
             }
@@ -74,7 +83,7 @@ impl Nginx {
         panic!("nginx found every one of 5 free ports taken before it could bind");
     }
 
-    fn start_on(port: u16, tollgate_base: &str, upstream: SocketAddr) -> Result<Self, PortTaken> {
+    fn start_on(port: u16, tollgate: &str, upstream: SocketAddr) -> Result<Self, PortTaken> {
         let binary = nginx_binary();
         let dir = tempfile::tempdir().expect("nginx prefix");
         // Workers run as an unprivileged user when the test runs as root;
@@ -84,9 +93,6 @@ impl Nginx {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .expect("chmod the nginx prefix");
-        let tollgate = tollgate_base
-            .strip_prefix("http://")
-            .expect("tollgate's base is http://host:port");
         let conf = dir.path().join("nginx.conf");
         let marker = path_marker(dir.path());
         std::fs::write(&conf, render_example(port, tollgate, upstream, &marker))

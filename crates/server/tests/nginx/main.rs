@@ -12,6 +12,7 @@ mod support;
 
 mod bypass;
 mod client_bytes;
+mod connections;
 mod contract;
 mod fail_closed;
 mod harness;

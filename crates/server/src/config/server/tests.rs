@@ -10,8 +10,24 @@ fn one_change_each() -> Vec<(&'static str, Edit)> {
         ("server.grpc_listen", |s| {
             s.grpc_listen = Some(address("127.0.0.1:8081"));
         }),
+        ("server.proxy_socket", |s| {
+            s.proxy_socket = Some(ProxySocket {
+                path: "proxy.sock".into(),
+                mode: 0o600,
+            });
+        }),
         ("server.http_workers", |s| s.http_workers = 3),
         ("server.max_connections", |s| s.max_connections = 7),
+        ("server.max_connections_per_peer", |s| {
+            s.max_connections_per_peer = 2;
+        }),
+        ("server.proxy_reserved_connections", |s| {
+            s.proxy_reserved_connections = Some(1);
+        }),
+        ("server.header_timeout_ms", |s| s.header_timeout_ms = 100),
+        ("server.proxy_idle_timeout_ms", |s| {
+            s.proxy_idle_timeout_ms = 100;
+        }),
         ("server.request_timeout_ms", |s| s.request_timeout_ms = 5),
         ("server.max_headers", |s| s.max_headers = 32),
         ("server.max_header_bytes", |s| s.max_header_bytes = 8192),
@@ -89,4 +105,53 @@ fn a_setting_read_on_every_reload_is_neither_reported_nor_kept() {
     assert_eq!(new.max_checks, 3);
     assert_eq!(new.watch_interval_ms, 0);
     assert_eq!(new.decision_log.map(|d| d.sample_percent), Some(5.0));
+}
+
+#[test]
+fn connection_bounds_that_cannot_serve_are_refused_naming_the_setting() {
+    let refused = |yaml: &str| {
+        let value: Value = serde_saphyr::from_str(yaml).expect("YAML");
+        ServerSettings::parse(Some(&value))
+            .expect_err("refused")
+            .to_string()
+    };
+    for name in [
+        "max_connections",
+        "max_connections_per_peer",
+        "header_timeout_ms",
+        "proxy_idle_timeout_ms",
+    ] {
+        assert!(
+            refused(&format!("{name}: 0")).contains(&format!("server: {name} must be positive")),
+            "{name}"
+        );
+    }
+    assert!(
+        refused("{max_connections: 10, proxy_reserved_connections: 10}").contains(
+            "server: proxy_reserved_connections 10 must be below max_connections 10: peers that are not trusted proxies need some"
+        )
+    );
+    assert!(
+        refused("proxy_socket: {path: x.sock, mode: \"0999\"}")
+            .contains("proxy_socket.mode: \"0999\" is not a file mode in octal (e.g. \"0660\")")
+    );
+}
+
+#[test]
+fn the_proxies_reserve_is_a_quarter_unless_set_and_none_while_nobody_is_trusted() {
+    let mut server = ServerSettings {
+        max_connections: 100,
+        ..ServerSettings::default()
+    };
+    assert_eq!(server.reserved_for_proxies(), 0);
+    server.trusted_proxies = vec!["127.0.0.1/32".parse().expect("net")];
+    assert_eq!(server.reserved_for_proxies(), 25);
+    server.proxy_reserved_connections = Some(60);
+    assert_eq!(server.reserved_for_proxies(), 60);
+    server.trusted_proxies.clear();
+    server.proxy_socket = Some(ProxySocket {
+        path: "p.sock".into(),
+        mode: 0o660,
+    });
+    assert_eq!(server.reserved_for_proxies(), 60);
 }
