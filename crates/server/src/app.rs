@@ -195,6 +195,16 @@ impl App {
         self
     }
 
+    /// Holds at most `max` connections in all: the default
+    /// `server.max_connections` lowered to fit the file descriptors this
+    /// process may open. Before serving only.
+    pub fn with_connection_limit(mut self, max: usize) -> Self {
+        let server = &self.live.load().config.server;
+        let limits = ConnectionLimits::at_most(server, max);
+        self.connections = Arc::new(self.connections.with_limits(limits));
+        self
+    }
+
     /// Loads the config file again. A valid config replaces the old one
     /// atomically (buckets carry over: state is keyed by policy name and
     /// records its scale), keeping the running value of each start-only

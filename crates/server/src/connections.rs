@@ -63,10 +63,16 @@ pub(crate) struct ConnectionLimits {
 impl ConnectionLimits {
     /// The bounds `server` sets.
     pub(crate) fn of(server: &ServerSettings) -> Self {
+        Self::at_most(server, server.max_connections)
+    }
+
+    /// The bounds `server` sets, with `max` connections in all (the
+    /// default lowered to fit the file descriptors, [`crate::descriptors`]).
+    pub(crate) fn at_most(server: &ServerSettings, max: usize) -> Self {
         Self {
-            max: server.max_connections,
+            max,
             per_peer: server.max_connections_per_peer,
-            reserved: server.reserved_for_proxies(),
+            reserved: server.reserved_of(max),
         }
     }
 }
@@ -124,6 +130,12 @@ impl ConnectionGate {
             open_proxy,
             open_other,
         }
+    }
+
+    /// The same gate (and gauges) under other bounds, before any
+    /// connection is open.
+    pub(crate) fn with_limits(&self, limits: ConnectionLimits) -> Self {
+        Self::new(limits, self.open_proxy.clone(), self.open_other.clone())
     }
 
     /// A slot for a connection from `caller`, or the rule that refuses it.

@@ -3,13 +3,17 @@
 //! `accept` fails, the proxy's calls time out, and a proxy that fails open
 //! admits everything — the failure a limit on connections is there to stop.
 //!
-//! So `serve` (and `validate`, which says what `serve` would) raises the
-//! soft `RLIMIT_NOFILE` to the hard limit, the most an unprivileged process
-//! may, and refuses to start when even that cannot hold `max_connections`
-//! and [`SPARE`] more: a limiter that cannot keep its bound is better
-//! stopped at start than found out under a flood.
+//! So `serve` raises the soft `RLIMIT_NOFILE` to the hard limit, the most
+//! an unprivileged process may, and refuses to start when even that cannot
+//! hold a `max_connections` the config sets and [`SPARE`] more: a limiter
+//! that cannot keep its bound is better stopped at start than found out
+//! under a flood. The default `max_connections`, which nobody chose, is
+//! lowered to what the limit holds instead (with a warning), so the same
+//! config starts on a machine with a small hard limit. `validate` warns of
+//! what `serve` would refuse on the machine it runs on, without failing:
+//! a CI runner's limit is not the server's.
 
-use crate::config::ServerSettings;
+use crate::config::{DEFAULT_MAX_CONNECTIONS, ServerSettings};
 
 /// Descriptors kept beyond `max_connections` for everything else the
 /// process opens: listeners, Redis connections (one per worker lane and
@@ -26,6 +30,16 @@ pub struct Descriptors {
     pub hard: u64,
     /// What `max_connections` and [`SPARE`] need.
     pub needed: u64,
+    /// The connections this process may hold: `max_connections`, or the
+    /// default lowered to fit the limit.
+    pub max_connections: usize,
+}
+
+impl Descriptors {
+    /// Whether the default `max_connections` was lowered to fit.
+    pub fn lowered(&self, server: &ServerSettings) -> bool {
+        self.max_connections < server.max_connections
+    }
 }
 
 /// Why the process cannot keep `server.max_connections`.
@@ -54,8 +68,8 @@ pub enum DescriptorError {
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (when the hard limit
 /// is unlimited, to what `server` needs), then checks that it holds
-/// `max_connections` and [`SPARE`]. The process's own limit: call it where
-/// `serve` runs.
+/// `max_connections` and [`SPARE`], lowering the default to fit. The
+/// process's own limit: call it where `serve` runs.
 pub fn raise_descriptor_limit(server: &ServerSettings) -> Result<Descriptors, DescriptorError> {
     let needed = (server.max_connections as u64).saturating_add(SPARE);
     // An unlimited hard limit cannot be a soft one on Linux (the kernel
@@ -64,14 +78,28 @@ pub fn raise_descriptor_limit(server: &ServerSettings) -> Result<Descriptors, De
         rlimit::increase_nofile_limit(needed)?;
     }
     let (soft, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE)?;
+    let most = soft.saturating_sub(SPARE);
+    if soft < needed && server.max_connections == DEFAULT_MAX_CONNECTIONS && most > 0 {
+        return Ok(Descriptors {
+            soft,
+            hard,
+            needed,
+            max_connections: usize::try_from(most).unwrap_or(usize::MAX),
+        });
+    }
     if soft < needed {
         return Err(DescriptorError::TooFew {
             max_connections: server.max_connections,
             needed,
             soft,
             hard,
-            most: soft.saturating_sub(SPARE),
+            most,
         });
     }
-    Ok(Descriptors { soft, hard, needed })
+    Ok(Descriptors {
+        soft,
+        hard,
+        needed,
+        max_connections: server.max_connections,
+    })
 }

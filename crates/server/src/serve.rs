@@ -65,6 +65,17 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         tracing::warn!("{warning}");
     }
     let descriptors = raise_descriptor_limit(&config.server)?;
+    if descriptors.lowered(&config.server) {
+        tracing::warn!(
+            "server.max_connections: the default {} needs {} file descriptors but this process may open only {} (RLIMIT_NOFILE soft {}, hard {}): serving at most {} connections; raise the limit (ulimit -n, systemd LimitNOFILE=, docker run --ulimit nofile=) or set server.max_connections",
+            config.server.max_connections,
+            descriptors.needed,
+            descriptors.soft,
+            descriptors.soft,
+            descriptors.hard,
+            descriptors.max_connections,
+        );
+    }
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -82,7 +93,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         App::open(config, config_path, Arc::clone(&clock))
             .await
             .map_err(ServeError::Store)?
-            .with_overrides(overrides),
+            .with_overrides(overrides)
+            .with_connection_limit(descriptors.max_connections),
     );
     let bind = |addr: ListenAddress, what: &'static str| async move {
         TcpListener::bind(addr.as_str())
@@ -124,7 +136,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         stores = %stores,
         region = %region.as_deref().unwrap_or("none"),
         policies = app.live.load().policies.len(),
-        max_connections = app.live.load().config.server.max_connections,
+        max_connections = descriptors.max_connections,
         open_files = descriptors.soft,
         "tollgate serving"
     );

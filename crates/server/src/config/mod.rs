@@ -23,7 +23,9 @@ pub use request_shaping::{CostRule, IdentityPart};
 // Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
 #[cfg(test)]
 pub(crate) use request_shaping::ClientNetworks;
-pub use server::{HotIdentityMetrics, ProxySocket, ServerSettings, TraceSettings};
+pub use server::{
+    DEFAULT_MAX_CONNECTIONS, HotIdentityMetrics, ProxySocket, ServerSettings, TraceSettings,
+};
 pub use stores::{StoreSettings, Stores};
 
 use std::path::{Path, PathBuf};

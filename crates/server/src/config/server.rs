@@ -14,10 +14,10 @@ use tollgate_core::{ConfigError, describe, node_path};
 use crate::listen::ListenAddress;
 use crate::tls::TlsPaths;
 use crate::tokens::Guarded;
-pub use connections::ProxySocket;
 use connections::{
     DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_PROXY_IDLE_TIMEOUT_MS,
 };
+pub use connections::{DEFAULT_MAX_CONNECTIONS, ProxySocket};
 
 mod connections;
 
@@ -204,7 +204,7 @@ impl Default for ServerSettings {
             grpc_listen: None,
             grpc_response_headers: false,
             http_workers: 0,
-            max_connections: 16_384,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             proxy_reserved_connections: None,
             header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,

@@ -16,6 +16,10 @@ use super::ServerSettings;
 /// as long as the store's timeout), while one address takes at most a
 /// twelfth of the untrusted share (12,288 of the default 16,384).
 pub(super) const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 1024;
+/// `server.max_connections` when the file names none. Only this default is
+/// lowered to fit the file descriptors a process may open
+/// ([`crate::descriptors`]); a value the file sets that does not fit is refused.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 /// A request head's deadline for such a peer by default: a client on a
 /// network sends its head in well under a second; five is room for a slow
 /// link, not for a socket held open on purpose.
@@ -64,11 +68,19 @@ impl ServerSettings {
     /// `trusted_proxies`, no `proxy_socket`), as there is no one to keep
     /// them for.
     pub(crate) fn reserved_for_proxies(&self) -> usize {
+        self.reserved_of(self.max_connections)
+    }
+
+    /// [`Self::reserved_for_proxies`] out of `max` connections (the
+    /// default `max_connections` lowered to fit the descriptor limit):
+    /// always below `max`, so other peers keep a slot.
+    pub(crate) fn reserved_of(&self, max: usize) -> usize {
         if self.trusted_proxies.is_empty() && self.proxy_socket.is_none() {
             return 0;
         }
         self.proxy_reserved_connections
-            .unwrap_or(self.max_connections / 4)
+            .unwrap_or(max / 4)
+            .min(max.saturating_sub(1))
     }
 
     /// Refuses connection bounds that cannot serve.
