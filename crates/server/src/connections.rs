@@ -56,7 +56,7 @@ pub(crate) struct ConnectionLimits {
     pub(crate) max: usize,
     /// `server.max_connections_per_peer`.
     pub(crate) per_peer: usize,
-    /// Slots only trusted proxies may take ([`ServerSettings::reserved_for_proxies`]).
+    /// Slots only trusted proxies may take ([`ServerSettings::reserved_of`]).
     pub(crate) reserved: usize,
 }
 

@@ -63,17 +63,11 @@ fn octal_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 impl ServerSettings {
-    /// How many of `max_connections` only trusted proxies may take: as
-    /// configured, else a quarter; none when nobody is trusted (no
+    /// How many of `max` connections (`max_connections`, or its default
+    /// lowered to fit the file descriptors) only trusted proxies may take:
+    /// as configured, else a quarter; none when nobody is trusted (no
     /// `trusted_proxies`, no `proxy_socket`), as there is no one to keep
-    /// them for.
-    pub(crate) fn reserved_for_proxies(&self) -> usize {
-        self.reserved_of(self.max_connections)
-    }
-
-    /// [`Self::reserved_for_proxies`] out of `max` connections (the
-    /// default `max_connections` lowered to fit the descriptor limit):
-    /// always below `max`, so other peers keep a slot.
+    /// them for. Always below `max`, so other peers keep a slot.
     pub(crate) fn reserved_of(&self, max: usize) -> usize {
         if self.trusted_proxies.is_empty() && self.proxy_socket.is_none() {
             return 0;

@@ -143,15 +143,15 @@ fn the_proxies_reserve_is_a_quarter_unless_set_and_none_while_nobody_is_trusted(
         max_connections: 100,
         ..ServerSettings::default()
     };
-    assert_eq!(server.reserved_for_proxies(), 0);
+    assert_eq!(server.reserved_of(server.max_connections), 0);
     server.trusted_proxies = vec!["127.0.0.1/32".parse().expect("net")];
-    assert_eq!(server.reserved_for_proxies(), 25);
+    assert_eq!(server.reserved_of(server.max_connections), 25);
     server.proxy_reserved_connections = Some(60);
-    assert_eq!(server.reserved_for_proxies(), 60);
+    assert_eq!(server.reserved_of(server.max_connections), 60);
     server.trusted_proxies.clear();
     server.proxy_socket = Some(ProxySocket {
         path: "p.sock".into(),
         mode: 0o660,
     });
-    assert_eq!(server.reserved_for_proxies(), 60);
+    assert_eq!(server.reserved_of(server.max_connections), 60);
 }
