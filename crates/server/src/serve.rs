@@ -15,8 +15,8 @@ use tollgate_core::SystemClock;
 
 use crate::ServeError;
 use crate::app::App;
-use crate::config::{Overrides, ServeConfig, StoreSettings};
-use crate::descriptors::raise_descriptor_limit;
+use crate::config::{Overrides, ServeConfig, ServerSettings, StoreSettings};
+use crate::descriptors::{Descriptors, raise_descriptor_limit};
 use crate::listen::ListenAddress;
 use crate::proxy_socket;
 use crate::workers::{serve_grpc, serve_http, serve_proxy_socket};
@@ -64,18 +64,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     for warning in config.warnings_serving(&addr, grpc_addr.as_ref()) {
         tracing::warn!("{warning}");
     }
-    let descriptors = raise_descriptor_limit(&config.server)?;
-    if descriptors.lowered(&config.server) {
-        tracing::warn!(
-            "server.max_connections: the default {} needs {} file descriptors but this process may open only {} (RLIMIT_NOFILE soft {}, hard {}): serving at most {} connections; raise the limit (ulimit -n, systemd LimitNOFILE=, docker run --ulimit nofile=) or set server.max_connections",
-            config.server.max_connections,
-            descriptors.needed,
-            descriptors.soft,
-            descriptors.soft,
-            descriptors.hard,
-            descriptors.max_connections,
-        );
-    }
+    let descriptors = descriptors_for(&config.server)?;
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -346,4 +335,22 @@ fn announce(http: &str, grpc: Option<std::net::SocketAddr>, json: bool) {
         }
     }
     let _ = out.flush();
+}
+
+/// The file descriptors `serve` may open, raised to the hard limit; the
+/// default `max_connections` lowered to fit is said loudly.
+fn descriptors_for(server: &ServerSettings) -> Result<Descriptors, ServeError> {
+    let descriptors = raise_descriptor_limit(server)?;
+    if descriptors.lowered(server) {
+        tracing::warn!(
+            "server.max_connections: the default {} needs {} file descriptors but this process may open only {} (RLIMIT_NOFILE soft {}, hard {}): serving at most {} connections; raise the limit (ulimit -n, systemd LimitNOFILE=, docker run --ulimit nofile=) or set server.max_connections",
+            server.max_connections,
+            descriptors.needed,
+            descriptors.soft,
+            descriptors.soft,
+            descriptors.hard,
+            descriptors.max_connections,
+        );
+    }
+    Ok(descriptors)
 }
