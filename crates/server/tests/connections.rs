@@ -213,19 +213,12 @@ fn limited(nofile: &str, args: &[&str], config: &Path) -> Command {
     cmd
 }
 
-fn write_config(dir: &Path, server: &str) -> std::path::PathBuf {
-    let path = dir.join("tollgate.yaml");
-    std::fs::write(&path, format!("server: {server}\n{POLICY}")).expect("write config");
-    path
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_raises_its_soft_descriptor_limit_and_holds_more_connections_than_it_allowed() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = write_config(dir.path(), "{max_connections: 1000}");
-    let mut child = limited("256:4096", &["serve", "--listen", "127.0.0.1:0"], &config)
+/// `tollgate serve` on a free port under `prlimit --nofile=NOFILE`, once it
+/// listens, and the address it listens on.
+fn serve_limited(nofile: &str, config: &Path, stderr: Stdio) -> (TollgateProcess, SocketAddr) {
+    let mut child = limited(nofile, &["serve", "--listen", "127.0.0.1:0"], config)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("prlimit runs tollgate serve");
     let mut line = String::new();
@@ -240,14 +233,28 @@ async fn serve_raises_its_soft_descriptor_limit_and_holds_more_connections_than_
             .to_owned(),
         child,
     };
-    // 300 connections, each answered and kept open: more than the 256 the
-    // soft limit allowed (from three addresses, 100 each: within
-    // max_connections_per_peer).
-    let to: SocketAddr = process
+    let to = process
         .base
         .trim_start_matches("http://")
         .parse()
         .expect("IP:PORT");
+    (process, to)
+}
+
+fn write_config(dir: &Path, server: &str) -> std::path::PathBuf {
+    let path = dir.join("tollgate.yaml");
+    std::fs::write(&path, format!("server: {server}\n{POLICY}")).expect("write config");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_raises_its_soft_descriptor_limit_and_holds_more_connections_than_it_allowed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(dir.path(), "{max_connections: 1000}");
+    let (process, to) = serve_limited("256:4096", &config, Stdio::null());
+    // 300 connections, each answered and kept open: more than the 256 the
+    // soft limit allowed (from three addresses, 100 each: within
+    // max_connections_per_peer).
     let mut held = Vec::new();
     for n in 0..300u16 {
         let mut stream = connect_from([127, 0, 0, 2 + (n % 3) as u8], to).await;
@@ -336,29 +343,8 @@ async fn the_default_max_connections_is_lowered_to_what_the_hard_limit_holds() {
     // The default max_connections; a long header timeout keeps the held
     // connections open while the others are made.
     let config = write_config(dir.path(), "{header_timeout_ms: 600000}");
-    let mut child = limited("256:1024", &["serve", "--listen", "127.0.0.1:0"], &config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("prlimit runs tollgate serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the listen line");
-    let stderr = child.stderr.take().expect("stderr");
-    let process = TollgateProcess {
-        base: line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("not a listen line: {line:?}"))
-            .to_owned(),
-        child,
-    };
-    let to: SocketAddr = process
-        .base
-        .trim_start_matches("http://")
-        .parse()
-        .expect("IP:PORT");
+    let (mut process, to) = serve_limited("256:1024", &config, Stdio::piped());
+    let stderr = process.child.stderr.take().expect("stderr");
     // 1,024 descriptors less 512 spare: 512 connections are served (from
     // two addresses, within max_connections_per_peer), the next is closed.
     let mut held = Vec::new();
