@@ -17,19 +17,27 @@ fn config(store: &str, capacity: u64) -> String {
 // The store timeout is generous: these tests are about exactness under
 // contention on a shared, loaded machine, not latency.
 
-/// `requests` concurrent /v1/check calls spread over `processes`, all on
-/// one key; returns how many were admitted.
+/// Requests in flight at once from the test's one address: below
+/// `server.max_connections_per_peer` (1,024) with room for the previous
+/// burst's connections, which the servers may not have seen close yet.
+const IN_FLIGHT: usize = 600;
+
+/// `requests` /v1/check calls spread over `processes`, all on one key and
+/// `IN_FLIGHT` at a time; returns how many were admitted.
 async fn hammer(processes: &[TollgateProcess], policy: &str, requests: usize) -> usize {
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(400)
+        .pool_max_idle_per_host(IN_FLIGHT)
         .build()
         .expect("client");
     let body = Arc::new(format!(r#"{{"policy":"{policy}","key":"one-key"}}"#));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..requests {
         let url = format!("{}/v1/check", processes[i % processes.len()].base);
         let (client, body) = (client.clone(), Arc::clone(&body));
+        let permit = Arc::clone(&in_flight);
         tasks.spawn(async move {
+            let _permit = permit.acquire_owned().await.expect("semaphore");
             let r = client
                 .post(url)
                 .body(body.as_str().to_owned())
