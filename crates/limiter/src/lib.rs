@@ -56,6 +56,7 @@ mod across;
 mod backend;
 mod blocks;
 mod carry;
+mod decider;
 mod decision_log;
 mod hot;
 mod hot_lease;
@@ -71,6 +72,7 @@ mod upkeep;
 
 pub use backend::Backend;
 pub use blocks::GIVE_BACK_INTERVAL_MS;
+pub use decider::Decider;
 pub use decision_log::LOG_INTERVAL_MS;
 pub use hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, HotReport, PolicyHot};
 pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, REFUSED_FLOOR_MS, Unspent};
