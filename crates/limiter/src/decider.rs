@@ -5,27 +5,49 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tollgate_store::RequestId;
+
 use crate::limiter::{Decided, Limiter};
 use crate::plan::Check;
 
 /// Decides a request's checks, all or nothing: nothing is spent unless
 /// every check admits. A store that cannot decide answers by each plan's
-/// failure mode (marked in [`Decided::by`]), never by an error: the
-/// caller always has an answer to give.
+/// failure mode (marked in [`Decided::by`](tollgate_store::GuardedDecisions::by)),
+/// never by an error: the caller always has an answer to give.
 pub trait Decider: Send + Sync + 'static {
-    /// One decision per check, in the checks' order.
-    fn decide(&self, checks: &[Check<'_>]) -> impl Future<Output = Decided> + Send;
+    /// One decision per check, in the checks' order; under `id` (an
+    /// `Idempotency-Key`), a retry of the same request inside its
+    /// policy's retry window is answered from the record, not charged again.
+    fn decide_request(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+    ) -> impl Future<Output = Decided> + Send;
+
+    /// [`Decider::decide_request`] without a request id.
+    fn decide(&self, checks: &[Check<'_>]) -> impl Future<Output = Decided> + Send {
+        self.decide_request(checks, None)
+    }
 }
 
 impl Decider for Limiter {
-    fn decide(&self, checks: &[Check<'_>]) -> impl Future<Output = Decided> + Send {
-        Limiter::decide(self, checks)
+    fn decide_request(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+    ) -> impl Future<Output = Decided> + Send {
+        // The checks are the whole request: no shape beside them.
+        Limiter::decide_request(self, checks, id, None)
     }
 }
 
 /// A shared decider decides as the one it points to.
 impl<D: Decider> Decider for Arc<D> {
-    fn decide(&self, checks: &[Check<'_>]) -> impl Future<Output = Decided> + Send {
-        D::decide(self, checks)
+    fn decide_request(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+    ) -> impl Future<Output = Decided> + Send {
+        D::decide_request(self, checks, id)
     }
 }
