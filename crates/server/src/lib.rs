@@ -19,7 +19,8 @@
 //!    crate (stores, failure modes, clock, decision metrics).
 //! 3. **protocol adapters** — input → checks → `Limiter::decide` → answer:
 //!    HTTP (`http/`, one file an endpoint), Envoy RLS (`rls/`), `replay`
-//!    and `explain`; both doors write RateLimit fields by `ratelimit_fields`.
+//!    and `explain`; both doors write RateLimit fields by `tollgate-http`,
+//!    the HTTP contract every door shares.
 //! 4. **`workers`, `serve`, then `main`** — listen, reload, shut down
 //!    (`descriptors`: the file descriptors those connections need); the
 //!    binary parses the command line and calls in here.
@@ -59,7 +60,6 @@ use tollgate_limiter as limiter;
 // 3. protocol adapters
 mod explain;
 mod http;
-mod ratelimit_fields;
 mod replay;
 mod rls;
 

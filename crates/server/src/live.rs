@@ -13,8 +13,8 @@ use tollgate_limiter::{HotLeases, Lease, Plan};
 use crate::config::{ServeConfig, ServePolicy};
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
 use crate::metrics::{Metrics, PolicyCounters, RlsCounters, ScopeLabels};
-use crate::ratelimit_fields::policy_item;
 use crate::scope::Scope;
+use tollgate_http::policy_item;
 
 /// A policy ready to serve: its config, its plan and its precomputed
 /// `RateLimit-Policy` item.

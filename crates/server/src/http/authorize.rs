@@ -4,16 +4,18 @@
 
 use crate::peer::Peer;
 
-use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::body::Body;
+use axum::http::{self, HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tollgate_core::Identity;
+use tollgate_http::{
+    PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_headers, rejection,
+    replayed_header,
+};
 use tollgate_store::DecidedBy;
 
 use super::request::{Forwarded, RequestFault, cost_of, identity_of};
-use super::request_id::{self, REPLAYED_HEADER};
-use super::response::{
-    DEGRADED_HEADER, PROBLEM_HEADER, Problem, problem_header, ratelimit_headers, rejection,
-};
+use super::request_id;
 use super::{refuse, replayed, unauthorized};
 use crate::app::App;
 use crate::config::ServerSettings;
@@ -147,16 +149,10 @@ fn answer(
     let decisions = decided.decisions.as_slice();
     let mut headers = HeaderMap::new();
     if replayed {
-        headers.insert(
-            HeaderName::from_static(REPLAYED_HEADER),
-            HeaderValue::from_static("true"),
-        );
+        replayed_header(&mut headers);
     }
     if decided.by.is_degraded() {
-        headers.insert(
-            HeaderName::from_static(DEGRADED_HEADER),
-            HeaderValue::from_static(decided.by.name()),
-        );
+        degraded_header(&mut headers, decided.by.name());
     }
     // A shadow-mode policy never answers: no RateLimit fields, no veto.
     let enforced = || {
@@ -190,20 +186,13 @@ fn answer(
         },
         cause,
     );
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(seconds) = reject.retry_after_seconds {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-    }
+    // auth_request drops the body; nginx relays the problem from this header.
     if let Some(v) = problem_header(&reject.body) {
         headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
     }
     let status =
         StatusCode::from_u16(settings.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    (status, headers, reject.body).into_response()
+    reject.response(status, headers).map(Body::from)
 }
 
 /// A 400 for what the client sent (a missing or ambiguous identity part, a

@@ -10,7 +10,7 @@ use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Body as HttpBody;
 
-use super::response::Problem;
+use tollgate_http::Problem;
 
 /// Errors a request body may fail with.
 pub(super) type BodyError = Box<dyn std::error::Error + Send + Sync>;

@@ -15,12 +15,12 @@ use super::body::{BodyError, BodyRefused, read_body};
 use super::check_body::{self, CheckBody, CheckItem, KeyJson, Object};
 use super::linger::LingerOnClose;
 use super::request_id;
-use super::response::Problem;
 use super::{json_response, refuse, replayed, unauthorized, unknown_policy};
 use crate::app::App;
 use crate::limiter::Check;
 use crate::live::LiveConfig;
 use crate::tokens::Guarded;
+use tollgate_http::Problem;
 
 /// The endpoint's path.
 pub(super) const CHECK: &str = "/v1/check";

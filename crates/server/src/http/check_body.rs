@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 use tollgate_core::Identity;
 
-use super::key::{parts_identity, value_identity};
-use super::response::Problem;
+use tollgate_http::Problem;
+use tollgate_http::{parts_identity, value_identity};
 
 /// The body's fields as [`CheckBody`] declares them, in its order.
 pub(super) const BODY_FIELDS: [Field; 6] = [

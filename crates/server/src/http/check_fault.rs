@@ -13,7 +13,7 @@ use serde_json::Number;
 use tollgate_core::quote;
 
 use super::check_body::{BODY_FIELDS, Field, Holds, ITEM_FIELDS, Presence};
-use super::response::Problem;
+use tollgate_http::Problem;
 
 /// The problem for a body the typed parse refused with `typed`.
 pub(crate) fn diagnose(body: &[u8], typed: &serde_json::Error) -> Problem {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{self, HeaderValue, Method, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use tollgate_store::Replay;
 use tower::ServiceExt;
@@ -18,24 +18,23 @@ use crate::metrics::{EndpointLabels, HttpLabels, RouteLabels, StatusLabels};
 use crate::tokens::{self, Guarded};
 use authorize::{AUTHORIZE_ALLOW, AUTHORIZE_METHODS, authorize_request, is_authorize_path};
 use check::{CHECK, CHECK_ALLOW, check_request};
-use response::Problem;
+use tollgate_http::Problem;
 
 // One file an endpoint…
 mod authorize;
 mod check;
 mod operations;
 // …and what they share: reading a body, the `/v1/check` body's schema and
-// its faults, the forwarded request, request ids, problems and fields.
+// its faults, the forwarded request and request ids. Problems, fields
+// and keys are the contract every HTTP door shares (`tollgate-http`).
 mod body;
 mod check_body;
 mod check_fault;
-mod key;
 pub(crate) mod linger;
 #[cfg(test)]
 mod quoted_input;
 pub(crate) mod request;
 pub(crate) mod request_id;
-pub(crate) mod response;
 
 /// Every route, as `tollgate_http_requests_total{endpoint}` names it.
 const ENDPOINTS: [&str; 8] = [
@@ -141,12 +140,37 @@ pub(crate) fn operations_router(app: Arc<App>) -> Router {
                 "Method Not Allowed",
                 "this endpoint does not take that method",
             )
+            .into_response()
         })
         .with_state(app)
 }
 
-async fn not_found() -> Problem {
-    Problem::not_found("no such endpoint")
+async fn not_found() -> Response {
+    Problem::not_found("no such endpoint").into_response()
+}
+
+/// A [`Problem`] as axum's response (the contract's own, its body made
+/// axum's).
+pub(crate) trait ProblemResponse {
+    /// The response, the refusal logged at debug when it is the client's fault.
+    fn into_response(self) -> Response;
+}
+
+impl ProblemResponse for Problem {
+    fn into_response(self) -> Response {
+        // Every refused request, with why, for an operator at debug: the
+        // client was told the same, so nothing here is news to it.
+        if self.status.is_client_error() {
+            tracing::debug!(
+                target: "tollgate::request",
+                status = self.status.as_u16(),
+                title = self.title,
+                reason = %tollgate_core::without_controls(&self.detail),
+                "request refused"
+            );
+        }
+        self.response().map(Body::from)
+    }
 }
 
 /// A 405 with its `Allow` field, as the operations router answers one.

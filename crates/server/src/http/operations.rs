@@ -10,14 +10,14 @@ use axum::response::{IntoResponse, Response};
 use tollgate_core::Identity;
 
 use super::check::write_decision;
-use super::key::{parts_identity, value_identity};
-use super::response::Problem;
-use super::{json_response, refuse, unauthorized, unknown_policy};
+use super::{ProblemResponse, json_response, refuse, unauthorized, unknown_policy};
 use crate::app::App;
 use crate::limiter::Check;
 use crate::live::{LiveConfig, LivePolicy};
 use crate::metrics::PolicyLabels;
 use crate::tokens::Guarded;
+use tollgate_http::Problem;
+use tollgate_http::{parts_identity, value_identity};
 
 /// The 401 for an admin `endpoint` asked without the admin token, if it was.
 fn admin_refusal(
@@ -176,7 +176,7 @@ pub(super) async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) ->
         .collect();
     let body = serde_json::json!({
         "config_hash": live_config.config.hash,
-        "ratelimit_headers": crate::ratelimit_fields::ratelimit_draft::VERSION,
+        "ratelimit_headers": tollgate_http::ratelimit_draft::VERSION,
         "store": crate::explain::store_json(&live_config.config.stores.list[0].1),
         "stores": crate::explain::stores_json(&live_config.config.stores),
         "policies": list,

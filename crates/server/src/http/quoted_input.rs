@@ -11,14 +11,13 @@ use axum::http::{HeaderMap, HeaderValue};
 use tollgate_core::{Identity, ManualClock};
 
 use super::check_fault::diagnose;
-use super::key::parts_identity;
 use super::operations::state_target;
 use super::request::{Forwarded, client_ip, cost_of, identity_of};
-use super::response::{PROBLEM_HEADER_MAX_BYTES, Problem, problem_header};
 use super::unknown_policy;
 use crate::config::ServeConfig;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
+use tollgate_http::{PROBLEM_HEADER_MAX_BYTES, Problem, parts_identity, problem_header};
 
 /// What an attacker sends: a forged log line, a terminal escape, and far
 /// more bytes than any header buffer holds.

@@ -7,11 +7,7 @@ use axum::http::{HeaderMap, HeaderName};
 use tollgate_store::RequestId;
 
 use super::request::{RequestFault, single_header};
-use super::response::Problem;
-
-/// Set to `true` on an `/v1/authorize` admission answered from a request
-/// id's record (nothing was consumed).
-pub(crate) const REPLAYED_HEADER: &str = "tollgate-replayed";
+use tollgate_http::Problem;
 
 /// A body's `request_id`, checked; a bad one is a 400 naming the fault.
 pub(crate) fn from_body(text: Option<&str>) -> Result<Option<RequestId>, Problem> {

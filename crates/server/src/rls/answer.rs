@@ -12,9 +12,7 @@ use super::unary::{self, GrpcBody};
 use super::wire::{self, Code, CurrentLimit, DescriptorStatus, Header};
 use crate::envoy_rules::Unit;
 use crate::metrics::RlsCounters;
-use crate::ratelimit_fields::{
-    RateLimitFields, ratelimit_draft, ratelimit_fields, retry_after_seconds,
-};
+use tollgate_http::{RateLimitFields, ratelimit_draft, ratelimit_fields, retry_after_seconds};
 
 /// The answer to one call, its parts borrowed from the resolved
 /// descriptors: written straight into its gRPC frame.

@@ -22,7 +22,7 @@ use super::wire::{Descriptor, Entry, Override, RateLimitCall};
 use crate::envoy_rules::{EnvoyRules, Matched, RuleKind, Unit};
 use crate::live::{LiveConfig, RulePlan};
 use crate::metrics::RlsCounters;
-use crate::ratelimit_fields::policy_item;
+use tollgate_http::policy_item;
 
 /// What one descriptor resolved to.
 pub(super) enum Resolved<'a> {

@@ -6,10 +6,10 @@
 
 use tollgate_core::Identity;
 
-use super::response::Problem;
+use crate::response::Problem;
 
 /// A key's single value.
-pub(super) fn value_identity(value: &str, max_key_bytes: usize) -> Result<Identity, Problem> {
+pub fn value_identity(value: &str, max_key_bytes: usize) -> Result<Identity, Problem> {
     if value.is_empty() {
         return Err(Problem::unprocessable("key must not be empty"));
     }
@@ -17,7 +17,7 @@ pub(super) fn value_identity(value: &str, max_key_bytes: usize) -> Result<Identi
 }
 
 /// A key's named parts (`{"tenant": "acme"}`, `key.tenant=acme`).
-pub(super) fn parts_identity<'a>(
+pub fn parts_identity<'a>(
     parts: impl IntoIterator<Item = (&'a str, &'a str)>,
     max_key_bytes: usize,
 ) -> Result<Identity, Problem> {

@@ -2,27 +2,32 @@
 //! fields on every answer, and on a rejection the 429 problem+json with
 //! `violated-policies`, `Retry-After` rounded up and `Cache-Control: no-store`.
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use tollgate_core::{Decision, Policy};
 
 use crate::ratelimit_fields::{ratelimit_draft, ratelimit_fields, retry_after_seconds};
 
 /// RFC 9457 problem type for a rejection, from the draft.
-pub(crate) const QUOTA_EXCEEDED: &str =
-    "https://iana.org/assignments/http-problem-types#quota-exceeded";
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 /// The problem+json of a rejection as one header, for proxies (nginx
 /// `auth_request`) that cannot pass the subrequest's body to the client.
-pub(crate) const PROBLEM_HEADER: &str = "tollgate-problem";
+pub const PROBLEM_HEADER: &str = "tollgate-problem";
 /// The most bytes a [`PROBLEM_HEADER`] value carries. nginx reads an
 /// `auth_request` answer's header fields into one buffer (4 KB by
 /// default) and answers 502 past it, which fails open: the detail is cut
 /// to keep the field well inside it, whatever the problem says.
-pub(crate) const PROBLEM_HEADER_MAX_BYTES: usize = 1024;
+pub const PROBLEM_HEADER_MAX_BYTES: usize = 1024;
 /// Set when a decision was not made by the shared store; its value is the
 /// path that made it (fail_open, fail_closed, local).
-pub(crate) const DEGRADED_HEADER: &str = "tollgate-degraded";
+pub const DEGRADED_HEADER: &str = "tollgate-degraded";
+/// Set to `true` on an admission answered from a request id's record
+/// (nothing was consumed).
+pub const REPLAYED_HEADER: &str = "tollgate-replayed";
+/// A problem's media type (RFC 9457).
+const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+/// A decision is about this moment: no cache may answer the next request with it.
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 
 // The field names as constants: built at compile time, not validated again
 // on every response.
@@ -30,7 +35,7 @@ const POLICY_FIELD: HeaderName = HeaderName::from_static(ratelimit_draft::POLICY
 const STATE_FIELD: HeaderName = HeaderName::from_static(ratelimit_draft::STATE_FIELD);
 
 /// The RateLimit-Policy and RateLimit fields for a set of decided policies.
-pub(crate) fn ratelimit_headers<'a>(
+pub fn ratelimit_headers<'a>(
     headers: &mut HeaderMap,
     decided: impl Iterator<Item = (&'a str, &'a Policy, &'a Decision)>,
 ) {
@@ -47,11 +52,28 @@ pub(crate) fn ratelimit_headers<'a>(
     }
 }
 
+/// `Tollgate-Replayed: true`: the answer came from a request id's record.
+pub fn replayed_header(headers: &mut HeaderMap) {
+    headers.insert(
+        HeaderName::from_static(REPLAYED_HEADER),
+        HeaderValue::from_static("true"),
+    );
+}
+
+/// `Tollgate-Degraded: PATH`: the shared store did not make the decision,
+/// `path` did (fail_open, fail_closed, local).
+pub fn degraded_header(headers: &mut HeaderMap, path: &'static str) {
+    headers.insert(
+        HeaderName::from_static(DEGRADED_HEADER),
+        HeaderValue::from_static(path),
+    );
+}
+
 /// `body` (a problem+json document) as the [`PROBLEM_HEADER`] value: as
 /// it is when short, else with its `detail` cut to fit (and, should that
 /// not do, only its `type`, `title` and `status`). At most
 /// [`PROBLEM_HEADER_MAX_BYTES`].
-pub(crate) fn problem_header(body: &str) -> Option<HeaderValue> {
+pub fn problem_header(body: &str) -> Option<HeaderValue> {
     if body.len() <= PROBLEM_HEADER_MAX_BYTES {
         return HeaderValue::from_str(body).ok();
     }
@@ -75,20 +97,20 @@ pub(crate) fn problem_header(body: &str) -> Option<HeaderValue> {
 }
 
 /// A problem+json response (RFC 9457).
-pub(crate) struct Problem {
+pub struct Problem {
     /// The HTTP status, repeated in the body.
-    pub(crate) status: StatusCode,
+    pub status: StatusCode,
     /// The problem type (`type`): `about:blank`, the status says it all.
-    pub(crate) kind: &'static str,
+    pub kind: &'static str,
     /// The status's reason phrase.
-    pub(crate) title: &'static str,
+    pub title: &'static str,
     /// What was wrong and where, in tollgate's words.
-    pub(crate) detail: String,
+    pub detail: String,
 }
 
 impl Problem {
     /// A problem of `status`, titled `title`, naming `detail`.
-    pub(crate) fn new(status: StatusCode, title: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, title: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
             kind: "about:blank",
@@ -98,19 +120,19 @@ impl Problem {
     }
 
     /// A 400.
-    pub(crate) fn bad_request(detail: impl Into<String>) -> Self {
+    pub fn bad_request(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "Bad Request", detail)
     }
     /// A 404.
-    pub(crate) fn not_found(detail: impl Into<String>) -> Self {
+    pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "Not Found", detail)
     }
     /// A 413.
-    pub(crate) fn too_large(detail: impl Into<String>) -> Self {
+    pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "Content Too Large", detail)
     }
     /// A 422.
-    pub(crate) fn unprocessable(detail: impl Into<String>) -> Self {
+    pub fn unprocessable(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Unprocessable Content",
@@ -118,7 +140,7 @@ impl Problem {
         )
     }
     /// A 503.
-    pub(crate) fn unavailable(detail: impl Into<String>) -> Self {
+    pub fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Service Unavailable",
@@ -127,7 +149,7 @@ impl Problem {
     }
 
     /// The problem+json body.
-    pub(crate) fn body(&self) -> String {
+    pub fn body(&self) -> String {
         serde_json::json!({
             "type": self.kind,
             "title": self.title,
@@ -136,45 +158,53 @@ impl Problem {
         })
         .to_string()
     }
-}
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        // Every refused request, with why, for an operator at debug: the
-        // client was told the same, so nothing here is news to it.
-        if self.status.is_client_error() {
-            tracing::debug!(
-                target: "tollgate::request",
-                status = self.status.as_u16(),
-                title = self.title,
-                reason = %tollgate_core::without_controls(&self.detail),
-                "request refused"
-            );
-        }
-        let body = self.body();
-        (
-            self.status,
-            [
-                (header::CONTENT_TYPE, "application/problem+json"),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            body,
-        )
-            .into_response()
+    /// The problem as a response: its status, problem+json and
+    /// `Cache-Control: no-store` (a refusal is about this request only).
+    pub fn response(&self) -> Response<String> {
+        let mut response = Response::new(self.body());
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, PROBLEM_JSON);
+        headers.insert(header::CACHE_CONTROL, NO_STORE);
+        response
     }
 }
 
 /// The body of a quota rejection, and its `Retry-After` (absent when some
 /// violated policy can never admit this cost).
-pub(crate) struct Rejection {
+pub struct Rejection {
     /// The problem+json body.
-    pub(crate) body: String,
+    pub body: String,
     /// The `Retry-After` field's seconds, if any.
-    pub(crate) retry_after_seconds: Option<u64>,
+    pub retry_after_seconds: Option<u64>,
+}
+
+impl Rejection {
+    /// The rejection's own fields into `headers`: problem+json,
+    /// `Cache-Control: no-store` and `Retry-After` when there is one.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        headers.insert(header::CONTENT_TYPE, PROBLEM_JSON);
+        headers.insert(header::CACHE_CONTROL, NO_STORE);
+        if let Some(seconds) = self.retry_after_seconds {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+    }
+
+    /// The whole rejection: `status` (429, or a door's deny status),
+    /// `headers` (the RateLimit fields and marks the caller wrote) with the
+    /// rejection's own ([`Rejection::write_headers`]), and the problem body.
+    pub fn response(self, status: StatusCode, mut headers: HeaderMap) -> Response<String> {
+        self.write_headers(&mut headers);
+        let mut response = Response::new(self.body);
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        response
+    }
 }
 
 /// Builds the rejection for the policies that did not admit.
-pub(crate) fn rejection<'a>(
+pub fn rejection<'a>(
     violated: impl Iterator<Item = (&'a Policy, &'a Decision)> + Clone,
     cost_of: impl Fn(&Policy) -> u64,
     cause: Option<String>,

@@ -1,0 +1,30 @@
+//! tollgate's HTTP contract, shared by every HTTP door: the server's
+//! `/v1/check` and `/v1/authorize`, and a tower layer in a service. A
+//! client sees one contract whichever door decided, so it is written once,
+//! here, over the `http` crate's types (`HeaderMap`, `Response`) and
+//! plain strings: no server framework, so axum, hyper and tonic users
+//! convert at their edge, and a door cannot drift from another.
+//!
+//! - **Rejection** (`response`): the 429 problem+json (RFC 9457) naming the
+//!   violated policies, `Retry-After` rounded up, `Cache-Control: no-store`;
+//!   [`Problem`] for every other refusal.
+//! - **Admission** (`response`, `ratelimit_fields`): the RateLimit fields
+//!   (one writer, also for Envoy's RLS, which hands Envoy the strings) and
+//!   the `Tollgate-Degraded` / `Tollgate-Replayed` marks.
+//! - **Keys** (`key`): the identity a client names by key, bounded.
+
+#![deny(missing_docs)]
+
+mod key;
+mod ratelimit_fields;
+mod response;
+
+pub use key::{parts_identity, value_identity};
+pub use ratelimit_fields::{
+    RateLimitFields, policy_item, ratelimit_draft, ratelimit_fields, retry_after_seconds,
+};
+pub use response::{
+    DEGRADED_HEADER, PROBLEM_HEADER, PROBLEM_HEADER_MAX_BYTES, Problem, QUOTA_EXCEEDED,
+    REPLAYED_HEADER, Rejection, degraded_header, problem_header, ratelimit_headers, rejection,
+    replayed_header,
+};
