@@ -1,10 +1,20 @@
 //! tollgate as a tower layer: exact rate limits on any tower `Service`
 //! over `http` types (axum, hyper, tonic), decided by the same limiter as
 //! `tollgate serve` — in process on the embedded store or Redis, or by a
-//! remote tollgate through [`RemoteTollgate`].
+//! remote tollgate through [`RemoteTollgate`] — and answered with the
+//! server's contract (tollgate-http): the RateLimit fields on an
+//! admission, the 429 problem+json with `Retry-After` on a rejection.
+//!
+//! The flow: request → each [`Rule`]'s identity and cost → one
+//! all-or-nothing [`Decider::decide`](tollgate_limiter::Decider) → the
+//! inner service, or the rejection.
 
 #![deny(missing_docs)]
 
+mod layer;
 mod remote;
+mod rule;
 
+pub use layer::{RateLimit, RateLimitLayer};
 pub use remote::{RemoteConfig, RemoteError, RemoteTollgate};
+pub use rule::{Applies, Rule};

@@ -1,0 +1,198 @@
+//! The layer and its service: request → each rule's identity and cost →
+//! one all-or-nothing decision → the inner service's answer with the
+//! RateLimit fields, or the 429 contract without calling it.
+//!
+//! Backpressure: `poll_ready` is the inner service's. A request's call
+//! takes that ready service and leaves a clone in its place (tower's
+//! clone-and-swap), so the readiness `poll_ready` reserved is the one the
+//! request uses; a request the limits reject never reaches it, and drops
+//! it — releasing what it reserved (a concurrency permit, a buffer slot)
+//! — as soon as the rejection is written. Nothing is spawned: the decision
+//! is awaited inside the response future.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
+use tollgate_http::{
+    PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_headers, rejection,
+    replayed_header,
+};
+use tollgate_limiter::{Check, Decided, Decider};
+use tollgate_store::{DecidedBy, Replay};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::rule::Rule;
+
+/// What every clone of the layer and its services shares.
+struct Shared<D> {
+    decider: D,
+    rules: Vec<Rule>,
+}
+
+/// Limits every request to the wrapped service by `rules`, decided by a
+/// [`Decider`]: the in-process [`Limiter`](tollgate_limiter::Limiter) on
+/// the embedded store or Redis, or a [`RemoteTollgate`](crate::RemoteTollgate).
+pub struct RateLimitLayer<D> {
+    shared: Arc<Shared<D>>,
+}
+
+impl<D> Clone for RateLimitLayer<D> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<D: Decider> RateLimitLayer<D> {
+    /// The layer for `rules`, in order: a request is checked against every
+    /// rule that applies to it, all or nothing.
+    pub fn new(decider: D, rules: Vec<Rule>) -> Self {
+        Self {
+            shared: Arc::new(Shared { decider, rules }),
+        }
+    }
+}
+
+impl<S, D> Layer<S> for RateLimitLayer<D> {
+    type Service = RateLimit<S, D>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// A service limited by a [`RateLimitLayer`].
+pub struct RateLimit<S, D> {
+    inner: S,
+    shared: Arc<Shared<D>>,
+}
+
+impl<S: Clone, D> Clone for RateLimit<S, D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, D, B, ResBody> Service<Request<B>> for RateLimit<S, D>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    D: Decider,
+    B: Send + 'static,
+    ResBody: From<String> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Response<ResBody>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let mut matched = Vec::with_capacity(shared.rules.len());
+            for rule in &shared.rules {
+                match rule.applies(&parts) {
+                    Ok(Some((identity, cost))) => matched.push((rule, identity, cost)),
+                    Ok(None) => {}
+                    Err(problem) => return Ok(problem.response().map(ResBody::from)),
+                }
+            }
+            if matched.is_empty() {
+                return ready.call(Request::from_parts(parts, body)).await;
+            }
+            let checks: Vec<Check<'_>> = matched
+                .iter()
+                .map(|(rule, identity, cost)| Check::new(&rule.plan, identity, *cost))
+                .collect();
+            let decided = shared.decider.decide(&checks).await;
+            let verdict = verdict(&matched, &decided);
+            match verdict {
+                Verdict::Admit(headers) => {
+                    let mut response = ready.call(Request::from_parts(parts, body)).await?;
+                    response.headers_mut().extend(headers);
+                    Ok(response)
+                }
+                Verdict::Answer(response) => Ok(response.map(ResBody::from)),
+            }
+        })
+    }
+}
+
+/// What a decision makes of a request.
+enum Verdict {
+    /// Pass it on; these fields go on the answer.
+    Admit(HeaderMap),
+    /// Answer it here.
+    Answer(Response<String>),
+}
+
+/// The server's forward-auth answer, field for field: the RateLimit fields
+/// of the enforced policies, the degraded and replayed marks, and when an
+/// enforced policy rejects, the 429 problem (also in `Tollgate-Problem`).
+fn verdict(matched: &[(&Rule, tollgate_core::Identity, u64)], decided: &Decided) -> Verdict {
+    if decided.replay == Replay::Mismatch || decided.decisions.len() != matched.len() {
+        let problem =
+            Problem::unavailable("the limiter could not decide: the store answered nothing");
+        return Verdict::Answer(problem.response());
+    }
+    let mut headers = HeaderMap::new();
+    if decided.replay == Replay::Replayed {
+        replayed_header(&mut headers);
+    }
+    if decided.by.is_degraded() {
+        degraded_header(&mut headers, decided.by.name());
+    }
+    // A shadow-mode policy never answers: no RateLimit fields, no veto.
+    let enforced = || {
+        matched
+            .iter()
+            .zip(&decided.decisions)
+            .filter(|((rule, _, _), _)| !rule.plan.shadow())
+    };
+    ratelimit_headers(
+        &mut headers,
+        enforced().map(|((rule, _, _), d)| (rule.policy_item.as_str(), rule.plan.policy(), d)),
+    );
+    if enforced().all(|(_, d)| d.allowed) {
+        return Verdict::Admit(headers);
+    }
+    let violated = enforced()
+        .filter(|(_, d)| !d.allowed)
+        .map(|((rule, _, _), d)| (rule.plan.policy(), d));
+    let cause = (decided.by == DecidedBy::FailClosed).then(|| {
+        "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed".to_owned()
+    });
+    let reject = rejection(
+        violated,
+        |policy| {
+            matched
+                .iter()
+                .find(|(rule, _, _)| rule.plan.policy().name() == policy.name())
+                .map_or(0, |(_, _, cost)| *cost)
+        },
+        cause,
+    );
+    if let Some(v) = problem_header(&reject.body) {
+        headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
+    }
+    Verdict::Answer(reject.response(StatusCode::TOO_MANY_REQUESTS, headers))
+}

@@ -1,0 +1,115 @@
+//! The layer in an axum app over real HTTP, deciding in process on the
+//! embedded store: the RateLimit fields on admissions, the 429 contract
+//! field by field, and nothing of a rejected request reaches the handler.
+
+mod support;
+
+use std::sync::Arc;
+
+use support::{T0, header, memory_limiter, serve_layered, writes_by_tenant};
+use tollgate_core::{Limits, ManualClock, Policy, Rate};
+use tollgate_limiter::Plan;
+use tollgate_store::OnStoreFailure;
+use tollgate_tower::RateLimitLayer;
+
+/// 2 a burst, 1 each 10 s.
+fn write_api() -> Plan {
+    let rate = Rate::new(2, 1, 10_000).expect("valid rate");
+    Plan::new(Policy::new("write-api", Limits::TokenBucket(rate)), 0)
+        .with_failure_mode(OnStoreFailure::FailClosed)
+}
+
+#[tokio::test]
+async fn admissions_carry_ratelimit_fields_and_a_rejection_the_whole_contract() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let limiter = memory_limiter(clock.clone());
+    let app = serve_layered(RateLimitLayer::new(
+        limiter,
+        vec![writes_by_tenant(write_api())],
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    let order = |tenant: &'static str| {
+        client
+            .post(app.url("/orders"))
+            .header("X-Tenant", tenant)
+            .send()
+    };
+
+    let first = order("acme").await.expect("request");
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "ratelimit-policy"), "\"write-api\";q=2;w=20");
+    assert_eq!(header(&first, "ratelimit"), "\"write-api\";r=1;t=10");
+    assert_eq!(first.text().await.expect("body"), "{\"order\":\"placed\"}");
+    let second = order("acme").await.expect("request");
+    assert_eq!(header(&second, "ratelimit"), "\"write-api\";r=0;t=20");
+
+    let third = order("acme").await.expect("request");
+    assert_eq!(third.status(), 429);
+    assert_eq!(header(&third, "content-type"), "application/problem+json");
+    assert_eq!(header(&third, "cache-control"), "no-store");
+    assert_eq!(header(&third, "retry-after"), "10");
+    assert_eq!(header(&third, "ratelimit-policy"), "\"write-api\";q=2;w=20");
+    assert_eq!(header(&third, "ratelimit"), "\"write-api\";r=0;t=20");
+    assert_eq!(header(&third, "tollgate-degraded"), "");
+    let problem_field = header(&third, "tollgate-problem");
+    let body: serde_json::Value = third.json().await.expect("problem+json");
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+            "title": "Too Many Requests",
+            "status": 429,
+            "detail": "rate limit exceeded for policy write-api; retry after 10000 ms",
+            "violated-policies": ["write-api"],
+        })
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&problem_field).expect("problem field"),
+        body
+    );
+    assert_eq!(
+        app.handled(),
+        2,
+        "the rejected order never reached its handler"
+    );
+
+    // Another tenant has its own budget; acme's comes back on the clock.
+    assert_eq!(order("globex").await.expect("request").status(), 200);
+    clock.advance(10_000);
+    let again = order("acme").await.expect("request");
+    assert_eq!(again.status(), 200);
+    assert_eq!(header(&again, "ratelimit"), "\"write-api\";r=0;t=20");
+}
+
+#[tokio::test]
+async fn a_request_no_rule_names_passes_untouched() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let limiter = memory_limiter(clock);
+    let app = serve_layered(RateLimitLayer::new(
+        limiter,
+        vec![writes_by_tenant(write_api())],
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let read = client
+            .get(app.url("/items"))
+            .header("X-Tenant", "acme")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(read.status(), 200);
+        assert_eq!(header(&read, "ratelimit"), "");
+    }
+    // A write without a tenant names no identity: not limited by it.
+    for _ in 0..3 {
+        let anonymous = client
+            .post(app.url("/orders"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(anonymous.status(), 200);
+    }
+    assert_eq!(app.handled(), 6);
+}
