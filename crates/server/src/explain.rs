@@ -15,7 +15,7 @@ use tollgate_store::{MAX_REPLAYS, OnStoreFailure, RedisConfig, local_policy};
 
 use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
 use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};
-use crate::scope::Stores;
+use tollgate_config::Stores;
 
 mod leased_identities;
 mod matching;
@@ -557,10 +557,10 @@ pub fn policy_json(serve: &ServePolicy, stores: &Stores) -> Value {
     if m.case_insensitive {
         v["match"]["case_insensitive"] = json!(true);
     }
-    if m.trailing_slash == crate::matching::TrailingSlash::Ignore {
+    if m.trailing_slash == tollgate_config::TrailingSlash::Ignore {
         v["match"]["trailing_slash"] = json!("ignore");
     }
-    if m.format_suffix == crate::matching::FormatSuffix::Ignore {
+    if m.format_suffix == tollgate_config::FormatSuffix::Ignore {
         v["match"]["format_suffix"] = json!("ignore");
     }
     v["identity"] = json!(

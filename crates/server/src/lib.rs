@@ -7,13 +7,13 @@
 //! docs/design.md §2):
 //!
 //! 1. **`config/`** — what a file says, loaded and validated once for
-//!    `validate` and `serve` alike (with `config/scope`), beside `envoy_rules/`
-//!    (Envoy's descriptor rules) and the small parsers it uses
-//!    (`failure_mode`, `listen`, `matching`, `peer`, `request_path`, `tls`,
-//!    `tokens`); `identity`, a policy's identity rules that every door
-//!    applies alike.
+//!    `validate` and `serve` alike: the part every door shares (policies,
+//!    stores, scopes, the identity, match and cost rules) is the
+//!    `tollgate-config` crate, the `server` section is read here, beside
+//!    `envoy_rules/` (Envoy's descriptor rules) and the small parsers it
+//!    uses (`listen`, `peer`, `tls`, `tokens`).
 //! 2. **`live`** — the loaded config with each policy's limiter `Plan`
-//!    built once per load, replaced whole on reload; `app` is the state
+//!    built once per load (by `tollgate-config`), replaced whole on reload; `app` is the state
 //!    every adapter shares (with `connections`, who may hold a connection),
 //!    `metrics` the server's Prometheus series. The decision itself is the `tollgate-limiter`
 //!    crate (stores, failure modes, clock, decision metrics).
@@ -33,16 +33,11 @@
 // The guarded Redis store's nested futures need a deeper layout query.
 #![recursion_limit = "256"]
 
-// 1. config
+// 1. config; what every door shares of it is the `tollgate-config` crate.
 mod config;
 mod envoy_rules;
-mod failure_mode;
-mod identity;
 mod listen;
-mod matching;
 mod peer;
-mod request_path;
-use config::scope;
 mod tls;
 mod tokens;
 

@@ -1,39 +1,28 @@
 //! The config as it serves: a loaded [`ServeConfig`] with what serving it
-//! needs built once per load — each policy's [`Plan`] (store, scope,
-//! failure mode, lease, shards, hot lease, request ids, counters) and its
-//! `RateLimit-Policy` item, envoyproxy/ratelimit rules with theirs — so a
-//! request looks things up and never builds them. Replaced whole on
-//! reload; never mutated.
+//! needs built once per load — each policy's plan and `RateLimit-Policy`
+//! item ([`LivePolicies`], built by `tollgate_config` as every door builds
+//! them), envoyproxy/ratelimit rules with theirs — so a request looks
+//! things up and never builds them. Replaced whole on reload; never mutated.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tollgate_limiter::{HotLeases, Lease, Plan};
+use tollgate_config::{LivePolicies, PlanContext, policy_counters};
+use tollgate_limiter::{Lease, Plan};
 
-use crate::config::{ServeConfig, ServePolicy};
+use crate::config::ServeConfig;
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
 use crate::metrics::{Metrics, PolicyCounters, RlsCounters, ScopeLabels};
-use crate::scope::Scope;
 use tollgate_http::policy_item;
 
-/// A policy ready to serve: its config, its plan and its precomputed
-/// `RateLimit-Policy` item.
-pub struct LivePolicy {
-    /// The policy as the config states it.
-    pub serve: ServePolicy,
-    /// How its checks are decided, whichever door asks.
-    pub plan: Plan,
-    /// Its `RateLimit-Policy` item.
-    pub policy_item: String,
-}
+pub use tollgate_config::LivePolicy;
 
 /// One loaded config, live.
 pub struct LiveConfig {
     /// The config.
     pub config: ServeConfig,
     /// Its policies, in the config's order.
-    pub policies: Vec<LivePolicy>,
-    by_name: HashMap<String, usize, foldhash::fast::RandomState>,
+    pub policies: LivePolicies,
     /// envoyproxy/ratelimit descriptor rules, for the gRPC service.
     pub envoy: LiveRules,
     /// Where leased policies' ledgers are: the global store.
@@ -49,20 +38,13 @@ impl LiveConfig {
         metrics.limiter.set_hot_series(config.hot_series.clone());
         let region = config.deployment.region.clone().unwrap_or_default();
         let shadow_mode = config.server.shadow_mode;
-        let policies: Vec<LivePolicy> = config
-            .policies
-            .iter()
-            .map(|serve| LivePolicy {
-                plan: plan_of(serve, shadow_mode, &region, metrics, previous),
-                policy_item: policy_item(&serve.policy),
-                serve: serve.clone(),
-            })
-            .collect();
-        let by_name: HashMap<String, usize, foldhash::fast::RandomState> = policies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.serve.policy.name().to_owned(), i))
-            .collect();
+        let context = PlanContext {
+            region: &region,
+            shadow_mode,
+            metrics: &metrics.limiter,
+            policy_item,
+        };
+        let policies = LivePolicies::new(&config.policies, &context, previous.map(|p| &p.policies));
         // Only where regions are told: without one, every scope leaves
         // the whole limit, and a `region=""` series says nothing.
         if config.deployment.region.is_some() {
@@ -82,16 +64,15 @@ impl LiveConfig {
             metrics,
             (config.stores.default_index(), shadow_mode),
             |name| {
-                by_name
-                    .get(name)
-                    .map(|&i| (i, policies[i].policy_item.as_str()))
+                policies
+                    .index_of(name)
+                    .map(|i| (i, policies[i].policy_item.as_str()))
             },
         );
         let ledger = config.stores.index("global");
         Self {
             config,
             policies,
-            by_name,
             envoy,
             ledger,
         }
@@ -99,75 +80,17 @@ impl LiveConfig {
 
     /// The leases of this config's leased policies.
     pub fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
-        self.policies.iter().filter_map(|p| p.plan.lease())
+        self.policies.leases()
     }
 
     /// Every policy's plan.
     pub fn plans(&self) -> Vec<&Plan> {
-        self.policies.iter().map(|p| &p.plan).collect()
+        self.policies.plans()
     }
 
     /// The policy named `name`.
     pub fn policy(&self, name: &str) -> Option<&LivePolicy> {
-        self.by_name.get(name).map(|&i| &self.policies[i])
-    }
-}
-
-/// A configured policy's plan: its scope's store, failure mode, lease
-/// (kept from `previous` where it still serves), shards (with the layouts
-/// `previous` decided on carried over), hot lease (kept likewise), request
-/// ids, counters, and shadow mode (its own `mode`, or `server.shadow_mode`).
-fn plan_of(
-    serve: &ServePolicy,
-    shadow_mode: bool,
-    region: &str,
-    metrics: &Metrics,
-    previous: Option<&LiveConfig>,
-) -> Plan {
-    let before = previous.and_then(|p| p.policy(serve.declared.name()));
-    let counters = PolicyCounters {
-        split_turned_away: matches!(serve.scope, Scope::Split { .. }).then(|| {
-            metrics
-                .limiter
-                .split_turned_away(serve.policy.name(), region)
-        }),
-        ..shadow_counters(metrics, serve.policy.name(), serve.shadow || shadow_mode)
-    };
-    let mut plan = Plan::new(serve.policy.clone(), serve.store)
-        .with_failure_mode(serve.on_store_failure)
-        .with_shards(serve.shards)
-        .with_retry(serve.retry)
-        .with_counters(counters)
-        .with_shadow(serve.shadow || shadow_mode);
-    if let Scope::Leased(terms) = &serve.scope {
-        let kept = before
-            .and_then(|p| p.plan.lease())
-            .filter(|l| l.serves(&serve.declared, terms, region));
-        plan = plan.with_lease(kept.cloned().unwrap_or_else(|| {
-            Arc::new(Lease::new(&serve.declared, terms, region, &metrics.limiter))
-        }));
-    }
-    if let Some(rule) = serve.hot_lease {
-        let kept = before
-            .filter(|p| {
-                p.serve.policy == serve.policy
-                    && p.serve.store == serve.store
-                    && p.serve.hot_lease == serve.hot_lease
-            })
-            .and_then(|p| p.plan.hot_lease().cloned());
-        plan = plan.with_hot_lease(kept.unwrap_or_else(|| {
-            Arc::new(HotLeases::new(
-                rule,
-                metrics.limiter.hot_lease_lost.clone(),
-                metrics.limiter.hot_lease_returned.clone(),
-            ))
-        }));
-    }
-    // A changed `shards` reads the old layout's states for the policy's
-    // rest: an exhausted identity stays exhausted across the reload.
-    match before {
-        Some(before) => plan.with_carry_over(&before.plan),
-        None => plan,
+        self.policies.get(name)
     }
 }
 
@@ -296,8 +219,5 @@ impl LiveRules {
 
 /// `policy`'s counters, with its shadow-mode count when `shadow`.
 fn shadow_counters(metrics: &Metrics, policy: &str, shadow: bool) -> PolicyCounters {
-    PolicyCounters {
-        shadow: shadow.then(|| metrics.limiter.shadow_counter(policy)),
-        ..metrics.policy_counters(policy)
-    }
+    policy_counters(&metrics.limiter, policy, shadow)
 }

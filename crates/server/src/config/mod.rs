@@ -1,48 +1,39 @@
-//! `tollgate serve`'s config: the core's policies plus what a proxy needs
-//! (`match`, `identity`, `cost`), the `server` settings and the `store`.
-//! Every fault is reported with the policy and field it concerns.
+//! `tollgate serve`'s config: the shared part every door reads
+//! (`tollgate_config`: the policies with their `match`, `identity` and
+//! `cost`, the regions and the `store`), the `server` settings and the
+//! envoyproxy/ratelimit rules. Every fault is reported with the policy and
+//! field it concerns.
 //!
-//! [`ServeConfig`] is loaded here; each part of the document is read in a
-//! file of its own: `document` (the whole, in order), `server`, `regions`,
-//! `stores`, `scope`, `policy_fields` (with `request_shaping` and `retry`).
+//! [`ServeConfig`] is loaded here; `document` reads the whole in order,
+//! `server` its section, `hazards` what is valid but probably not meant.
 
 mod document;
 mod hazards;
-mod policy_fields;
-mod regions;
-mod request_shaping;
-mod retry;
-pub mod scope;
 mod server;
-mod stores;
 
 pub use document::Overrides;
-pub use policy_fields::ServePolicy;
-pub use regions::{Deployment, REGION_ENV};
-pub use request_shaping::{CostRule, IdentityPart};
-// Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
-#[cfg(test)]
-pub(crate) use request_shaping::ClientNetworks;
 pub use server::{
     DEFAULT_MAX_CONNECTIONS, HotIdentityMetrics, ProxySocket, ServerSettings, TraceSettings,
 };
-pub use stores::{StoreSettings, Stores};
+// The shared part's types, which a `ServeConfig`'s fields are made of.
+pub use tollgate_config::{
+    CostRule, Deployment, IdentityPart, REGION_ENV, ServePolicy, StoreSettings, Stores,
+};
+// Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
+#[cfg(test)]
+pub(crate) use tollgate_config::ClientNetworks;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde_json::Value;
-use tollgate_core::{
-    ConfigError, NodePath, Policy, PolicySet, SecretHasher, describe, parse_yaml, parse_yaml_named,
-};
+use tollgate_config::{Matcher, replace_store};
+use tollgate_core::{ConfigError, PolicySet, SecretHasher, parse_yaml, parse_yaml_named};
 
 use crate::envoy_rules::{EnvoyRules, RuleKind};
 use crate::listen::ListenAddress;
-use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
-use document::{parse_doc, replace_store};
+use document::parse_doc;
 use tollgate_limiter::{DecisionSampling, HotSeries};
 use tollgate_store::MAX_REPLAYS;
 
@@ -377,51 +368,6 @@ fn looks_secret(name: &str) -> bool {
         ]
         .iter()
         .any(|word| name.contains(word)))
-}
-
-/// A fault in the document outside any policy.
-fn doc(message: String) -> ConfigError {
-    ConfigError::Document(message)
-}
-
-/// `value` as serde reads it into a `T`; a refusal says `name: why` and is
-/// about the field serde was reading, below `at`.
-fn deserialize<T: DeserializeOwned>(
-    value: &Value,
-    at: NodePath,
-    name: &str,
-) -> Result<T, ConfigError> {
-    serde_path_to_error::deserialize(value.clone()).map_err(|e| {
-        let mut path = at;
-        for segment in e.path() {
-            path = match segment {
-                serde_path_to_error::Segment::Seq { index } => path.then(*index),
-                serde_path_to_error::Segment::Map { key } => path.then(key),
-                _ => break,
-            };
-        }
-        ConfigError::Document(format!("{name}: {}", e.inner())).at(path)
-    })
-}
-
-/// A fault in `field` of `policy`: `policy "x": field: reason`.
-fn field_error(policy: &Policy, field: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Field {
-        policy: policy.name().to_owned(),
-        field: field.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-/// `value` as a whole number ≥ 0, or a fault naming the policy's field.
-fn whole_number(policy: &Policy, field: &str, value: &Value) -> Result<u64, ConfigError> {
-    value.as_u64().ok_or_else(|| {
-        field_error(
-            policy,
-            field,
-            format!("must be a whole number ≥ 0, got {}", describe(value)),
-        )
-    })
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use hyper::http::HeaderName;
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
+use tollgate_config::{DEFAULT_IDENTITY_KEY_ENV, deserialize_at};
 use tollgate_core::{ConfigError, describe, node_path};
 
 use crate::listen::ListenAddress;
@@ -21,8 +22,6 @@ pub use connections::{DEFAULT_MAX_CONNECTIONS, ProxySocket};
 
 mod connections;
 
-/// The environment variable holding the key for hashing secret identity parts.
-const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
 /// More HTTP workers than this is a typo, not a machine.
 const MAX_HTTP_WORKERS: usize = 1024;
 /// Header fields a request may carry by default: what nginx, Envoy (100 of
@@ -227,7 +226,7 @@ impl ServerSettings {
     pub(super) fn parse(value: Option<&Value>) -> Result<Self, ConfigError> {
         let server: ServerSettings = match value {
             None | Some(Value::Null) => ServerSettings::default(),
-            Some(v) => super::deserialize(v, node_path!["server"], "server")?,
+            Some(v) => deserialize_at(v, node_path!["server"], "server")?,
         };
         server.validate()?;
         Ok(server)

@@ -1,5 +1,5 @@
 use super::*;
-use crate::matching::{FormatSuffix, TrailingSlash};
+use tollgate_config::{FormatSuffix, TrailingSlash};
 
 fn with_match(m: &str) -> Result<ServeConfig, String> {
     let yaml = format!(

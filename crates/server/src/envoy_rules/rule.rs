@@ -12,7 +12,7 @@ use tollgate_store::OnStoreFailure;
 
 use super::reading::{Reading, string_field};
 use super::{RulesError, Unit};
-use crate::failure_mode::parse_failure_mode;
+use tollgate_config::parse_failure_mode;
 
 /// What a matched descriptor does.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use tollgate_core::format_duration_ms;
 use tollgate_store::MAX_IDENTITIES_A_CALL;
 
 use crate::config::Deployment;
-use crate::scope::Leased;
+use tollgate_config::Leased;
 
 /// The per-identity terms in words and JSON.
 pub(super) fn identity_terms(

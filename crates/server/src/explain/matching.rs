@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use tollgate_core::{Limits, format_duration_ms};
 
 use crate::config::{IdentityPart, ServePolicy};
-use crate::matching::{FormatSuffix, Matcher, TrailingSlash};
+use tollgate_config::{FormatSuffix, Matcher, TrailingSlash};
 
 /// `match:` in words, each condition as the config writes it; a policy with
 /// none limits every request.

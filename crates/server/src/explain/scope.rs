@@ -11,7 +11,7 @@ use super::leased_identities::identity_terms;
 use super::{plural, topology};
 use crate::config::Deployment;
 use crate::config::{ServeConfig, ServePolicy, StoreSettings};
-use crate::scope::{Leased, Scope};
+use tollgate_config::{Leased, Scope};
 
 /// What `serve`'s scope promises, deciding on the store `role` (`redis`
 /// when that store is a Redis).

@@ -11,9 +11,9 @@ use ipnet::IpNet;
 use tollgate_core::{Identity, SecretHasher, quote};
 
 use crate::config::{CostRule, IdentityPart, ServePolicy, ServerSettings};
-use crate::identity::{ComposeFault, PartFault, Told, compose, shape_part};
 use crate::peer::{Peer, is_trusted};
-use crate::request_path::normalize;
+use tollgate_config::normalize;
+use tollgate_config::{ComposeFault, PartFault, Told, compose, shape_part};
 
 /// The original request behind a forward-auth call, as the configured
 /// proxy describes it (`server.forward_auth`), its path normalized the way
@@ -38,7 +38,7 @@ pub(crate) struct Forwarded<'a> {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-pub(crate) use crate::identity::RequestFault;
+pub(crate) use tollgate_config::RequestFault;
 
 /// The one value of header `name`, trimmed; `None` when absent or blank.
 /// A header sent twice is ambiguous (which copy would the application

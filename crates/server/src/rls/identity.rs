@@ -13,7 +13,7 @@ use tollgate_core::{Identity, SecretHasher};
 
 use super::wire::Entry;
 use crate::config::{IdentityPart, ServePolicy};
-use crate::identity::{ComposeFault, PartFault, Told, compose, shape_part};
+use tollgate_config::{ComposeFault, PartFault, Told, compose, shape_part};
 
 /// Why a descriptor has no identity.
 #[derive(Debug, Clone, PartialEq, Eq)]

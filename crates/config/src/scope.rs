@@ -15,10 +15,9 @@ use tollgate_core::{
     split_shares,
 };
 
-use super::field_error;
-use super::regions::{Deployment, REGION_ENV, valid_region};
-// `crate::scope::Stores`: a scope decides on one of these stores.
-pub use super::stores::Stores;
+use crate::fields::field_error;
+use crate::regions::{Deployment, REGION_ENV, valid_region};
+use crate::stores::Stores;
 
 /// Where a policy is enforced, and so what it can overshoot by.
 #[derive(Debug, Clone, PartialEq, Eq)]

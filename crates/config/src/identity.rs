@@ -12,17 +12,17 @@ use std::net::{IpAddr, SocketAddr};
 
 use tollgate_core::{Identity, IdentityError, SecretHasher};
 
-use crate::config::{IdentityPart, ServePolicy};
+use crate::{IdentityPart, ServePolicy};
 
 /// Why a request could not be given an identity or a cost: a 400 naming
 /// the fault on HTTP (an over-limit answer on RLS), never a shared bucket
 /// and never a fail-open status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RequestFault(pub(crate) String);
+pub struct RequestFault(pub String);
 
 /// What a door read for one identity part, before its rule shapes it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Told<'a> {
+pub enum Told<'a> {
     /// Text as the door carries it: a header's value, a descriptor
     /// entry's value (an address as text, the `Authorization` value for
     /// `bearer`).
@@ -33,7 +33,7 @@ pub(crate) enum Told<'a> {
 
 /// Why one part's value was refused; each door names where it read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PartFault {
+pub enum PartFault {
     /// Absent, empty or blank (for `bearer`: no `Bearer <token>`).
     Missing,
     /// A `client_ip` value that is not an IP address.
@@ -46,7 +46,7 @@ pub(crate) enum PartFault {
 /// The value `part` of `policy` keys by, from what the door `told`: the
 /// one shaping every door calls. `None` (nothing read) and blank text are
 /// [`PartFault::Missing`]; a `literal` needs nothing from the door.
-pub(crate) fn shape_part<'v>(
+pub fn shape_part<'v>(
     policy: &'v ServePolicy,
     part: &'v IdentityPart,
     told: Option<Told<'v>>,
@@ -94,7 +94,7 @@ pub(crate) fn shape_part<'v>(
 
 /// Why shaped values make no identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ComposeFault {
+pub enum ComposeFault {
     /// No parts, or a part named twice.
     Parts(IdentityError),
     /// Longer than `server.max_key_bytes`: this many bytes.
@@ -103,7 +103,7 @@ pub(crate) enum ComposeFault {
 
 /// The composite of named, shaped values: the identity every door keys
 /// by, refused when longer than `max_key_bytes` (`server.max_key_bytes`).
-pub(crate) fn compose<'a>(
+pub fn compose<'a>(
     values: impl IntoIterator<Item = (&'a str, &'a str)>,
     max_key_bytes: usize,
 ) -> Result<Identity, ComposeFault> {
@@ -124,7 +124,7 @@ fn bearer_token(value: &str) -> Option<&str> {
 /// An address as text: `203.0.113.9`, `2001:db8::1`, and with a port
 /// (`203.0.113.9:443`, `[2001:db8::1]:443`), as forwarded headers and
 /// Envoy's `remote_address` write it; a mapped address as its IPv4.
-pub(crate) fn address(text: &str) -> Option<IpAddr> {
+pub fn address(text: &str) -> Option<IpAddr> {
     text.parse::<IpAddr>()
         .ok()
         .or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip()))
@@ -134,7 +134,7 @@ pub(crate) fn address(text: &str) -> Option<IpAddr> {
 /// The host as one bucket sees it, whatever its spelling: lower case,
 /// without a port (`api.example.com:443`) or the root's trailing dot
 /// (`api.example.com.`), as `match.host` compares it.
-pub(crate) fn canonical_host(host: &str) -> Cow<'_, str> {
+pub fn canonical_host(host: &str) -> Cow<'_, str> {
     let bare = match host.rsplit_once(':') {
         // Not an IPv6 literal's colon: `[::1]:80` keeps `[::1]`.
         Some((name, port))

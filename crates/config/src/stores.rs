@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, NodePath, describe, node_path};
 use tollgate_store::RedisConfig;
 
-use super::regions::{Deployment, REGION_ENV};
-use super::{deserialize, doc};
+use crate::fields::{deserialize_at as deserialize, doc};
+use crate::regions::{Deployment, REGION_ENV};
 
 /// The stores' roles, in the order the limiter asks them: the cheapest
 /// first, so a local rejection never pays a round trip.

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, describe, node_path};
 
-use super::doc;
+use crate::fields::doc;
 
 /// The environment variable naming this instance's region (below
 /// `--region`, above the file's `region:`).

@@ -5,12 +5,12 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use hyper::http::HeaderName;
+use http::HeaderName;
 use ipnet::IpNet;
 use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, Policy, describe};
 
-use super::{field_error, whole_number};
+use crate::fields::{field_error, whole_number};
 use crate::matching::{FormatSuffix, Matcher, PathPattern, TrailingSlash};
 use crate::request_path::normalize;
 

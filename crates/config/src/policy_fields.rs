@@ -6,14 +6,14 @@ use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, Policy, PolicySet, describe, node_path, parse_policy};
 use tollgate_store::OnStoreFailure;
 
-use super::field_error;
-use super::regions::Deployment;
-use super::request_shaping::{CostRule, IdentityPart, parse_cost, parse_identity, parse_matcher};
-use super::retry::{self, RetryRule};
-use super::scope::{Scope, enforced, parse_scope};
-use super::stores::Stores;
 use crate::failure_mode::parse_failure_mode;
+use crate::fields::field_error;
 use crate::matching::Matcher;
+use crate::regions::Deployment;
+use crate::request_shaping::{CostRule, IdentityPart, parse_cost, parse_identity, parse_matcher};
+use crate::retry::{self, RetryRule};
+use crate::scope::{Scope, enforced, parse_scope};
+use crate::stores::Stores;
 
 /// Fields a policy may carry beyond the core's.
 const SERVE_FIELDS: &[&str] = &[

@@ -9,7 +9,7 @@ use tollgate_store::{
     DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, RETRY_IDS_RANGE, RETRY_WINDOW_RANGE_MS,
 };
 
-use super::field_error;
+use crate::fields::field_error;
 
 pub use tollgate_limiter::RetryRule;
 

@@ -1,10 +1,10 @@
 use super::*;
-use crate::config::{ClientNetworks, ServeConfig};
+use crate::{ClientNetworks, Config};
 
 /// One policy, as a config states it.
 fn serve_policy() -> ServePolicy {
     let yaml = "policies:\n  - {name: p, algorithm: fixed_window, limit: 5, window: 1m}\n";
-    match ServeConfig::parse(yaml, |_| None) {
+    match Config::parse(yaml, |_| None) {
         Ok(mut config) => config.policies.remove(0),
         Err(e) => panic!("{e}"),
     }
