@@ -11,14 +11,24 @@
 //! - **Admission** (`response`, `ratelimit_fields`): the RateLimit fields
 //!   (one writer, also for Envoy's RLS, which hands Envoy the strings) and
 //!   the `Tollgate-Degraded` / `Tollgate-Replayed` marks.
+//! - **`/v1/check`** (`check_body`, `check_decision`): the request and the
+//!   answer, one serde schema each, read and written by the server and a
+//!   client alike (the server's bytes are the derive's); `check_fault`
+//!   names why a body was refused, in tollgate's words, not serde's.
 //! - **Keys** (`key`): the identity a client names by key, bounded.
 
 #![deny(missing_docs)]
 
+mod check_body;
+mod check_decision;
+mod check_fault;
 mod key;
 mod ratelimit_fields;
 mod response;
 
+pub use check_body::{CheckBody, CheckItem, CheckKey, Object, Text, parse_check_body};
+pub use check_decision::{BatchDecision, CheckDecision};
+pub use check_fault::diagnose_check_body;
 pub use key::{parts_identity, value_identity};
 pub use ratelimit_fields::{
     RateLimitFields, policy_item, ratelimit_draft, ratelimit_fields, retry_after_seconds,

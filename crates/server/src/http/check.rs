@@ -1,26 +1,28 @@
 //! `POST /v1/check`, the decision API for services: a JSON body of one
 //! check or a batch (its schema in `check_body.rs`), decided by the limiter
-//! and answered as JSON; a refused body is named by `check_fault.rs`.
+//! and answered as JSON. The body's and the answer's schemas, and the
+//! words for a refused body, are the contract's (`tollgate-http`).
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use axum::http::{self, HeaderValue, header};
 use axum::response::Response;
 use hyper::body::Body as HttpBody;
-use tollgate_core::{Decision, quote};
-use tollgate_store::{DecidedBy, RequestId};
+use tollgate_core::quote;
+use tollgate_http::{
+    BatchDecision, CheckBody, CheckDecision, CheckItem, CheckKey, Object, Problem,
+    diagnose_check_body, parse_check_body,
+};
+use tollgate_store::RequestId;
 
 use super::body::{BodyError, BodyRefused, read_body};
-use super::check_body::{self, CheckBody, CheckItem, KeyJson, Object};
 use super::linger::LingerOnClose;
 use super::request_id;
-use super::{json_response, refuse, replayed, unauthorized, unknown_policy};
+use super::{degraded_path, json_answer, refuse, replayed, unauthorized, unknown_policy};
 use crate::app::App;
 use crate::limiter::Check;
 use crate::live::LiveConfig;
 use crate::tokens::Guarded;
-use tollgate_http::Problem;
 
 /// The endpoint's path.
 pub(super) const CHECK: &str = "/v1/check";
@@ -71,10 +73,10 @@ where
             return response;
         }
     };
-    let parsed = match check_body::parse(&body) {
+    let parsed = match parse_check_body(&body) {
         Ok(parsed) => parsed,
         // Named in tollgate's words, off the success path.
-        Err(typed) => return refuse(app, super::check_fault::diagnose(&body, &typed)),
+        Err(typed) => return refuse(app, diagnose_check_body(&body, &typed)),
     };
     let id = match request_id::from_body(parsed.request_id.as_deref()) {
         Ok(id) => id,
@@ -119,7 +121,7 @@ async fn check_one(
     app: &App,
     live_config: &LiveConfig,
     name: &str,
-    key: &KeyJson<'_>,
+    key: &CheckKey<'_>,
     cost: u64,
     id: Option<&RequestId>,
     max_key: usize,
@@ -138,36 +140,18 @@ async fn check_one(
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;
-    let mut body = String::with_capacity(160);
-    write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+    let mut answer = CheckDecision::new(
+        live.serve.policy.name(),
+        decision,
+        degraded_path(decided.by),
+    );
     if live.plan.shadow() {
-        mark_shadow(&mut body, 0, decision.allowed);
+        answer = answer.shadowed(decision.allowed);
     }
     if replayed {
-        mark_replayed(&mut body);
+        answer = answer.replayed();
     }
-    Ok(json_response(body))
-}
-
-/// A shadow-mode policy's decision, written by [`write_decision`] from
-/// `start` on, made an
-/// admission: `"allowed":true`, `"shadow":true`, and what it would have
-/// decided in `"would_allow"` (its `limit`, `remaining`, `retry_after_ms`
-/// and `reset_after_ms` stay the would-be decision's), so a client reading
-/// `shadow` never takes a shadow rejection for an enforced admission.
-fn mark_shadow(body: &mut String, start: usize, would_allow: bool) {
-    const REJECTED: &str = "{\"allowed\":false,";
-    if body.get(start..).is_some_and(|d| d.starts_with(REJECTED)) {
-        body.replace_range(start..start + REJECTED.len(), "{\"allowed\":true,");
-    }
-    if body.ends_with('}') {
-        body.pop();
-        body.push_str(if would_allow {
-            ",\"shadow\":true,\"would_allow\":true}"
-        } else {
-            ",\"shadow\":true,\"would_allow\":false}"
-        });
-    }
+    json_answer(&answer)
 }
 
 /// `"refund": true`: `cost` units of one policy and key given back
@@ -199,21 +183,12 @@ async fn refund_request(
     let decision = decided.decisions.first().ok_or_else(|| {
         Problem::unavailable("the limiter could not decide: the store answered nothing")
     })?;
-    let mut body = String::with_capacity(180);
-    write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
-    if body.ends_with('}') {
-        body.pop();
-        let _ = write!(body, ",\"refunded\":{refunded}}}");
-    }
-    Ok(json_response(body))
-}
-
-/// `"replayed":true` before a JSON object's closing brace.
-fn mark_replayed(body: &mut String) {
-    if body.ends_with('}') {
-        body.pop();
-        body.push_str(",\"replayed\":true}");
-    }
+    let answer = CheckDecision::new(
+        live.serve.policy.name(),
+        decision,
+        degraded_path(decided.by),
+    );
+    json_answer(&answer.refunded(refunded))
 }
 
 async fn check_batch(
@@ -260,25 +235,10 @@ async fn check_batch(
         .iter()
         .zip(&decided.decisions)
         .all(|(live, d)| d.allowed || live.plan.shadow());
-    let mut body = String::with_capacity(48 + 160 * decided.decisions.len());
-    let _ = write!(body, "{{\"allowed\":{allowed},");
-    if replayed {
-        body.push_str("\"replayed\":true,");
-    }
-    if decided.by.is_degraded() {
-        let _ = write!(
-            body,
-            "\"degraded\":true,\"path\":\"{}\",",
-            decided.by.name()
-        );
-    }
-    body.push_str("\"decisions\":[");
+    let mut answers = Vec::with_capacity(decided.decisions.len());
     for (i, (live, decision)) in lives.iter().zip(&decided.decisions).enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        let start = body.len();
-        write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
+        let path = degraded_path(decided.by);
+        let mut answer = CheckDecision::new(live.serve.policy.name(), decision, path);
         if live.plan.shadow() {
             // A request the enforced policies rejected, or a replayed one,
             // only peeked at the shadow policies (the limiter): its cost
@@ -290,43 +250,18 @@ async fn check_batch(
             } else {
                 decision.allowed
             };
-            mark_shadow(&mut body, start, would_allow);
+            answer = answer.shadowed(would_allow);
         }
         if replayed {
-            mark_replayed(&mut body);
+            answer = answer.replayed();
         }
+        answers.push(answer);
     }
-    body.push_str("]}");
-    Ok(json_response(body))
-}
-
-/// The decision as JSON; `remaining` is shown as 0 when a stepped-back
-/// clock made gcra's internal figure negative. Written by hand, not by
-/// `write!`: the formatting machinery cost more than the decision itself
-/// (docs/benchmarks.md).
-pub(super) fn write_decision(out: &mut String, policy: &str, d: &Decision, by: DecidedBy) {
-    let mut number = itoa::Buffer::new();
-    out.push_str(if d.allowed {
-        "{\"allowed\":true,\"policy\":\""
-    } else {
-        "{\"allowed\":false,\"policy\":\""
-    });
-    out.push_str(policy);
-    out.push_str("\",\"limit\":");
-    out.push_str(number.format(d.limit));
-    out.push_str(",\"remaining\":");
-    out.push_str(number.format(d.remaining.max(0)));
-    out.push_str(",\"retry_after_ms\":");
-    match d.retry_after_ms {
-        Some(ms) => out.push_str(number.format(ms)),
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"reset_after_ms\":");
-    out.push_str(number.format(d.reset_after_ms));
-    if by.is_degraded() {
-        out.push_str(",\"degraded\":true,\"path\":\"");
-        out.push_str(by.name());
-        out.push('"');
-    }
-    out.push('}');
+    json_answer(&BatchDecision {
+        allowed,
+        replayed,
+        degraded: decided.by.is_degraded(),
+        path: degraded_path(decided.by).map(Into::into),
+        decisions: answers,
+    })
 }

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{self, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::get;
-use tollgate_store::Replay;
+use tollgate_store::{DecidedBy, Replay};
 use tower::ServiceExt;
 
 use crate::app::App;
@@ -24,12 +24,10 @@ use tollgate_http::Problem;
 mod authorize;
 mod check;
 mod operations;
-// …and what they share: reading a body, the `/v1/check` body's schema and
-// its faults, the forwarded request and request ids. Problems, fields
-// and keys are the contract every HTTP door shares (`tollgate-http`).
+// …and what they share: reading a body, the forwarded request and request
+// ids. Problems, fields, keys and the `/v1/check` schemas are the contract
+// every HTTP door shares (`tollgate-http`).
 mod body;
-mod check_body;
-mod check_fault;
 pub(crate) mod linger;
 #[cfg(test)]
 mod quoted_input;
@@ -232,7 +230,21 @@ fn replayed(replay: &Replay) -> Result<bool, Problem> {
     }
 }
 
-/// A 200 with a JSON body written by hand.
+/// The path that made a degraded decision, for the answer to name; `None`
+/// when the shared store made it.
+fn degraded_path(by: DecidedBy) -> Option<&'static str> {
+    by.is_degraded().then(|| by.name())
+}
+
+/// A 200 with `answer`, one of the contract's schemas, as its JSON body.
+fn json_answer(answer: &impl serde::Serialize) -> Result<Response, Problem> {
+    // The schemas hold strings and numbers only, which always serialize.
+    serde_json::to_string(answer)
+        .map(json_response)
+        .map_err(|_| Problem::unavailable("the decision could not be written"))
+}
+
+/// A 200 with a JSON body.
 fn json_response(body: String) -> Response {
     let mut response = Response::new(Body::from(body));
     response.headers_mut().insert(

@@ -9,15 +9,17 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use tollgate_core::Identity;
 
-use super::check::write_decision;
-use super::{ProblemResponse, json_response, refuse, unauthorized, unknown_policy};
+use super::{
+    ProblemResponse, degraded_path, json_answer, json_response, refuse, unauthorized,
+    unknown_policy,
+};
 use crate::app::App;
 use crate::limiter::Check;
 use crate::live::{LiveConfig, LivePolicy};
 use crate::metrics::PolicyLabels;
 use crate::tokens::Guarded;
 use tollgate_http::Problem;
-use tollgate_http::{parts_identity, value_identity};
+use tollgate_http::{CheckDecision, parts_identity, value_identity};
 
 /// The 401 for an admin `endpoint` asked without the admin token, if it was.
 fn admin_refusal(
@@ -111,9 +113,13 @@ pub(super) async fn peek_state(
     let decided = app.limiter.peek(Check::new(&live.plan, &identity, 0)).await;
     match decided.decisions.first() {
         Some(decision) => {
-            let mut body = String::with_capacity(160);
-            write_decision(&mut body, live.serve.policy.name(), decision, decided.by);
-            json_response(body)
+            let path = degraded_path(decided.by);
+            json_answer(&CheckDecision::new(
+                live.serve.policy.name(),
+                decision,
+                path,
+            ))
+            .unwrap_or_else(ProblemResponse::into_response)
         }
         None => Problem::unavailable("the limiter could not decide: the store answered nothing")
             .into_response(),

@@ -10,14 +10,15 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderValue};
 use tollgate_core::{Identity, ManualClock};
 
-use super::check_fault::diagnose;
 use super::operations::state_target;
 use super::request::{Forwarded, client_ip, cost_of, identity_of};
 use super::unknown_policy;
 use crate::config::ServeConfig;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
-use tollgate_http::{PROBLEM_HEADER_MAX_BYTES, Problem, parts_identity, problem_header};
+use tollgate_http::{
+    PROBLEM_HEADER_MAX_BYTES, Problem, diagnose_check_body, parts_identity, problem_header,
+};
 
 /// What an attacker sends: a forged log line, a terminal escape, and far
 /// more bytes than any header buffer holds.
@@ -41,7 +42,7 @@ fn headers(name: &'static str, value: &str) -> HeaderMap {
 /// Each fault's words for the evil input, by the door that says them.
 fn every_fault(config: &ServeConfig) -> Vec<(&'static str, String)> {
     let evil = evil();
-    let json = |body: String| diagnose(body.as_bytes(), &typed_error()).detail;
+    let json = |body: String| diagnose_check_body(body.as_bytes(), &typed_error()).detail;
     let serve = &config.policies[0];
     let proxy: IpAddr = "127.0.0.1".parse().expect("ip");
     let trusted = &config.server.trusted_proxies;

@@ -12,11 +12,11 @@ use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_json::Number;
 use tollgate_core::quote;
 
-use super::check_body::{BODY_FIELDS, Field, Holds, ITEM_FIELDS, Presence};
-use tollgate_http::Problem;
+use crate::check_body::{BODY_FIELDS, Field, Holds, ITEM_FIELDS, Presence};
+use crate::response::Problem;
 
 /// The problem for a body the typed parse refused with `typed`.
-pub(crate) fn diagnose(body: &[u8], typed: &serde_json::Error) -> Problem {
+pub fn diagnose_check_body(body: &[u8], typed: &serde_json::Error) -> Problem {
     let tree: Json = match serde_json::from_slice(body) {
         Ok(tree) => tree,
         Err(e) => return malformed(&e),

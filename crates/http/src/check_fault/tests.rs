@@ -1,12 +1,12 @@
 use proptest::prelude::*;
 use serde::de::{self, Deserializer, Visitor};
 
-use super::super::check_body::{self, CheckBody, CheckItem};
 use super::*;
+use crate::check_body::{self, CheckBody, CheckItem};
 
 fn detail(body: &str) -> (u16, String) {
     let typed = serde_json::from_str::<u8>("x").expect_err("not a number");
-    let problem = diagnose(body.as_bytes(), &typed);
+    let problem = diagnose_check_body(body.as_bytes(), &typed);
     (problem.status.as_u16(), problem.detail)
 }
 
@@ -185,7 +185,7 @@ fn each_fault_of_a_batch_is_named_with_its_place() {
 
 #[test]
 fn only_an_object_opens_a_check() {
-    let opens = |body: &[u8]| check_body::parse(body).is_ok();
+    let opens = |body: &[u8]| check_body::parse_check_body(body).is_ok();
     assert!(opens(b" \n\t{\"policy\":\"slow\",\"key\":\"v\"}"));
     assert!(!opens(b"[\"slow\",\"v\"]"));
     assert!(!opens(b" null"));
@@ -298,7 +298,7 @@ const SAMPLES: [&str; 14] = [
 /// The typed parse and the diagnoser agree on `body`: one refuses it
 /// exactly when the other finds a fault in it.
 fn agree(body: &str) -> Result<(), String> {
-    let typed = check_body::parse(body.as_bytes()).map(|_| ());
+    let typed = check_body::parse_check_body(body.as_bytes()).map(|_| ());
     let named = match serde_json::from_str::<Json>(body) {
         Ok(tree) => body_fault(&tree),
         Err(e) => Err(format!("malformed: {e}")),

@@ -1,0 +1,116 @@
+//! The `/v1/check` answer's one schema: a decision per check, and a batch's
+//! verdict over them. The server writes these types and a client reads
+//! them; fields that only some answers carry (`degraded`, `shadow`,
+//! `replayed`, `refunded`) are left out when they do not apply.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use tollgate_core::Decision;
+
+/// One check's decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckDecision<'a> {
+    /// Whether the check was admitted (a shadow policy's always is).
+    pub allowed: bool,
+    /// The policy decided.
+    pub policy: Cow<'a, str>,
+    /// The policy's limit.
+    pub limit: u64,
+    /// What is left; 0 when a stepped-back clock made gcra's internal
+    /// figure negative.
+    pub remaining: u64,
+    /// When a retry can be admitted; `null` when this cost never can.
+    pub retry_after_ms: Option<u64>,
+    /// When the state is full again.
+    pub reset_after_ms: u64,
+    /// `true` when the shared store did not make the decision.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub degraded: bool,
+    /// The path that made a degraded decision (fail_open, fail_closed, local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<Cow<'a, str>>,
+    /// `true` for a shadow-mode policy: decided, never enforced.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shadow: bool,
+    /// A shadow policy's would-be verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_allow: Option<bool>,
+    /// `true` when answered from a request id's record (nothing was consumed).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub replayed: bool,
+    /// A refund's units that went back (fewer than asked when the state
+    /// was fuller: a refund never lifts it past full).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refunded: Option<u64>,
+}
+
+impl<'a> CheckDecision<'a> {
+    /// `decision` of `policy`; `degraded` names the path that made it when
+    /// the shared store did not.
+    pub fn new(policy: &'a str, decision: &Decision, degraded: Option<&'a str>) -> Self {
+        Self {
+            allowed: decision.allowed,
+            policy: Cow::Borrowed(policy),
+            limit: decision.limit,
+            remaining: u64::try_from(decision.remaining).unwrap_or(0),
+            retry_after_ms: decision.retry_after_ms,
+            reset_after_ms: decision.reset_after_ms,
+            degraded: degraded.is_some(),
+            path: degraded.map(Cow::Borrowed),
+            shadow: false,
+            would_allow: None,
+            replayed: false,
+            refunded: None,
+        }
+    }
+
+    /// A shadow-mode policy's decision made an admission, what it would
+    /// have decided in `would_allow` (its figures stay the would-be
+    /// decision's), so a client reading `shadow` never takes a shadow
+    /// rejection for an enforced admission.
+    #[must_use]
+    pub fn shadowed(mut self, would_allow: bool) -> Self {
+        self.allowed = true;
+        self.shadow = true;
+        self.would_allow = Some(would_allow);
+        self
+    }
+
+    /// Marked as answered from a request id's record.
+    #[must_use]
+    pub fn replayed(mut self) -> Self {
+        self.replayed = true;
+        self
+    }
+
+    /// A refund's answer: the state left, and the units that went back.
+    #[must_use]
+    pub fn refunded(mut self, units: u64) -> Self {
+        self.refunded = Some(units);
+        self
+    }
+}
+
+/// A batch's answer: admitted only when every enforced check is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchDecision<'a> {
+    /// Whether the batch was admitted (and so charged).
+    pub allowed: bool,
+    /// `true` when answered from a request id's record.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub replayed: bool,
+    /// `true` when the shared store did not make the decisions.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub degraded: bool,
+    /// The path that made degraded decisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<Cow<'a, str>>,
+    /// Each check's decision, in the request's order.
+    pub decisions: Vec<CheckDecision<'a>>,
+}
+
+// serde's `skip_serializing_if` takes a reference.
+fn is_false(flag: &bool) -> bool {
+    !*flag
+}
