@@ -11,10 +11,12 @@
 
 #![deny(missing_docs)]
 
+mod configured;
 mod layer;
 mod remote;
 mod rule;
 
+pub use configured::{ConfigError, Configured, rules_of};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use remote::{RemoteConfig, RemoteError, RemoteTollgate};
 pub use rule::{Applies, Rule};

@@ -1,0 +1,120 @@
+//! A small API behind tollgate's tower layer: `POST /orders`, `GET /items`
+//! and `POST /reports?ms=N` (a handler that sleeps N ms, for capacity
+//! tests), each answering 200 with a short JSON body when admitted.
+//!
+//! ```sh
+//! cargo run --release -p tollgate-tower --example axum_app -- \
+//!   --config crates/tower/examples/axum_app.yaml --listen 127.0.0.1:3000 \
+//!   [--remote http://127.0.0.1:8080]
+//! ```
+//!
+//! The limits come from `--config`, the schema `tollgate serve` reads
+//! (`policies` with `match` and `identity`, and `store`); with `--remote`
+//! they are decided by that tollgate instead of in this process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Query;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tollgate_core::{Clock, SystemClock};
+use tollgate_limiter::LimiterMetrics;
+use tollgate_tower::{Configured, RateLimitLayer, RemoteConfig, RemoteTollgate, rules_of};
+
+/// `--config FILE --listen ADDR [--remote URL]`.
+struct Args {
+    config: PathBuf,
+    listen: SocketAddr,
+    remote: Option<String>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut config = None;
+    let mut listen = None;
+    let mut remote = None;
+    let mut given = std::env::args().skip(1);
+    while let Some(flag) = given.next() {
+        let value = given
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--config" => config = Some(PathBuf::from(value)),
+            "--listen" => {
+                listen = Some(
+                    value
+                        .parse()
+                        .map_err(|e| format!("--listen {value}: {e}"))?,
+                );
+            }
+            "--remote" => remote = Some(value),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(Args {
+        config: config.ok_or("--config FILE is required")?,
+        listen: listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 3000))),
+        remote,
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct Report {
+    ms: Option<u64>,
+}
+
+fn api() -> Router {
+    Router::new()
+        .route(
+            "/orders",
+            post(|| async { Json(json!({"order": "placed"})) }),
+        )
+        .route("/items", get(|| async { Json(json!({"items": []})) }))
+        .route(
+            "/reports",
+            post(|Query(report): Query<Report>| async move {
+                let ms = report.ms.unwrap_or(0).min(60_000);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Json(json!({"report": "done", "ms": ms}))
+            }),
+        )
+}
+
+async fn serve(app: Router, listen: SocketAddr) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    // The peer address is what `identity: [client_ip]` keys by.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = args()?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    match args.remote {
+        None => {
+            let configured = Configured::load(&args.config, clock).await?;
+            let layer = RateLimitLayer::new(configured.limiter, configured.rules);
+            serve(api().layer(layer), args.listen).await?;
+        }
+        Some(url) => {
+            // Only the rules are read here: the remote decides on its stores.
+            #[allow(clippy::disallowed_methods)] // the config's own env lookups
+            let config = tollgate_config::Config::load(&args.config, |v| std::env::var(v).ok())?;
+            let mut registry = Registry::default();
+            let metrics = LimiterMetrics::register(&mut registry, Arc::clone(&clock));
+            let rules = rules_of(&config, &metrics);
+            let remote = RemoteTollgate::new(&RemoteConfig::new(url), clock)?;
+            serve(api().layer(RateLimitLayer::new(remote, rules)), args.listen).await?;
+        }
+    }
+    Ok(())
+}
