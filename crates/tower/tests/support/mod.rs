@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tollgate::{App, ServeConfig, serve_app};
-use tollgate_core::{Clock, Identity, ManualClock};
+use tollgate_core::{Clock, Identity};
 use tollgate_limiter::{Backend, Decider, Limiter, LimiterMetrics};
 use tollgate_tower::{RateLimitLayer, Rule};
 
@@ -130,7 +130,7 @@ pub mod tempdir {
 
 impl Tollgate {
     /// `yaml` served on `addr` (port 0: any), its stores on `clock`.
-    pub async fn start(yaml: &str, clock: Arc<ManualClock>, addr: &str) -> Self {
+    pub async fn start(yaml: &str, clock: Arc<dyn Clock>, addr: &str) -> Self {
         let config = ServeConfig::parse(yaml, |_| None).expect("test config is valid");
         let dir = std::env::temp_dir().join(format!(
             "tollgate-tower-{}-{}",
