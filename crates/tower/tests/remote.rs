@@ -165,7 +165,7 @@ async fn a_remote_that_does_not_answer_in_time_answers_by_the_failure_mode() {
     let decider = RemoteTollgate::new(&config, clock.clone()).expect("valid url");
     let rules = vec![writes_by_tenant(write_api(OnStoreFailure::FailClosed))];
     let app = serve_layered(RateLimitLayer::new(decider, rules)).await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let answer = reqwest::Client::new()
         .post(app.url("/orders"))
         .header("X-Tenant", "acme")

@@ -125,7 +125,7 @@ mod tests {
         let cache = RejectedUntil::new(10);
         let acme = Identity::value("acme");
         cache.note("p", &acme, 2, &rejected(800), 1_000);
-        let held = cache.get("p", &acme, 2, 1_300).unwrap();
+        let held = cache.get("p", &acme, 2, 1_300).expect("test value");
         assert_eq!(held.retry_after_ms, Some(500));
         assert_eq!(held.reset_after_ms, 3_700);
         assert!(cache.get("p", &acme, 3, 1_300).is_some());

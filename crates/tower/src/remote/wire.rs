@@ -110,7 +110,8 @@ mod tests {
     fn a_value_key_is_its_string_and_a_composite_its_parts() {
         let value = Identity::value("acme");
         assert_eq!(key_of(&value), Some(CheckKey::value("acme")));
-        let parts = Identity::composite([("x-tenant", "acme"), ("route", "/orders")]).unwrap();
+        let parts =
+            Identity::composite([("x-tenant", "acme"), ("route", "/orders")]).expect("test value");
         assert_eq!(
             key_of(&parts),
             Some(CheckKey::parts([
@@ -125,16 +126,19 @@ mod tests {
     fn a_composite_is_written_as_an_object() {
         let policy = tollgate_core::Policy::new(
             "p",
-            tollgate_core::Limits::FixedWindow(tollgate_core::Window::new(5, 1_000).unwrap()),
+            tollgate_core::Limits::FixedWindow(
+                tollgate_core::Window::new(5, 1_000).expect("test value"),
+            ),
         );
         let long = "v".repeat(300);
-        let id = Identity::composite([("x-tenant", long.as_str())]).unwrap();
+        let id = Identity::composite([("x-tenant", long.as_str())]).expect("test value");
         let check = Check {
             policy: &policy,
             identity: &id,
             cost: 2,
         };
-        let written = String::from_utf8(body(&[check], Some("r1")).unwrap()).unwrap();
+        let written =
+            String::from_utf8(body(&[check], Some("r1")).expect("test value")).expect("test value");
         assert_eq!(
             written,
             format!(r#"{{"policy":"p","key":{{"x-tenant":"{long}"}},"cost":2,"request_id":"r1"}}"#)
