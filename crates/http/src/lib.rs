@@ -16,22 +16,35 @@
 //!   client alike (the server's bytes are the derive's); `check_fault`
 //!   names why a body was refused, in tollgate's words, not serde's.
 //! - **Keys** (`key`): the identity a client names by key, bounded.
+//! - **Requests** (`request`, `peer`, `forward_auth`): a request as a
+//!   proxy describes it ([`Forwarded::read`], believed only from a trusted
+//!   proxy) or as a service receives it ([`Forwarded::own`]), the client's
+//!   address behind trusted proxies, and a policy's match, identity and
+//!   cost from it ([`policy_check`]) by `tollgate-config`'s rules.
 
 #![deny(missing_docs)]
 
 mod check_body;
 mod check_decision;
 mod check_fault;
+mod forward_auth;
 mod key;
+mod peer;
 mod ratelimit_fields;
+mod request;
 mod response;
 
 pub use check_body::{CheckBody, CheckItem, CheckKey, Object, Text, parse_check_body};
 pub use check_decision::{BatchDecision, CheckDecision};
 pub use check_fault::diagnose_check_body;
+pub use forward_auth::ForwardAuth;
 pub use key::{parts_identity, value_identity};
+pub use peer::{Peer, is_trusted};
 pub use ratelimit_fields::{
     RateLimitFields, policy_item, ratelimit_draft, ratelimit_fields, retry_after_seconds,
+};
+pub use request::{
+    Forwarded, RequestFault, client_ip, cost_of, identity_of, policy_check, single_header,
 };
 pub use response::{
     DEGRADED_HEADER, PROBLEM_HEADER, PROBLEM_HEADER_MAX_BYTES, Problem, QUOTA_EXCEEDED,

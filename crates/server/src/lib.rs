@@ -37,7 +37,6 @@
 mod config;
 mod envoy_rules;
 mod listen;
-mod peer;
 mod tls;
 mod tokens;
 

@@ -1,7 +1,7 @@
 //! `server.proxy_socket`: a unix socket only the proxy reaches, so no
 //! flood on the TCP listener, from any address, can take the proxy's way
 //! in. Its file's mode says who may connect; whoever may is the trusted
-//! proxy ([`crate::peer::Peer::ProxySocket`]).
+//! proxy ([`tollgate_http::Peer::ProxySocket`]).
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};

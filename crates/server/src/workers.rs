@@ -44,8 +44,8 @@ use crate::connections::{Caller, Refused, Slot};
 use crate::http;
 use crate::http::linger::{LingerFlag, LingerOnClose, Lingering};
 use crate::metrics::RuleLabels;
-use crate::peer::Peer;
 use crate::tls::EdgeStream;
+use tollgate_http::Peer;
 
 /// Accepted connections waiting for a busy worker, per worker.
 const HANDOFF_QUEUE: usize = 1024;

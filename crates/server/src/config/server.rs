@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tollgate_config::{DEFAULT_IDENTITY_KEY_ENV, deserialize_at};
 use tollgate_core::{ConfigError, describe, node_path};
+pub use tollgate_http::ForwardAuth;
 
 use crate::listen::ListenAddress;
 use crate::tls::TlsPaths;
@@ -372,56 +373,6 @@ const START_ONLY: [StartOnly; 14] = start_only![
     tls,
     trace,
 ];
-
-/// Which headers describe the original request to `/v1/authorize`. Only
-/// these are read, and only from a peer in `trusted_proxies`: a header of
-/// another family is never believed, whoever sends it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForwardAuth {
-    /// `nginx`, `traefik`, `envoy` or `custom`, for messages and docs.
-    pub family: &'static str,
-    /// The original method; absent: the call's own method.
-    pub method: Option<HeaderName>,
-    /// The original request target; absent: the call's own path (below
-    /// `/v1/authorize/` when the proxy appends it there, as Envoy does).
-    pub uri: Option<HeaderName>,
-    /// The original host; absent: the call's own `Host`.
-    pub host: Option<HeaderName>,
-}
-
-impl ForwardAuth {
-    /// nginx `auth_request`: `X-Original-Method`, `X-Original-URI` and the
-    /// `Host` nginx sets (examples/nginx.conf).
-    pub fn nginx() -> Self {
-        Self {
-            family: "nginx",
-            method: Some(HeaderName::from_static("x-original-method")),
-            uri: Some(HeaderName::from_static("x-original-uri")),
-            host: None,
-        }
-    }
-
-    /// Traefik ForwardAuth: `X-Forwarded-Method`, `-Uri`, `-Host`.
-    pub fn traefik() -> Self {
-        Self {
-            family: "traefik",
-            method: Some(HeaderName::from_static("x-forwarded-method")),
-            uri: Some(HeaderName::from_static("x-forwarded-uri")),
-            host: Some(HeaderName::from_static("x-forwarded-host")),
-        }
-    }
-
-    /// Envoy ext_authz (HTTP): the call itself is the original request
-    /// (its method, `path_prefix` + its path, its Host); no header is read.
-    pub fn envoy() -> Self {
-        Self {
-            family: "envoy",
-            method: None,
-            uri: None,
-            host: None,
-        }
-    }
-}
 
 fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D::Error> {
     use serde::de::Error;

@@ -2,19 +2,16 @@
 //! ForwardAuth and Envoy ext_authz: the forwarded request's matching
 //! policies, decided by the limiter, answered by status and header fields.
 
-use crate::peer::Peer;
-
 use axum::body::Body;
 use axum::http::{self, HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tollgate_core::Identity;
 use tollgate_http::{
-    PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_headers, rejection,
-    replayed_header,
+    Forwarded, PROBLEM_HEADER, Peer, Problem, RequestFault, degraded_header, policy_check,
+    problem_header, ratelimit_headers, rejection, replayed_header,
 };
 use tollgate_store::DecidedBy;
 
-use super::request::{Forwarded, RequestFault, cost_of, identity_of};
 use super::request_id;
 use super::{refuse, replayed, unauthorized};
 use crate::app::App;
@@ -72,29 +69,18 @@ pub(super) async fn authorize_request<B>(app: &App, peer: Peer, req: http::Reque
         parts.method.as_str(),
         own_path,
         peer,
-        settings,
+        &settings.forward_auth,
+        &settings.trusted_proxies,
     ) {
         Ok(request) => request,
         Err(fault) => return client_fault(app, fault),
     };
     let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
     for live in &live_config.policies {
-        let serve = &live.serve;
-        if !serve
-            .matcher
-            .matches(request.method, &request.path, request.host)
-        {
-            continue;
-        }
-        let prepared = identity_of(
-            serve,
-            &request,
-            live_config.config.hasher.as_ref(),
-            settings.max_key_bytes,
-        )
-        .and_then(|identity| Ok((identity, cost_of(serve, &parts.headers)?)));
-        match prepared {
-            Ok((identity, cost)) => matched.push((live, identity, cost)),
+        let hasher = live_config.config.hasher.as_ref();
+        match policy_check(&live.serve, &request, hasher, settings.max_key_bytes) {
+            Ok(Some((identity, cost))) => matched.push((live, identity, cost)),
+            Ok(None) => {}
             Err(fault) => return client_fault(app, fault),
         }
     }

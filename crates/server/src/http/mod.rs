@@ -2,8 +2,8 @@
 //! contract of docs/design.md §8 back. This file routes; each endpoint's
 //! handler lives in its own file and translates, deciding nothing itself.
 
-use crate::peer::Peer;
 use std::sync::Arc;
+use tollgate_http::Peer;
 
 use axum::Router;
 use axum::body::Body;
@@ -31,7 +31,6 @@ mod body;
 pub(crate) mod linger;
 #[cfg(test)]
 mod quoted_input;
-pub(crate) mod request;
 pub(crate) mod request_id;
 
 /// Every route, as `tollgate_http_requests_total{endpoint}` names it.

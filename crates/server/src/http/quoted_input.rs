@@ -11,13 +11,13 @@ use axum::http::{HeaderMap, HeaderValue};
 use tollgate_core::{Identity, ManualClock};
 
 use super::operations::state_target;
-use super::request::{Forwarded, client_ip, cost_of, identity_of};
 use super::unknown_policy;
 use crate::config::ServeConfig;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use tollgate_http::{
-    PROBLEM_HEADER_MAX_BYTES, Problem, diagnose_check_body, parts_identity, problem_header,
+    Forwarded, PROBLEM_HEADER_MAX_BYTES, Problem, client_ip, cost_of, diagnose_check_body,
+    identity_of, parts_identity, problem_header,
 };
 
 /// What an attacker sends: a forged log line, a terminal escape, and far
@@ -60,7 +60,8 @@ fn every_fault(config: &ServeConfig) -> Vec<(&'static str, String)> {
         "GET",
         "/export",
         SocketAddr::new(proxy, 1).into(),
-        &config.server,
+        &config.server.forward_auth,
+        &config.server.trusted_proxies,
     )
     .expect("a request");
     vec![

@@ -6,8 +6,8 @@
 use axum::http::{HeaderMap, HeaderName};
 use tollgate_store::RequestId;
 
-use super::request::{RequestFault, single_header};
 use tollgate_http::Problem;
+use tollgate_http::{RequestFault, single_header};
 
 /// A body's `request_id`, checked; a bad one is a 400 naming the fault.
 pub(crate) fn from_body(text: Option<&str>) -> Result<Option<RequestId>, Problem> {

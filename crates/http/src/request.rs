@@ -1,34 +1,40 @@
-//! The request being limited, as forward auth describes it, and the
-//! identity and cost a policy takes from it.
+//! The request being limited, as forward auth describes it (or as a
+//! service receives it), whether a policy's `match` takes it, and the
+//! identity and cost the policy takes from it, by the config's rules
+//! (`tollgate-config`): one reading for every door.
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::net::{IpAddr, SocketAddr};
 
-use axum::http::header::{AUTHORIZATION, AsHeaderName, HOST};
-use axum::http::{HeaderMap, HeaderName};
+use http::header::{AUTHORIZATION, AsHeaderName, HOST};
+use http::request::Parts;
+use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
+use tollgate_config::{
+    ComposeFault, CostRule, IdentityPart, PartFault, ServePolicy, Told, compose, normalize,
+    shape_part,
+};
 use tollgate_core::{Identity, SecretHasher, quote};
 
-use crate::config::{CostRule, IdentityPart, ServePolicy, ServerSettings};
+use crate::forward_auth::ForwardAuth;
 use crate::peer::{Peer, is_trusted};
-use tollgate_config::normalize;
-use tollgate_config::{ComposeFault, PartFault, Told, compose, shape_part};
 
 /// The original request behind a forward-auth call, as the configured
 /// proxy describes it (`server.forward_auth`), its path normalized the way
 /// routers see it ([`normalize`]).
 #[derive(Debug)]
-pub(crate) struct Forwarded<'a> {
+pub struct Forwarded<'a> {
     /// The original method.
-    pub(crate) method: &'a str,
+    pub method: &'a str,
     /// The normalized path, without its query string.
-    pub(crate) path: Cow<'a, str>,
+    pub path: Cow<'a, str>,
     /// The original host, as the proxy names it.
-    pub(crate) host: &'a str,
+    pub host: &'a str,
     /// The forwarded request's header fields.
-    pub(crate) headers: &'a HeaderMap,
-    peer: Peer,
+    pub headers: &'a HeaderMap,
+    /// Who asked: the proxy, or the client itself.
+    pub peer: Peer,
     trusted_proxies: &'a [IpNet],
     /// Worked out on first use: only `client_ip` identities need it.
     client_ip: OnceCell<Result<IpAddr, RequestFault>>,
@@ -38,12 +44,12 @@ pub(crate) struct Forwarded<'a> {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-pub(crate) use tollgate_config::RequestFault;
+pub use tollgate_config::RequestFault;
 
 /// The one value of header `name`, trimmed; `None` when absent or blank.
 /// A header sent twice is ambiguous (which copy would the application
 /// read?) and one that is not UTF-8 cannot be compared: both are faults.
-pub(crate) fn single_header<'h, N>(
+pub fn single_header<'h, N>(
     headers: &'h HeaderMap,
     name: &N,
 ) -> Result<Option<&'h str>, RequestFault>
@@ -78,15 +84,15 @@ impl<'a> Forwarded<'a> {
     /// untrusted peer that sends them is refused (it could otherwise pick
     /// which policies apply to it). Without them, the call describes itself
     /// (its method, its path below `/v1/authorize/`, its `Host`).
-    pub(crate) fn read(
+    pub fn read(
         headers: &'a HeaderMap,
         own_method: &'a str,
         own_path: &'a str,
         peer: Peer,
-        server: &'a ServerSettings,
+        forward: &ForwardAuth,
+        trusted_proxies: &'a [IpNet],
     ) -> Result<Self, RequestFault> {
-        let forward = &server.forward_auth;
-        let trusted = peer.is_trusted(&server.trusted_proxies);
+        let trusted = peer.is_trusted(trusted_proxies);
         let described = |name: &Option<HeaderName>| -> Result<Option<&'a str>, RequestFault> {
             let Some(name) = name else { return Ok(None) };
             let value = single_header(headers, name)?;
@@ -124,15 +130,38 @@ impl<'a> Forwarded<'a> {
             host,
             headers,
             peer,
-            trusted_proxies: &server.trusted_proxies,
+            trusted_proxies,
             client_ip: OnceCell::new(),
         })
+    }
+
+    /// A service's own request, limited where it is served (a tower
+    /// layer): its method, its path and its host (`Host`, or the URI's
+    /// authority in HTTP/2), with the client's address from `peer` and
+    /// the `X-Forwarded-For` of `trusted_proxies` in front of it.
+    pub fn own(
+        parts: &'a Parts,
+        peer: Peer,
+        trusted_proxies: &'a [IpNet],
+    ) -> Result<Self, RequestFault> {
+        let mut request = Self::read(
+            &parts.headers,
+            parts.method.as_str(),
+            parts.uri.path(),
+            peer,
+            &ForwardAuth::envoy(),
+            trusted_proxies,
+        )?;
+        if request.host.is_empty() {
+            request.host = parts.uri.host().unwrap_or("");
+        }
+        Ok(request)
     }
 
     /// The client's address (see [`client_ip`]), worked out once. On the
     /// proxy socket the proxy must name it: there is no peer address to
     /// fall back on, and one shared bucket for every client is never one.
-    pub(crate) fn client_ip(&self) -> Result<IpAddr, RequestFault> {
+    pub fn client_ip(&self) -> Result<IpAddr, RequestFault> {
         self.client_ip
             .get_or_init(|| client_ip(self.headers, self.peer.ip(), self.trusted_proxies))
             .clone()
@@ -157,7 +186,7 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
 ///
 /// On the proxy socket (`peer` is `None`) the proxy is trusted and has no
 /// address: without either header there is no client address at all.
-pub(crate) fn client_ip(
+pub fn client_ip(
     headers: &HeaderMap,
     peer: impl Into<Option<IpAddr>>,
     trusted: &[IpNet],
@@ -217,7 +246,7 @@ fn told_client_ip(
 /// The identity `policy` takes from `request`: what forward auth reads for
 /// each part, shaped by the one identity code every door calls. A missing
 /// part is a fault, never a shared bucket.
-pub(crate) fn identity_of(
+pub fn identity_of(
     policy: &ServePolicy,
     request: &Forwarded<'_>,
     hasher: Option<&SecretHasher>,
@@ -259,6 +288,24 @@ pub(crate) fn identity_of(
     )
 }
 
+/// Whether `policy`'s `match` takes `request`, and if so the identity and
+/// cost it charges: the one step from a request to a policy's check.
+pub fn policy_check(
+    policy: &ServePolicy,
+    request: &Forwarded<'_>,
+    hasher: Option<&SecretHasher>,
+    max_key_bytes: usize,
+) -> Result<Option<(Identity, u64)>, RequestFault> {
+    if !policy
+        .matcher
+        .matches(request.method, &request.path, request.host)
+    {
+        return Ok(None);
+    }
+    let identity = identity_of(policy, request, hasher, max_key_bytes)?;
+    Ok(Some((identity, cost_of(policy, request.headers)?)))
+}
+
 /// How forward auth names a part a request left out.
 fn missing_part(part: &IdentityPart) -> String {
     match part {
@@ -270,7 +317,7 @@ fn missing_part(part: &IdentityPart) -> String {
 }
 
 /// The cost `policy` charges for `request`.
-pub(crate) fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, RequestFault> {
+pub fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, RequestFault> {
     let (name, min, max, default) = match &policy.cost {
         CostRule::Constant(c) => return Ok(*c),
         CostRule::Header {
@@ -314,7 +361,7 @@ pub(crate) fn cost_of(policy: &ServePolicy, headers: &HeaderMap) -> Result<u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ClientNetworks;
+    use tollgate_config::ClientNetworks;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -465,7 +512,7 @@ mod tests {
         let mut latin1 = HeaderMap::new();
         latin1.insert(
             "x-tenant",
-            axum::http::HeaderValue::from_bytes(b"caf\xe9").expect("obs-text value"),
+            http::HeaderValue::from_bytes(b"caf\xe9").expect("obs-text value"),
         );
         assert_eq!(
             single_header(&latin1, "x-tenant"),
@@ -474,7 +521,7 @@ mod tests {
         let mut utf8 = HeaderMap::new();
         utf8.insert(
             "x-tenant",
-            axum::http::HeaderValue::from_bytes("café".as_bytes()).expect("utf-8 value"),
+            http::HeaderValue::from_bytes("café".as_bytes()).expect("utf-8 value"),
         );
         assert_eq!(single_header(&utf8, "x-tenant"), Ok(Some("café")));
         let blank = headers(&[("x-tenant", "  ")]);

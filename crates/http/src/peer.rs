@@ -11,7 +11,7 @@ use ipnet::IpNet;
 
 /// The peer of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Peer {
+pub enum Peer {
     /// A TCP peer: trusted only when `server.trusted_proxies` lists it.
     Addr(SocketAddr),
     /// A connection on `server.proxy_socket` (a unix socket): the proxy, with
@@ -21,7 +21,7 @@ pub(crate) enum Peer {
 
 impl Peer {
     /// Whether this peer is a trusted proxy under `trusted_proxies`.
-    pub(crate) fn is_trusted(&self, trusted_proxies: &[IpNet]) -> bool {
+    pub fn is_trusted(&self, trusted_proxies: &[IpNet]) -> bool {
         match self {
             Peer::Addr(addr) => is_trusted(trusted_proxies, &addr.ip()),
             Peer::ProxySocket => true,
@@ -29,7 +29,7 @@ impl Peer {
     }
 
     /// The peer's address; `None` on the proxy socket.
-    pub(crate) fn ip(&self) -> Option<IpAddr> {
+    pub fn ip(&self) -> Option<IpAddr> {
         match self {
             Peer::Addr(addr) => Some(addr.ip()),
             Peer::ProxySocket => None,
@@ -55,7 +55,7 @@ impl fmt::Display for Peer {
 /// Whether a trusted proxy is at `ip`, written either way: an IPv4-mapped
 /// address (`::ffff:10.0.0.7`, a dual-stack socket's peer) matches an IPv4
 /// network, and still matches a network written mapped.
-pub(crate) fn is_trusted(trusted: &[IpNet], ip: &IpAddr) -> bool {
+pub fn is_trusted(trusted: &[IpNet], ip: &IpAddr) -> bool {
     let canonical = ip.to_canonical();
     trusted
         .iter()
