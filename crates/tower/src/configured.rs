@@ -4,27 +4,25 @@
 //! server's forward auth reads them, so a service and the server keyed by
 //! one config spend one budget.
 //!
-//! The request side is a local adapter over tollgate-config's shaping
-//! (`shape_part`, `compose`): the client address is the connection's peer
-//! (axum's `ConnectInfo<SocketAddr>`, or a `SocketAddr` extension);
-//! forwarded addresses are not read, since a service has no
-//! `trusted_proxies` of its own.
+//! The request side is tollgate-http's (`Forwarded::own`, `policy_check`):
+//! the client address is the connection's peer (axum's
+//! `ConnectInfo<SocketAddr>`, or a `SocketAddr` extension), or the
+//! `X-Forwarded-For` hop a listed trusted proxy vouches for.
 
-use std::borrow::Cow;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use http::HeaderMap;
+use axum::extract::ConnectInfo;
 use http::request::Parts;
+use ipnet::IpNet;
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tollgate_config::{
-    ComposeFault, Config, CostRule, IdentityPart, LoadError, PartFault, PlanContext, ServePolicy,
-    StoreSettings, Told, canonical_host, compose, normalize, plan_of, shape_part,
+    Config, LoadError, PlanContext, RequestFault, ServePolicy, StoreSettings, plan_of,
 };
 use tollgate_core::{Clock, SecretHasher};
-use tollgate_http::{Problem, policy_item};
+use tollgate_http::{Forwarded, Peer, Problem, policy_check, policy_item};
 use tollgate_limiter::{Backend, Limiter, LimiterMetrics, StoreName};
 use tollgate_store::{RedisStore, StoreError};
 
@@ -72,7 +70,7 @@ impl Configured {
     pub async fn open(config: &Config, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
         let mut registry = Registry::with_prefix("tollgate");
         let metrics = Arc::new(LimiterMetrics::register(&mut registry, Arc::clone(&clock)));
-        let rules = rules_of(config, &metrics);
+        let rules = rules_of(config, &metrics, &[]);
         let policies: Vec<&tollgate_core::Policy> =
             config.policies.iter().map(|p| &p.policy).collect();
         let mut backends = Vec::with_capacity(config.stores.list.len());
@@ -99,7 +97,9 @@ impl Configured {
 /// `config`'s policies as rules, their plans built as the server builds
 /// them (its counters in `metrics`); for a layer that asks a remote
 /// tollgate, only their identities, costs and failure modes matter.
-pub fn rules_of(config: &Config, metrics: &LimiterMetrics) -> Vec<Rule> {
+/// `trusted_proxies`: the proxies whose `X-Forwarded-For` names the
+/// client (`server.trusted_proxies` of the server's config).
+pub fn rules_of(config: &Config, metrics: &LimiterMetrics, trusted_proxies: &[IpNet]) -> Vec<Rule> {
     let context = PlanContext {
         region: config.deployment.region.as_deref().unwrap_or_default(),
         shadow_mode: config.shadow_mode,
@@ -113,7 +113,10 @@ pub fn rules_of(config: &Config, metrics: &LimiterMetrics) -> Vec<Rule> {
             let plan = plan_of(serve, &context, None);
             let serve = serve.clone();
             let hasher = config.hasher.clone();
-            Rule::judged(plan, move |parts| judge(&serve, hasher.as_ref(), parts))
+            let trusted = trusted_proxies.to_vec();
+            Rule::judged(plan, move |parts| {
+                judge(&serve, hasher.as_ref(), &trusted, parts)
+            })
         })
         .collect()
 }
@@ -137,121 +140,28 @@ async fn open_store(
     })
 }
 
-/// Whether `serve` applies to the request, and its identity and cost.
-fn judge(serve: &ServePolicy, hasher: Option<&SecretHasher>, parts: &Parts) -> Applies {
-    let path = normalize(parts.uri.path()).map_err(|e| Problem::bad_request(e.to_string()))?;
-    let host = parts
-        .headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| parts.uri.host())
-        .unwrap_or_default();
-    let host = canonical_host(host);
-    let method = parts.method.as_str();
-    if !serve.matcher.matches(method, &path, &host) {
-        return Ok(None);
-    }
-    let name = serve.policy.name();
-    let mut values: Vec<(&str, Cow<'_, str>)> = Vec::with_capacity(serve.identity.len());
-    for part in &serve.identity {
-        let told = match part {
-            IdentityPart::Header(header) | IdentityPart::ApiKey(header) => {
-                single_header(&parts.headers, header)?.map(Told::Text)
-            }
-            IdentityPart::Bearer => single_header(&parts.headers, "authorization")?.map(Told::Text),
-            IdentityPart::ClientIp(_) => peer(parts).map(Told::Address),
-            IdentityPart::Method => Some(Told::Text(method)),
-            IdentityPart::Path | IdentityPart::Route => Some(Told::Text(&path)),
-            IdentityPart::Host => Some(Told::Text(&host)),
-            IdentityPart::Literal(_) => None,
-        };
-        let value = shape_part(serve, part, told, hasher).map_err(|fault| {
-            Problem::bad_request(match fault {
-                PartFault::Missing => format!(
-                    "policy {name}: identity part {} is missing from the request",
-                    part.name()
-                ),
-                PartFault::NotAnAddress(text) => {
-                    format!("policy {name}: identity part client_ip: {text:?} is not an IP address")
-                }
-                PartFault::NoHasher => "no identity hashing key is configured".to_owned(),
-            })
-        })?;
-        values.push((part.name(), value));
-    }
-    let identity =
-        compose(values.iter().map(|(n, v)| (*n, v.as_ref())), MAX_KEY_BYTES).map_err(|fault| {
-            Problem::bad_request(match fault {
-                ComposeFault::Parts(e) => format!("policy {name}: {e}"),
-                ComposeFault::TooLong(_) => {
-                    format!("policy {name}: the identity is longer than {MAX_KEY_BYTES} bytes")
-                }
-            })
-        })?;
-    Ok(Some((identity, cost_of(serve, &parts.headers)?)))
+/// Whether `serve` applies to the request, and its identity and cost,
+/// read by tollgate-http as the server's forward auth reads a request.
+fn judge(
+    serve: &ServePolicy,
+    hasher: Option<&SecretHasher>,
+    trusted_proxies: &[IpNet],
+    parts: &Parts,
+) -> Applies {
+    let fault = |RequestFault(detail)| Problem::bad_request(detail);
+    let request = Forwarded::own(parts, peer(parts), trusted_proxies).map_err(fault)?;
+    policy_check(serve, &request, hasher, MAX_KEY_BYTES).map_err(fault)
 }
 
-/// The client's address: the connection's peer.
-fn peer(parts: &Parts) -> Option<IpAddr> {
+/// The connection's peer: axum's `ConnectInfo<SocketAddr>`, or a
+/// `SocketAddr` extension. Without either the service is taken to sit
+/// behind a proxy that names the client (`X-Forwarded-For`), as on the
+/// server's proxy socket.
+fn peer(parts: &Parts) -> Peer {
     parts
         .extensions
-        .get::<axum_core_connect::ConnectInfo>()
-        .map(|c| c.0.ip())
-        .or_else(|| parts.extensions.get::<SocketAddr>().map(SocketAddr::ip))
-        .map(|ip| ip.to_canonical())
-}
-
-/// axum's `ConnectInfo<SocketAddr>`, as the connection's peer.
-mod axum_core_connect {
-    pub(super) type ConnectInfo = axum::extract::ConnectInfo<std::net::SocketAddr>;
-}
-
-/// A header sent once, as text; sent twice, a refusal (no single value).
-fn single_header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Problem> {
-    let mut values = headers.get_all(name).iter();
-    let Some(first) = values.next() else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(Problem::bad_request(format!(
-            "header {} appears more than once: send it once",
-            name.to_ascii_lowercase()
-        )));
-    }
-    std::str::from_utf8(first.as_bytes())
-        .map(|t| Some(t.trim()))
-        .map_err(|_| {
-            Problem::bad_request(format!(
-                "header {} is not valid UTF-8",
-                name.to_ascii_lowercase()
-            ))
-        })
-}
-
-/// What the request costs under `serve`'s cost rule.
-fn cost_of(serve: &ServePolicy, headers: &HeaderMap) -> Result<u64, Problem> {
-    let (name, min, max, default) = match &serve.cost {
-        CostRule::Constant(c) => return Ok(*c),
-        CostRule::Header {
-            name,
-            min,
-            max,
-            default,
-        } => (name, *min, *max, *default),
-    };
-    let policy = serve.policy.name();
-    let Some(text) = single_header(headers, name)? else {
-        return Ok(default);
-    };
-    let cost: u64 = text.parse().map_err(|_| {
-        Problem::bad_request(format!(
-            "policy {policy}: header {name} must be a whole number from {min} to {max}, got {text:?}"
-        ))
-    })?;
-    if !(min..=max).contains(&cost) {
-        return Err(Problem::bad_request(format!(
-            "policy {policy}: header {name} is {cost}, outside {min} to {max}"
-        )));
-    }
-    Ok(cost)
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+        .or_else(|| parts.extensions.get::<SocketAddr>().copied())
+        .map_or(Peer::ProxySocket, Peer::Addr)
 }
