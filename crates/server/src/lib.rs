@@ -11,7 +11,7 @@
 //!    stores, scopes, the identity, match and cost rules) is the
 //!    `tollgate-config` crate, the `server` section is read here, beside
 //!    `envoy_rules/` (Envoy's descriptor rules) and the small parsers it
-//!    uses (`listen`, `peer`, `tls`, `tokens`).
+//!    uses (`listen`, `tls`, `tokens`).
 //! 2. **`live`** — the loaded config with each policy's limiter `Plan`
 //!    built once per load (by `tollgate-config`), replaced whole on reload; `app` is the state
 //!    every adapter shares (with `connections`, who may hold a connection),

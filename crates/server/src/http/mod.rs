@@ -24,9 +24,9 @@ use tollgate_http::Problem;
 mod authorize;
 mod check;
 mod operations;
-// …and what they share: reading a body, the forwarded request and request
-// ids. Problems, fields, keys and the `/v1/check` schemas are the contract
-// every HTTP door shares (`tollgate-http`).
+// …and what they share: reading a body and request ids. Problems, fields,
+// keys, the `/v1/check` schemas and the forwarded request (its peer, match,
+// identity and cost) are the contract every HTTP door shares (`tollgate-http`).
 mod body;
 pub(crate) mod linger;
 #[cfg(test)]
