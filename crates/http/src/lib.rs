@@ -20,7 +20,9 @@
 //!   proxy describes it ([`Forwarded::read`], believed only from a trusted
 //!   proxy) or as a service receives it ([`Forwarded::own`]), the client's
 //!   address behind trusted proxies, and a policy's match, identity and
-//!   cost from it ([`policy_check`]) by `tollgate-config`'s rules.
+//!   cost from it ([`policy_check`]) by `tollgate-config`'s rules; the
+//!   `request` feature (on by default), which a client of `/v1/check`
+//!   alone leaves off.
 
 #![deny(missing_docs)]
 
@@ -31,6 +33,7 @@ mod forward_auth;
 mod key;
 mod peer;
 mod ratelimit_fields;
+#[cfg(feature = "request")]
 mod request;
 mod response;
 
@@ -43,6 +46,7 @@ pub use peer::{Peer, is_trusted};
 pub use ratelimit_fields::{
     RateLimitFields, policy_item, ratelimit_draft, ratelimit_fields, retry_after_seconds,
 };
+#[cfg(feature = "request")]
 pub use request::{
     Forwarded, RequestFault, client_ip, cost_of, identity_of, policy_check, single_header,
 };
