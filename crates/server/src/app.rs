@@ -11,11 +11,11 @@ use tollgate_core::{Clock, Policy};
 
 use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
 use crate::connections::{ConnectionGate, ConnectionLimits};
-use crate::limiter::{Backend, Limiter, StoreName};
+use crate::limiter::{Backend, Limiter, RedisStore, StoreError, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::{Metrics, PeerLabels};
 use crate::trace::open_trace;
-use tollgate_store::{LIVE_REFRESH_MS, RedisStore, StoreError};
+use tollgate_store::LIVE_REFRESH_MS;
 
 /// The state every protocol adapter shares while the server runs.
 pub struct App {

@@ -38,13 +38,13 @@ use tollgate_core::{
 };
 
 use crate::envoy_rules::{EnvoyRules, RuleKind};
+use crate::limiter::MAX_REPLAYS;
 use crate::listen::ListenAddress;
 use crate::matching::Matcher;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
 use document::{parse_doc, replace_store};
 use tollgate_limiter::{DecisionSampling, HotSeries};
-use tollgate_store::MAX_REPLAYS;
 
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]

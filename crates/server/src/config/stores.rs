@@ -2,10 +2,10 @@
 //! and the stores a config names by role (`local`, `regional`, `global`),
 //! or today's single `store:`. A policy's scope picks one of them.
 
+use crate::limiter::RedisConfig;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, NodePath, describe, node_path};
-use tollgate_store::RedisConfig;
 
 use super::regions::{Deployment, REGION_ENV};
 use super::{deserialize, doc};

@@ -4,10 +4,10 @@
 
 use crate::peer::Peer;
 
+use crate::limiter::DecidedBy;
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tollgate_core::Identity;
-use tollgate_store::DecidedBy;
 
 use super::request::{Forwarded, RequestFault, cost_of, identity_of};
 use super::request_id::{self, REPLAYED_HEADER};

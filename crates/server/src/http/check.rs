@@ -5,11 +5,11 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::limiter::{DecidedBy, RequestId};
 use axum::http::{self, HeaderValue, header};
 use axum::response::Response;
 use hyper::body::Body as HttpBody;
 use tollgate_core::{Decision, quote};
-use tollgate_store::{DecidedBy, RequestId};
 
 use super::body::{BodyError, BodyRefused, read_body};
 use super::check_body::{self, CheckBody, CheckItem, KeyJson, Object};

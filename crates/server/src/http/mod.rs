@@ -5,12 +5,12 @@
 use crate::peer::Peer;
 use std::sync::Arc;
 
+use crate::limiter::Replay;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{self, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tollgate_store::Replay;
 use tower::ServiceExt;
 
 use crate::app::App;

@@ -3,8 +3,8 @@
 //! limiter records them (crate::limiter::Limiter::decide_request); this
 //! module reads them and words the refusals.
 
+use crate::limiter::RequestId;
 use axum::http::{HeaderMap, HeaderName};
-use tollgate_store::RequestId;
 
 use super::request::{RequestFault, single_header};
 use super::response::Problem;

@@ -14,7 +14,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::S
 use futures_util::future::Either;
 use hyper::body::Incoming;
 use tollgate_core::Decision;
-use tollgate_store::{DecidedBy, StoreError};
 use tonic::Status;
 use tonic::service::Routes;
 use tower::ServiceExt;
@@ -24,7 +23,7 @@ use super::resolve::{Pending, Resolved, Resolver};
 use super::unary::{self, GrpcBody};
 use super::wire::{self, MAX_DESCRIPTORS, MAX_ENTRIES, RateLimitCall};
 use crate::app::App;
-use crate::limiter::{Check, Decided};
+use crate::limiter::{Check, Decided, DecidedBy, StoreError};
 use crate::metrics::{EndpointLabels, RlsCodeLabels, RlsPathLabels};
 use crate::tokens::Guarded;
 
