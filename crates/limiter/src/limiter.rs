@@ -321,13 +321,7 @@ impl Limiter {
         id: Option<(&RequestId, RequestDigest)>,
     ) -> Decided {
         let Some(backend) = self.backends.get(store) else {
-            return Decided {
-                decisions: Vec::new(),
-                by: DecidedBy::Shared,
-                error: Some(StoreError::Config(format!("no store {store}"))),
-                store_us: None,
-                replay: Replay::Fresh,
-            };
+            return Decided::unanswered(StoreError::Config(format!("no store {store}")));
         };
         let now_ms = self.clock.now_ms();
         let retry =
@@ -381,10 +375,7 @@ impl Limiter {
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),
                 };
-                decided = Decided {
-                    store_us,
-                    ..spilled
-                };
+                decided = spilled.timed(store_us);
             }
         }
         let replayed = decided.replay == Replay::Replayed;
@@ -399,16 +390,10 @@ impl Limiter {
                 .iter()
                 .any(|c| c.counted && c.plan.on_failure().is_none());
         if unanswered {
-            self.observe_store(
-                store,
-                &Decided {
-                    decisions: Vec::new(),
-                    by: DecidedBy::Shared,
-                    error: decided.error.clone(),
-                    store_us: decided.store_us,
-                    replay: Replay::Fresh,
-                },
-            );
+            let fault = Decided::new(DecidedBy::Shared, Vec::new())
+                .with_error(decided.error.clone())
+                .timed(decided.store_us);
+            self.observe_store(store, &fault);
             return decided;
         }
         self.observe_store(store, &decided);
