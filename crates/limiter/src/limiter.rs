@@ -379,21 +379,25 @@ impl Limiter {
             }
         }
         let replayed = decided.replay == Replay::Replayed;
-        // Decided without the store, but a verdict with no failure mode
-        // makes its protocol answer an error (fail_closed answers
-        // regardless): record the store's fault, not decisions nobody will
-        // see. A look or a shadow limit (uncounted) never makes the answer
-        // an error: answered as fail_open answers, it is a degraded decision.
+        // Decided without the store, but a counted check's plan declares
+        // no failure mode (fail_closed answers regardless): no verdict is
+        // counted, only the store's fault. An enforced one makes the whole
+        // request unanswered — no decisions, `by` the path that stood in,
+        // `error` why — so a plan without a mode never fails open. A look
+        // or a shadow limit never makes the answer an error: answered as
+        // fail_open answers, it is a degraded decision.
+        let without_mode = |c: &Check<'_>| c.counted && c.plan.on_failure().is_none();
         let unanswered = decided.by.is_degraded()
             && decided.by != DecidedBy::FailClosed
-            && checks
-                .iter()
-                .any(|c| c.counted && c.plan.on_failure().is_none());
+            && checks.iter().any(without_mode);
         if unanswered {
             let fault = Decided::new(DecidedBy::Shared, Vec::new())
                 .with_error(decided.error.clone())
                 .timed(decided.store_us);
             self.observe_store(store, &fault);
+            if checks.iter().any(|c| without_mode(c) && !c.plan.shadow()) {
+                decided.decisions.clear();
+            }
             return decided;
         }
         self.observe_store(store, &decided);
