@@ -11,6 +11,13 @@
 //!   `Decide`, `Blocks`, `Ledger`, `Admin`): the limiter adds scope
 //!   (which store), leases, shards, hot leases and the metrics; the store
 //!   adds atomicity, the breaker and the failure modes.
+//! - **A plan without a failure mode never fails open**: when its store
+//!   cannot decide, a request it enforces comes back with no decisions
+//!   (the store's error said), for its door to answer an error.
+//! - **Upkeep runs itself**: [`Limiter::upkeep`] sweeps idle keys, gives
+//!   back unspent hot-lease blocks and renews leases for the plans a
+//!   caller hands it (re-read each turn, so a reload's are kept), until
+//!   its [`UpkeepHandle`] is dropped.
 //! - **Time is injected**: one [`tollgate_core::Clock`] tells the wall
 //!   time decisions are dated by and the monotonic time lease terms and
 //!   latencies run on. Nothing here reads a system clock.
@@ -88,6 +95,7 @@ pub use plan::{Check, Plan, RetryRule};
 pub use sampled_log::{DECISION_TARGET, DecisionSampling};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
 pub use trace::TraceSink;
+pub use upkeep::{KeptPlans, SWEEP_INTERVAL_MS, UpkeepHandle};
 
 /// Where the limiter's series are registered (the registry a service
 /// already exposes, or its own).

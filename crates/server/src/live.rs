@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tollgate_limiter::{HotLeases, Lease, Plan};
+use tollgate_limiter::{HotLeases, KeptPlans, Lease, Plan};
 
 use crate::config::{ServeConfig, ServePolicy};
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
@@ -110,6 +110,18 @@ impl LiveConfig {
     /// The policy named `name`.
     pub fn policy(&self, name: &str) -> Option<&LivePolicy> {
         self.by_name.get(name).map(|&i| &self.policies[i])
+    }
+}
+
+/// The limiter's upkeep keeps the live config's plans, re-read at each
+/// turn, so a reload's plans are kept from its next one.
+impl KeptPlans for LiveConfig {
+    fn plans(&self) -> Vec<&Plan> {
+        LiveConfig::plans(self)
+    }
+
+    fn ledger(&self) -> Option<usize> {
+        self.ledger
     }
 }
 
