@@ -61,11 +61,8 @@ impl Limiter {
             }
             replayed &= decided.replay == Replay::Replayed;
             if decided.decisions.len() != at.len() {
-                return Decided {
-                    decisions: Vec::new(),
-                    store_us,
-                    ..decided
-                };
+                decided.decisions.clear();
+                return decided.timed(store_us);
             }
             rejected |= !decided.decisions.iter().all(|d| d.allowed);
             by = worse(by, decided.by);
@@ -77,17 +74,15 @@ impl Limiter {
                 decisions[i] = Some(decision);
             }
         }
-        Decided {
-            decisions: decisions.into_iter().flatten().collect(),
-            by,
-            error,
-            store_us,
-            replay: if replayed {
-                Replay::Replayed
-            } else {
-                Replay::Fresh
-            },
-        }
+        let replay = if replayed {
+            Replay::Replayed
+        } else {
+            Replay::Fresh
+        };
+        Decided::new(by, decisions.into_iter().flatten().collect())
+            .with_error(error)
+            .timed(store_us)
+            .with_replay(replay)
     }
 }
 

@@ -44,13 +44,17 @@ macro_rules! each {
 impl Backend {
     /// The embedded store of at most `max_keys` keys, on `clock`.
     pub fn memory(max_keys: usize, clock: Arc<dyn Clock>) -> Self {
-        Backend::Memory(MemoryStore::new(
-            clock,
-            MemoryStoreConfig {
-                max_keys,
-                ..MemoryStoreConfig::default()
-            },
-        ))
+        let config = MemoryStoreConfig {
+            max_keys,
+            ..MemoryStoreConfig::default()
+        };
+        Self::memory_with(config, clock)
+    }
+
+    /// The embedded store sized by `config` (keys and lock shards), on
+    /// `clock`.
+    pub fn memory_with(config: MemoryStoreConfig, clock: Arc<dyn Clock>) -> Self {
+        Backend::Memory(MemoryStore::new(clock, config))
     }
 
     /// A connected Redis store behind the default breaker, with local

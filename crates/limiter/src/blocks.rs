@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use tollgate_store::{DecidedBy, Replay};
+use tollgate_store::Replay;
 
 use crate::backend::Backend;
 use crate::hot_lease::HotLeases;
@@ -37,13 +37,8 @@ impl Limiter {
         if check.cost == 0 {
             return None;
         }
-        let local = |decision| Decided {
-            decisions: vec![decision],
-            by: DecidedBy::Shared,
-            error: None,
-            store_us: None,
-            replay: Replay::Fresh,
-        };
+        // Spent from a block the shared store gave: the store's decision.
+        let local = |decision| Decided::shared(vec![decision], Replay::Fresh);
         let now_ms = self.clock.monotonic_ms();
         // Every request counts toward the rate, so a block is sized by what
         // the identity really decides here.
@@ -84,24 +79,13 @@ impl Limiter {
                 let answer = hot
                     .refuse(check.identity, block, &refused, answered_us)
                     .or((block == check.cost).then_some(refused))?;
-                return Some(Decided {
-                    store_us,
-                    ..local(answer)
-                });
+                return Some(local(answer).timed(store_us));
             }
             Err(error) => {
                 // The request decides as usual, under its failure mode.
                 hot.abandon(check.identity);
-                self.observe_store(
-                    check.plan.store(),
-                    &Decided {
-                        decisions: Vec::new(),
-                        by: DecidedBy::Shared,
-                        error: Some(error),
-                        store_us,
-                        replay: Replay::Fresh,
-                    },
-                );
+                let fault = Decided::unanswered(error).timed(store_us);
+                self.observe_store(check.plan.store(), &fault);
                 return None;
             }
         };
@@ -113,10 +97,7 @@ impl Limiter {
             (&decision, receipt),
             now_ms,
         );
-        Some(Decided {
-            store_us,
-            ..local(decision)
-        })
+        Some(local(decision).timed(store_us))
     }
 
     /// Gives back what ended hot-lease blocks left unspent (docs/config.md,

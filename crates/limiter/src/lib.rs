@@ -11,9 +11,20 @@
 //!   `Decide`, `Blocks`, `Ledger`, `Admin`): the limiter adds scope
 //!   (which store), leases, shards, hot leases and the metrics; the store
 //!   adds atomicity, the breaker and the failure modes.
+//! - **A plan without a failure mode never fails open**: when its store
+//!   cannot decide, a request it enforces comes back with no decisions
+//!   (the store's error said), for its door to answer an error.
+//! - **Upkeep runs itself**: [`Limiter::upkeep`] sweeps idle keys, gives
+//!   back unspent hot-lease blocks and renews leases for the plans a
+//!   caller hands it (re-read each turn, so a reload's are kept), until
+//!   its [`UpkeepHandle`] is dropped.
 //! - **Time is injected**: one [`tollgate_core::Clock`] tells the wall
 //!   time decisions are dated by and the monotonic time lease terms and
 //!   latencies run on. Nothing here reads a system clock.
+//! - **The one crate a caller needs**: what a check is made of (the
+//!   core's policies, identities, clocks) and what a store answers or
+//!   needs to be built (results, errors, failure modes, request ids,
+//!   store configs) are re-exported at this crate's root.
 //! - No HTTP, gRPC or YAML: those are the server's doors.
 //!
 //! A service deciding in process, on the embedded store:
@@ -22,10 +33,10 @@
 //! # #![recursion_limit = "256"]
 //! use std::sync::Arc;
 //!
-//! use prometheus_client::registry::Registry;
-//! use tollgate_core::{Clock, Identity, Limits, Policy, Rate, SystemClock};
-//! use tollgate_limiter::{Backend, Check, Limiter, LimiterMetrics, Plan};
-//! use tollgate_store::OnStoreFailure;
+//! use tollgate_limiter::{
+//!     Backend, Check, Clock, Identity, Limiter, LimiterMetrics, Limits, OnStoreFailure, Plan,
+//!     Policy, Rate, Registry, SystemClock,
+//! };
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -86,3 +97,23 @@ pub use plan::{Check, Plan, RetryRule};
 pub use sampled_log::{DECISION_TARGET, DecisionSampling};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
 pub use trace::TraceSink;
+pub use upkeep::{KeptPlans, SWEEP_INTERVAL_MS, UpkeepHandle};
+
+/// Where the limiter's series are registered (the registry a service
+/// already exposes, or its own).
+pub use prometheus_client::registry::Registry;
+
+// What a caller needs of the stores — results, errors, failure modes,
+// request ids and what builds a backend — so a service or a door depends
+// on this crate alone.
+pub use tollgate_store::{
+    BatchConfig, DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, FAIL_CLOSED_RETRY_MS,
+    MAX_REPLAYS, MAX_REQUEST_ID_BYTES, MemoryStoreConfig, OnStoreFailure, RETRY_IDS_RANGE,
+    RETRY_WINDOW_RANGE_MS, RedisConfig, RedisConfigFault, RedisStore, Replay, RequestId,
+    RequestIdError, SentinelConfig, StoreError,
+};
+// What a check is made of and what it answers, so a caller's plans and
+// checks need no other import.
+pub use tollgate_core::{
+    Clock, Decision, Identity, Limits, ManualClock, Policy, Rate, SystemClock, Window,
+};

@@ -321,13 +321,7 @@ impl Limiter {
         id: Option<(&RequestId, RequestDigest)>,
     ) -> Decided {
         let Some(backend) = self.backends.get(store) else {
-            return Decided {
-                decisions: Vec::new(),
-                by: DecidedBy::Shared,
-                error: Some(StoreError::Config(format!("no store {store}"))),
-                store_us: None,
-                replay: Replay::Fresh,
-            };
+            return Decided::unanswered(StoreError::Config(format!("no store {store}")));
         };
         let now_ms = self.clock.now_ms();
         let retry =
@@ -381,34 +375,29 @@ impl Limiter {
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),
                 };
-                decided = Decided {
-                    store_us,
-                    ..spilled
-                };
+                decided = spilled.timed(store_us);
             }
         }
         let replayed = decided.replay == Replay::Replayed;
-        // Decided without the store, but a verdict with no failure mode
-        // makes its protocol answer an error (fail_closed answers
-        // regardless): record the store's fault, not decisions nobody will
-        // see. A look or a shadow limit (uncounted) never makes the answer
-        // an error: answered as fail_open answers, it is a degraded decision.
+        // Decided without the store, but a counted check's plan declares
+        // no failure mode (fail_closed answers regardless): no verdict is
+        // counted, only the store's fault. An enforced one makes the whole
+        // request unanswered — no decisions, `by` the path that stood in,
+        // `error` why — so a plan without a mode never fails open. A look
+        // or a shadow limit never makes the answer an error: answered as
+        // fail_open answers, it is a degraded decision.
+        let without_mode = |c: &Check<'_>| c.counted && c.plan.on_failure().is_none();
         let unanswered = decided.by.is_degraded()
             && decided.by != DecidedBy::FailClosed
-            && checks
-                .iter()
-                .any(|c| c.counted && c.plan.on_failure().is_none());
+            && checks.iter().any(without_mode);
         if unanswered {
-            self.observe_store(
-                store,
-                &Decided {
-                    decisions: Vec::new(),
-                    by: DecidedBy::Shared,
-                    error: decided.error.clone(),
-                    store_us: decided.store_us,
-                    replay: Replay::Fresh,
-                },
-            );
+            let fault = Decided::new(DecidedBy::Shared, Vec::new())
+                .with_error(decided.error.clone())
+                .timed(decided.store_us);
+            self.observe_store(store, &fault);
+            if checks.iter().any(|c| without_mode(c) && !c.plan.shadow()) {
+                decided.decisions.clear();
+            }
             return decided;
         }
         self.observe_store(store, &decided);

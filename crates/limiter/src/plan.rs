@@ -56,8 +56,10 @@ pub struct Plan {
 
 impl Plan {
     /// `policy` decided on the limiter's store `store` (an index into the
-    /// stores the limiter was made with), answering an error when that
-    /// store cannot decide, keeping no request ids, counted nowhere.
+    /// stores the limiter was made with), keeping no request ids, counted
+    /// nowhere, and with no failure mode: when that store cannot decide,
+    /// a request it enforces is answered with no decisions (an error for
+    /// its door to say), never admitted.
     pub fn new(policy: Policy, store: usize) -> Self {
         Self {
             policy,
@@ -177,7 +179,8 @@ impl Plan {
         self.store
     }
 
-    /// Its failure mode; `None`: its protocol answers an error instead.
+    /// Its failure mode; `None`: a store failure leaves its requests
+    /// unanswered, and its door answers an error.
     pub fn on_failure(&self) -> Option<OnStoreFailure> {
         self.on_failure
     }

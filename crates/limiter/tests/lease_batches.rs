@@ -11,7 +11,7 @@ use std::sync::Arc;
 use prometheus_client::registry::Registry;
 use tollgate_core::{Identity, Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::{Backend, Check, Lease, Leased, Limiter, LimiterMetrics, Plan};
-use tollgate_store::{RedisConfig, RedisStore};
+use tollgate_limiter::{RedisConfig, RedisStore};
 use tollgate_testkit::RedisServer;
 
 fn leased_bucket(max_identities: usize) -> (Policy, Leased) {

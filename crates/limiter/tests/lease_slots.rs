@@ -14,7 +14,8 @@ use std::sync::Arc;
 use prometheus_client::registry::Registry;
 use tollgate_core::{Identity, Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::{Backend, Check, Lease, Leased, Limiter, LimiterMetrics, Plan};
-use tollgate_store::{RedisConfig, RedisStore, ledger_epoch_key};
+use tollgate_limiter::{RedisConfig, RedisStore};
+use tollgate_store::ledger_epoch_key;
 use tollgate_testkit::RedisServer;
 
 /// 100 a second; each of two regions owns a floor of 25 (12.5 a renewal

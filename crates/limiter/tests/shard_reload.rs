@@ -13,7 +13,7 @@ use std::sync::Arc;
 use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, Decision, Identity, Limits, ManualClock, Policy, Rate, Window};
 use tollgate_limiter::{Backend, Check, Limiter, LimiterMetrics, Plan};
-use tollgate_store::{RedisConfig, RedisStore};
+use tollgate_limiter::{RedisConfig, RedisStore};
 use tollgate_testkit::RedisServer;
 
 /// A day boundary, so a fixed window of a day starts here.

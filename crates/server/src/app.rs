@@ -11,18 +11,19 @@ use tollgate_core::{Clock, Policy};
 
 use crate::config::{ConfigLoadError, Overrides, ServeConfig, StoreSettings};
 use crate::connections::{ConnectionGate, ConnectionLimits};
-use crate::limiter::{Backend, Limiter, StoreName};
+use crate::limiter::{Backend, Limiter, RedisStore, StoreError, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::{Metrics, PeerLabels};
 use crate::trace::open_trace;
-use tollgate_store::{LIVE_REFRESH_MS, RedisStore, StoreError};
+use tollgate_store::LIVE_REFRESH_MS;
 
 /// The state every protocol adapter shares while the server runs.
 pub struct App {
     /// The current config, swapped whole on a successful reload.
     pub live: ArcSwap<LiveConfig>,
-    /// The limiter every decision goes through, with the stores it opened.
-    pub limiter: Limiter,
+    /// The limiter every decision goes through, with the stores it opened
+    /// (shared with its upkeep's tasks).
+    pub limiter: Arc<Limiter>,
     /// The server's metrics, as `/metrics` exposes them.
     pub metrics: Arc<Metrics>,
     /// The open connections of every listener, bounded by the start
@@ -106,7 +107,11 @@ impl App {
             open_other,
         ));
         let live = LiveConfig::new(config, &metrics, None);
-        let limiter = Limiter::named(backends, Arc::clone(&metrics.limiter), clock);
+        let limiter = Arc::new(Limiter::named(
+            backends,
+            Arc::clone(&metrics.limiter),
+            clock,
+        ));
         limiter.set_decision_sampling(live.config.decision_sampling.clone());
         if let Some(trace) = &live.config.server.trace {
             let dir = config_path.parent().unwrap_or(Path::new("."));
@@ -153,39 +158,6 @@ impl App {
                     tracing::debug!(prefix = store.prefix(), error = %e, "cannot refresh the store prefix's live mark");
                 }
             }
-        }
-    }
-
-    /// Renews every leased policy's lease on its period, for as long as it
-    /// runs (a reload's new leases are picked up at the next turn). Each
-    /// renewal is its own task: one slow ledger call delays no other.
-    pub async fn keep_leases(self: Arc<Self>) {
-        /// How often the keeper looks for renewals that are due when none
-        /// is (a reload may add one).
-        const IDLE_LOOK_MS: u64 = 1_000;
-        /// The keeper never spins faster than this.
-        const LEAST_SLEEP_MS: u64 = 5;
-        let mut renewals = tokio::task::JoinSet::new();
-        loop {
-            while renewals.try_join_next().is_some() {}
-            let live = self.live.load_full();
-            // Lease terms run on the monotonic clock (tollgate_limiter::Lease).
-            let now_ms = self.limiter.clock().monotonic_ms();
-            let mut next_ms = now_ms.saturating_add(IDLE_LOOK_MS);
-            if let Some(ledger) = live.ledger {
-                for lease in live.leases() {
-                    if lease.due(now_ms) {
-                        // Scheduled before the call, so the next turn skips it.
-                        let app = Arc::clone(&self);
-                        let lease = Arc::clone(lease);
-                        lease.schedule(now_ms);
-                        renewals.spawn(async move { app.limiter.renew(&lease, ledger).await });
-                    }
-                    next_ms = next_ms.min(lease.next_due_ms());
-                }
-            }
-            let sleep_ms = next_ms.saturating_sub(now_ms).max(LEAST_SLEEP_MS);
-            tokio::time::sleep(std::time::Duration::from_millis(sleep_ms)).await;
         }
     }
 

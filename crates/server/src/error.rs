@@ -4,7 +4,7 @@
 
 use std::io;
 
-use tollgate_store::StoreError;
+use crate::limiter::StoreError;
 
 use crate::config::{ConfigLoadError, TlsNotLoaded};
 use crate::descriptors::DescriptorError;

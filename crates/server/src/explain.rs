@@ -11,7 +11,9 @@ use tollgate_core::{
     split_shares,
 };
 
-use tollgate_store::{MAX_REPLAYS, OnStoreFailure, RedisConfig, local_policy};
+use tollgate_store::local_policy;
+
+use crate::limiter::{MAX_REPLAYS, OnStoreFailure, RedisConfig};
 
 use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
 use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tollgate_config::{LivePolicies, PlanContext, policy_counters};
-use tollgate_limiter::{Lease, Plan};
+use tollgate_limiter::{KeptPlans, Lease, Plan};
 
 use crate::config::ServeConfig;
 use crate::envoy_rules::{EnvoyRules, RuleKind, Unit};
@@ -91,6 +91,18 @@ impl LiveConfig {
     /// The policy named `name`.
     pub fn policy(&self, name: &str) -> Option<&LivePolicy> {
         self.policies.get(name)
+    }
+}
+
+/// The limiter's upkeep keeps the live config's plans, re-read at each
+/// turn, so a reload's plans are kept from its next one.
+impl KeptPlans for LiveConfig {
+    fn plans(&self) -> Vec<&Plan> {
+        LiveConfig::plans(self)
+    }
+
+    fn ledger(&self) -> Option<usize> {
+        self.ledger
     }
 }
 

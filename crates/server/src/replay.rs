@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use thiserror::Error;
 use tollgate_core::{Decision, ManualClock, PolicySet};
-use tollgate_limiter::{Backend, Check, Decided, Limiter, Plan};
-use tollgate_store::{OnStoreFailure, PrefixHolds, RedisConfig, RedisStore, StoreError};
+use tollgate_limiter::{
+    Backend, Check, Decided, Limiter, OnStoreFailure, Plan, RedisConfig, RedisStore, StoreError,
+};
+use tollgate_store::PrefixHolds;
 
 use crate::metrics::Metrics;
 

@@ -21,10 +21,6 @@ use crate::listen::ListenAddress;
 use crate::proxy_socket;
 use crate::workers::{serve_grpc, serve_http, serve_proxy_socket};
 
-/// How often idle keys are swept from the memory store.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-/// How often ended hot-lease blocks are given back.
-const GIVE_BACK_INTERVAL: Duration = Duration::from_millis(crate::limiter::GIVE_BACK_INTERVAL_MS);
 /// How long gRPC connections may drain after HTTP has: a client that never
 /// acknowledges HTTP/2's GOAWAY would otherwise hold the process forever.
 const GRPC_DRAIN: Duration = Duration::from_secs(5);
@@ -237,9 +233,10 @@ fn describe_stores(config: &ServeConfig) -> String {
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish. Also runs the background upkeep: sweeping
-/// idle keys, watching the config file, renewing leases, giving back
-/// unspent blocks and refreshing the stores' live marks.
+/// in-flight requests finish. Also runs the background upkeep: the
+/// limiter's (sweeping idle keys, giving back unspent blocks, renewing
+/// leases, of the live config's plans), watching the config file and
+/// refreshing the stores' live marks.
 pub async fn serve_app(
     app: Arc<App>,
     listener: TcpListener,
@@ -264,34 +261,13 @@ pub async fn serve_app(
             }
         });
     }
-    let sweeper = Arc::clone(&app);
-    upkeep.spawn(async move {
-        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-        loop {
-            tick.tick().await;
-            sweeper.limiter.sweep();
-        }
-    });
-    upkeep.spawn(Arc::clone(&app).keep_leases());
     upkeep.spawn(Arc::clone(&app).keep_live_marks());
-    let returns = Arc::clone(&app);
-    upkeep.spawn(async move {
-        let mut tick = tokio::time::interval(GIVE_BACK_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let live = returns.live.load_full();
-            returns
-                .limiter
-                .give_back_unspent(&live.plans(), false)
-                .await;
-        }
-    });
+    let live = Arc::clone(&app);
+    let limiter_upkeep = app.limiter.upkeep(move || live.live.load_full());
     let served = serve_http(Arc::clone(&app), listener, shutdown).await;
     upkeep.abort_all();
     // In-flight requests are done: what hot-lease blocks hold goes back.
-    let live = app.live.load_full();
-    app.limiter.give_back_unspent(&live.plans(), true).await;
+    limiter_upkeep.stop().await;
     served
 }
 

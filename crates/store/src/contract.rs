@@ -16,7 +16,7 @@ use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
 
 use crate::fallback;
 use crate::{
-    Check, CircuitState, DecidedBy, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
+    Check, CircuitState, Guarded, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant,
     MemoryStore, RedisStore, Replay, RequestId, Retry, StoreError,
 };
 
@@ -131,16 +131,9 @@ impl AtClock {
 /// Decisions made by the store itself, with what the request id made of
 /// the call.
 fn shared(result: Result<(Vec<Decision>, Replay), StoreError>) -> GuardedDecisions {
-    let (decisions, replay, error) = match result {
-        Ok((decisions, replay)) => (decisions, replay, None),
-        Err(e) => (Vec::new(), Replay::Fresh, Some(e)),
-    };
-    GuardedDecisions {
-        decisions,
-        by: DecidedBy::Shared,
-        error,
-        store_us: None,
-        replay,
+    match result {
+        Ok((decisions, replay)) => GuardedDecisions::shared(decisions, replay),
+        Err(e) => GuardedDecisions::unanswered(e),
     }
 }
 
@@ -165,12 +158,10 @@ impl Decide for MemoryStore {
         match result {
             // Full (memory/full.rs): the failure modes answer, and a
             // `local` policy's identities without room share one budget.
-            Err(error) => GuardedDecisions {
-                error: Some(error),
-                ..fallback::by_failure_mode(checks, retry, |local, retry| {
-                    self.decide_local(local, retry, false)
-                })
-            },
+            Err(error) => fallback::by_failure_mode(checks, retry, |local, retry| {
+                self.decide_local(local, retry, false)
+            })
+            .with_error(Some(error)),
             ok => shared(ok),
         }
     }

@@ -99,6 +99,62 @@ pub struct GuardedDecisions {
     pub replay: Replay,
 }
 
+impl GuardedDecisions {
+    /// `decisions` made by `by`: fresh, no store error or latency known.
+    pub fn new(by: DecidedBy, decisions: Vec<Decision>) -> Self {
+        Self {
+            decisions,
+            by,
+            error: None,
+            store_us: None,
+            replay: Replay::Fresh,
+        }
+    }
+
+    /// Decided by the shared store; `replay`: what the request id made of
+    /// the call (a replayed one consumed nothing).
+    pub fn shared(decisions: Vec<Decision>, replay: Replay) -> Self {
+        Self::new(DecidedBy::Shared, decisions).with_replay(replay)
+    }
+
+    /// Admitted without the store (`fail_open`).
+    pub fn fail_open(decisions: Vec<Decision>) -> Self {
+        Self::new(DecidedBy::FailOpen, decisions)
+    }
+
+    /// Rejected without the store (`fail_closed`).
+    pub fn fail_closed(decisions: Vec<Decision>) -> Self {
+        Self::new(DecidedBy::FailClosed, decisions)
+    }
+
+    /// Decided on this process's share of the limits (`local`), which
+    /// keeps request ids in its own memory.
+    pub fn local(decisions: Vec<Decision>, replay: Replay) -> Self {
+        Self::new(DecidedBy::Local, decisions).with_replay(replay)
+    }
+
+    /// No decision: the store could not make one and nothing answers in
+    /// its place; `error` says why.
+    pub fn unanswered(error: StoreError) -> Self {
+        Self::new(DecidedBy::Shared, Vec::new()).with_error(Some(error))
+    }
+
+    /// The same, with what the request id made of the call.
+    pub fn with_replay(self, replay: Replay) -> Self {
+        Self { replay, ..self }
+    }
+
+    /// The same, with why the shared store did not decide.
+    pub fn with_error(self, error: Option<StoreError>) -> Self {
+        Self { error, ..self }
+    }
+
+    /// The same, with how long the shared store took (µs, monotonic).
+    pub fn timed(self, store_us: Option<u64>) -> Self {
+        Self { store_us, ..self }
+    }
+}
+
 /// How long a fail-closed rejection tells the client to wait.
 pub const FAIL_CLOSED_RETRY_MS: u64 = 1_000;
 
@@ -221,21 +277,14 @@ impl<S: Store> Guarded<S> {
                 .record(admission, result.is_ok(), ended / 1_000);
             match result {
                 Ok((decisions, replay)) => {
-                    return GuardedDecisions {
-                        decisions,
-                        by: DecidedBy::Shared,
-                        error: None,
-                        store_us,
-                        replay,
-                    };
+                    return GuardedDecisions::shared(decisions, replay).timed(store_us);
                 }
                 Err(e) => error = Some(e),
             }
         }
-        let mut out = self.fallback(checks, retry);
-        out.error = error;
-        out.store_us = store_us;
-        out
+        self.fallback(checks, retry)
+            .with_error(error)
+            .timed(store_us)
     }
 
     fn fallback(&self, checks: &[GuardedCheck<'_>], retry: Option<Retry<'_>>) -> GuardedDecisions {
@@ -259,19 +308,15 @@ pub(crate) fn by_failure_mode(
     if closed {
         // The request is rejected by the fail-closed policies alone; no
         // local budget is spent on it.
-        return GuardedDecisions {
-            decisions: checks
+        return GuardedDecisions::fail_closed(
+            checks
                 .iter()
                 .map(|g| match g.on_failure {
                     OnStoreFailure::FailClosed => fail_closed(g.check.policy),
                     _ => fail_open(g.check.policy),
                 })
                 .collect(),
-            by: DecidedBy::FailClosed,
-            error: None,
-            store_us: None,
-            replay: Replay::Fresh,
-        };
+        );
     }
     let local_checks: Vec<Check<'_>> = checks
         .iter()
@@ -285,37 +330,23 @@ pub(crate) fn by_failure_mode(
         })
         .collect();
     if local_checks.is_empty() {
-        return GuardedDecisions {
-            decisions: checks.iter().map(|g| fail_open(g.check.policy)).collect(),
-            by: DecidedBy::FailOpen,
-            error: None,
-            store_us: None,
-            replay: Replay::Fresh,
-        };
+        return GuardedDecisions::fail_open(
+            checks.iter().map(|g| fail_open(g.check.policy)).collect(),
+        );
     }
     let Some((local_decisions, replay)) = local(&local_checks, retry) else {
-        return GuardedDecisions {
-            decisions: checks
+        return GuardedDecisions::fail_closed(
+            checks
                 .iter()
                 .map(|g| match g.on_failure {
                     OnStoreFailure::Local { .. } => fail_closed(g.check.policy),
                     _ => fail_open(g.check.policy),
                 })
                 .collect(),
-            by: DecidedBy::FailClosed,
-            error: None,
-            store_us: None,
-            replay: Replay::Fresh,
-        };
+        );
     };
     if replay == Replay::Mismatch {
-        return GuardedDecisions {
-            decisions: Vec::new(),
-            by: DecidedBy::Local,
-            error: None,
-            store_us: None,
-            replay,
-        };
+        return GuardedDecisions::local(Vec::new(), replay);
     }
     let mut local_decisions = local_decisions.into_iter();
     let decisions = checks
@@ -327,13 +358,7 @@ pub(crate) fn by_failure_mode(
             _ => fail_open(g.check.policy),
         })
         .collect();
-    GuardedDecisions {
-        decisions,
-        by: DecidedBy::Local,
-        error: None,
-        store_us: None,
-        replay,
-    }
+    GuardedDecisions::local(decisions, replay)
 }
 
 /// Admitted without a store. Nothing is known of what is left, so none is

@@ -7,8 +7,8 @@
 
 use std::net::SocketAddr;
 
+use crate::limiter::OnStoreFailure;
 use ipnet::IpNet;
-use tollgate_store::OnStoreFailure;
 
 use super::ServeConfig;
 use crate::listen::ListenAddress;

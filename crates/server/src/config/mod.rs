@@ -30,12 +30,12 @@ use tollgate_config::{Matcher, replace_store};
 use tollgate_core::{ConfigError, PolicySet, SecretHasher, parse_yaml, parse_yaml_named};
 
 use crate::envoy_rules::{EnvoyRules, RuleKind};
+use crate::limiter::MAX_REPLAYS;
 use crate::listen::ListenAddress;
 use crate::tls::EdgeTls;
 use crate::tokens::EndpointTokens;
 use document::parse_doc;
 use tollgate_limiter::{DecisionSampling, HotSeries};
-use tollgate_store::MAX_REPLAYS;
 
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]

@@ -6,9 +6,9 @@
 
 use std::fmt::Write as _;
 
+use crate::limiter::OnStoreFailure;
 use serde_json::{Map, Value};
 use tollgate_core::{Limits, Policy, Window, describe, parse_policy};
-use tollgate_store::OnStoreFailure;
 
 use super::reading::{Reading, string_field};
 use super::{RulesError, Unit};

@@ -3,9 +3,9 @@
 //! shares and a lease's terms. One function a scope, so a new scope is
 //! one more function and one more arm.
 
+use crate::limiter::RedisConfig;
 use serde_json::{Value, json};
 use tollgate_core::{Limits, Policy, format_duration_ms, split_shares};
-use tollgate_store::RedisConfig;
 
 use super::leased_identities::identity_terms;
 use super::{plural, topology};

@@ -10,7 +10,7 @@ use tollgate_http::{
     Forwarded, PROBLEM_HEADER, Peer, Problem, RequestFault, degraded_header, policy_check,
     problem_header, ratelimit_headers, rejection, replayed_header,
 };
-use tollgate_store::DecidedBy;
+use crate::limiter::DecidedBy;
 
 use super::request_id;
 use super::{refuse, replayed, unauthorized};

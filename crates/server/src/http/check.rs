@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::limiter::RequestId;
 use axum::http::{self, HeaderValue, header};
 use axum::response::Response;
 use hyper::body::Body as HttpBody;
@@ -13,7 +14,6 @@ use tollgate_http::{
     BatchDecision, CheckBody, CheckDecision, CheckItem, CheckKey, Object, Problem,
     diagnose_check_body, parse_check_body,
 };
-use tollgate_store::RequestId;
 
 use super::body::{BodyError, BodyRefused, read_body};
 use super::linger::LingerOnClose;

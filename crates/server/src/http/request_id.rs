@@ -3,8 +3,8 @@
 //! limiter records them (crate::limiter::Limiter::decide_request); this
 //! module reads them and words the refusals.
 
+use crate::limiter::RequestId;
 use axum::http::{HeaderMap, HeaderName};
-use tollgate_store::RequestId;
 
 use tollgate_http::Problem;
 use tollgate_http::{RequestFault, single_header};

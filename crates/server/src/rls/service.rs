@@ -14,7 +14,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::S
 use futures_util::future::Either;
 use hyper::body::Incoming;
 use tollgate_core::Decision;
-use tollgate_store::{DecidedBy, StoreError};
 use tonic::Status;
 use tonic::service::Routes;
 use tower::ServiceExt;
@@ -24,7 +23,7 @@ use super::resolve::{Pending, Resolved, Resolver};
 use super::unary::{self, GrpcBody};
 use super::wire::{self, MAX_DESCRIPTORS, MAX_ENTRIES, RateLimitCall};
 use crate::app::App;
-use crate::limiter::{Check, Decided};
+use crate::limiter::{Check, Decided, StoreError};
 use crate::metrics::{EndpointLabels, RlsCodeLabels, RlsPathLabels};
 use crate::tokens::Guarded;
 
@@ -224,17 +223,9 @@ impl RateLimitGrpc<'_> {
         // most shared one, a bound rule on its policy's.
         let checks: Vec<Check<'_>> = pendings.iter().map(|p| batch.check(p)).collect();
         let result = self.app.limiter.decide(&checks).await;
-        if batch == Batch::Peek {
-            // The request is over without the store: a look it could not
-            // have does not make the answer an error.
-            self.count_store_failure(&result);
-        } else {
-            self.answerable(&result, &pendings)?;
-        }
+        self.count_store_failure(&result);
         if result.decisions.len() != indices.len() {
-            return Err(Status::internal(
-                "the store answered a different number of decisions",
-            ));
+            return Err(unanswered(&result));
         }
         for (i, decision) in indices.into_iter().zip(result.decisions) {
             out[i] = Some(decision);
@@ -294,9 +285,9 @@ impl RateLimitGrpc<'_> {
                 continue;
             }
             let result = self.app.limiter.decide(&[Batch::Quota.check(p)]).await;
-            self.answerable(&result, &[p.as_ref()])?;
-            let Some(decision) = result.decisions.into_iter().next() else {
-                return Err(Status::internal("the store answered no decision"));
+            self.count_store_failure(&result);
+            let Some(decision) = result.decisions.first().copied() else {
+                return Err(unanswered(&result));
             };
             // A quota limit in shadow mode (its policy's) never counts.
             if p.enforced() {
@@ -308,32 +299,12 @@ impl RateLimitGrpc<'_> {
         Ok(quotas > 0 && over == quotas)
     }
 
-    /// Whether decisions made without the store may answer: limits without
-    /// a declared failure mode answer as envoyproxy/ratelimit does, with an
-    /// error, so Envoy's `failure_mode_deny` decides.
-    fn answerable(&self, result: &Decided, pendings: &[&Pending<'_>]) -> Result<(), Status> {
-        if !self.count_store_failure(result) {
-            return Ok(());
-        }
-        // A shadow limit never vetoes: only an enforced one without a
-        // mode makes the answer an error.
-        if result.by != DecidedBy::FailClosed
-            && pendings
-                .iter()
-                .any(|p| p.enforced() && p.plan.on_failure().is_none())
-        {
-            // The store's own words (addresses, Redis replies) stay in the
-            // log (the limiter's); Envoy and its client get tollgate's.
-            return Err(Status::unavailable(store_fault(result.error.as_ref())));
-        }
-        Ok(())
-    }
-
     /// Counts a store call decided without the store, by the path that
-    /// answered instead. Whether it was.
-    fn count_store_failure(&self, result: &Decided) -> bool {
+    /// answered instead (or would have: a limit without a failure mode
+    /// leaves the call unanswered).
+    fn count_store_failure(&self, result: &Decided) {
         if !result.by.is_degraded() {
-            return false;
+            return;
         }
         self.app
             .metrics
@@ -343,8 +314,19 @@ impl RateLimitGrpc<'_> {
                 path: result.by.name(),
             })
             .inc();
-        true
     }
+}
+
+/// A call the limiter left without decisions. A store failure under a
+/// limit with no declared failure mode answers as envoyproxy/ratelimit
+/// does, with an error, so Envoy's `failure_mode_deny` decides; the
+/// store's own words (addresses, Redis replies) stay in the log (the
+/// limiter's), Envoy and its client get tollgate's.
+fn unanswered(result: &Decided) -> Status {
+    if result.by.is_degraded() || result.error.is_some() {
+        return Status::unavailable(store_fault(result.error.as_ref()));
+    }
+    Status::internal("the store answered a different number of decisions")
 }
 
 /// Which limits one store call decides, and whether they are the policies'
