@@ -33,9 +33,11 @@ mod fallback;
 mod guarded;
 mod lease;
 mod memory;
+#[cfg(feature = "redis")]
 mod redis;
 mod request_id;
 
+#[cfg(feature = "redis")]
 pub use self::redis::{
     AtClock, BatchConfig, LIVE_REFRESH_MS, MAX_GIVEN_MS, MAX_INSTANCES_A_REGION, MAX_TAG,
     PrefixHolds, RedisConfig, RedisConfigFault, RedisStore, SentinelConfig, gcra_scale_tag,
