@@ -19,7 +19,6 @@
 //! A service deciding in process, on the embedded store:
 //!
 //! ```
-//! # #![recursion_limit = "256"]
 //! use std::sync::Arc;
 //!
 //! use prometheus_client::registry::Registry;
@@ -43,15 +42,8 @@
 //! assert_eq!(decided.decisions[0].remaining, 18);
 //! # });
 //! ```
-//!
-//! A crate awaiting [`Limiter::decide`] on a Redis store may need
-//! `#![recursion_limit = "256"]`: the guarded Redis store's future is a deep
-//! type, kept inline (unboxed) because the decision path moves it per call.
 
 #![deny(missing_docs)]
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 mod across;
 mod backend;
 mod blocks;

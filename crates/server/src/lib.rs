@@ -29,9 +29,6 @@
 //! by `http`.
 
 #![deny(missing_docs)]
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 // 1. config
 mod config;
 mod envoy_rules;

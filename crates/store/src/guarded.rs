@@ -102,28 +102,21 @@ impl<S: Store> Guarded<S> {
                     .decide(one.check)
                     .await
                     .map(|d| (vec![d], Replay::Fresh)),
-                // Boxed: several checks, or a request id, take a deeper
-                // path than one plain check; inline, their futures would
-                // widen every decision's, which the servers move per call.
+                // Inline: a store whose futures are deep boxes them where
+                // they leave it (Redis does); the memory store's are ready.
                 (_, None) => {
-                    Box::pin(async {
-                        let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
-                        self.shared
-                            .decide_all(&plain)
-                            .await
-                            .map(|d| (d, Replay::Fresh))
-                    })
-                    .await
+                    let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
+                    self.shared
+                        .decide_all(&plain)
+                        .await
+                        .map(|d| (d, Replay::Fresh))
                 }
                 (_, Some(retry)) => {
-                    Box::pin(async {
-                        let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
-                        self.shared
-                            .decide_once(&plain, retry)
-                            .await
-                            .map(|r| (r.decisions, r.replay))
-                    })
-                    .await
+                    let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
+                    self.shared
+                        .decide_once(&plain, retry)
+                        .await
+                        .map(|r| (r.decisions, r.replay))
                 }
             };
             let ended = self.clock.monotonic_us();

@@ -21,9 +21,6 @@
 //!   `redis`, each implementing the contract beside itself); `guarded`.
 
 #![deny(missing_docs)]
-// The Redis store's nested futures (replay's decisions at a given clock)
-// need a deeper layout query.
-#![recursion_limit = "256"]
 
 mod breaker;
 mod check;

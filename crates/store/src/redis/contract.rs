@@ -4,6 +4,7 @@
 //! breaker and the failure modes.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use tollgate_core::{Decision, Identity, Policy, Taken};
 
@@ -15,13 +16,22 @@ use crate::error::StoreError;
 use crate::lease::{LeaseAsk, LeaseGrant};
 use crate::request_id::{Replay, RequestId, Retried, Retry};
 
+/// A Redis call's future, boxed once where it leaves the store: redis-rs's
+/// futures nest deep, and a caller's future that held one inline (a
+/// guarded decision, the limiter's, a server's handler) grew with it until
+/// the compiler needed a raised `recursion_limit` to lay it out. One
+/// allocation a call, beside a network round trip; the memory store's
+/// futures stay inline.
+type Boxed<'s, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 's>>;
+
 impl Store for RedisStore {
-    fn decide(
-        &self,
+    fn decide<'s>(
+        &'s self,
         check: Check<'_>,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         let item = self.item(&check);
-        self.decide_one(item)
+        let boxed: Boxed<'s, Decision> = Box::pin(self.decide_one(item));
+        boxed
     }
 
     /// All-or-nothing. Checks of one identity share a hash tag, so in a
@@ -37,13 +47,13 @@ impl Store for RedisStore {
     /// that a later slot now rejects, the slots already consumed stay
     /// consumed (a refund could mint capacity that others were refused);
     /// the request is reported rejected.
-    fn decide_all(
-        &self,
+    fn decide_all<'s>(
+        &'s self,
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
         let never = check::never_fit_in_batch(checks);
-        async move {
+        let boxed: Boxed<'s, Vec<Decision>> = Box::pin(async move {
             // One check is a plain decision: batched, and cached when rejected.
             if items.len() == 1
                 && let Some(item) = items.pop()
@@ -56,22 +66,23 @@ impl Store for RedisStore {
                 .await?;
             check::mark_never_fits(&never, &mut decisions);
             Ok(decisions)
-        }
+        });
+        boxed
     }
 
     /// Under a request id: never answered from the rejected-until cache (a
     /// replay admits). One check is batched with other single checks under
     /// ids (`decide_each_once.lua`); several are one `decide_once.lua` call
     /// per slot (see [`RedisStore::once_or_nothing`]).
-    fn decide_once(
-        &self,
+    fn decide_once<'s>(
+        &'s self,
         checks: &[Check<'_>],
         retry: Retry<'_>,
     ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
         let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
         let never = check::never_fit_in_batch(checks);
         let once = self.once(&items, retry);
-        async move {
+        let boxed: Boxed<'s, Retried> = Box::pin(async move {
             let Some(once) = once else {
                 return Ok(Retried {
                     decisions: Vec::new(),
@@ -81,22 +92,18 @@ impl Store for RedisStore {
             if items.len() == 1
                 && let Some(item) = items.pop()
             {
-                return Box::pin(self.decide_one_once(item, once)).await;
+                return self.decide_one_once(item, once).await;
             }
             self.shared.tag_all(&mut items);
-            // Boxed: the two phases' futures are deep (redis-rs's within).
-            let mut retried = Box::pin(self.once_or_nothing(
-                &items,
-                &once,
-                At::StoreClock,
-                self.shared.margin_ms,
-            ))
-            .await?;
+            let mut retried = self
+                .once_or_nothing(&items, &once, At::StoreClock, self.shared.margin_ms)
+                .await?;
             if retried.replay == Replay::Fresh {
                 check::mark_never_fits(&never, &mut retried.decisions);
             }
             Ok(retried)
-        }
+        });
+        boxed
     }
 }
 
