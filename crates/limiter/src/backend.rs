@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
 use tollgate_store::{
-    Admin, AtClock, Blocks, BreakerConfig, Check, Decide, Guarded, GuardedCheck, GuardedDecisions,
-    LeaseAsk, LeaseGrant, Ledger, MemoryStore, MemoryStoreConfig, RedisStore, RequestId, Retry,
-    StoreError, StoreStats,
+    Admin, Blocks, Check, Decide, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant, Ledger,
+    MemoryStore, MemoryStoreConfig, RequestId, Retry, StoreError, StoreStats,
 };
+#[cfg(feature = "redis")]
+use tollgate_store::{AtClock, BreakerConfig, Guarded, RedisStore};
 
 /// How many keys the local fallback budgets may hold.
+#[cfg(feature = "redis")]
 const LOCAL_FALLBACK_KEYS: usize = 100_000;
 
 /// Where state lives. The memory store cannot fail; a shared store is
@@ -24,9 +26,11 @@ pub enum Backend {
     /// The embedded store: one process decides alone.
     Memory(MemoryStore),
     /// Redis behind its breaker and the failure modes.
+    #[cfg(feature = "redis")]
     Redis(Guarded<RedisStore>),
     /// Redis deciding at the limiter's clock instead of its own `TIME`
     /// (replay). Unguarded: a replay stops at a store error.
+    #[cfg(feature = "redis")]
     RedisAtClock(AtClock),
 }
 
@@ -35,7 +39,9 @@ macro_rules! each {
     ($backend:expr, $store:ident => $call:expr) => {
         match $backend {
             Backend::Memory($store) => $call,
+            #[cfg(feature = "redis")]
             Backend::Redis($store) => $call,
+            #[cfg(feature = "redis")]
             Backend::RedisAtClock($store) => $call,
         }
     };
@@ -59,6 +65,7 @@ impl Backend {
 
     /// A connected Redis store behind the default breaker, with local
     /// fallback budgets timed by `clock`.
+    #[cfg(feature = "redis")]
     pub fn redis(store: RedisStore, clock: Arc<dyn Clock>) -> Self {
         Backend::Redis(Guarded::new(
             store,
@@ -69,6 +76,7 @@ impl Backend {
     }
 
     /// A Redis store deciding at `clock`'s time (replay).
+    #[cfg(feature = "redis")]
     pub fn redis_at_clock(store: RedisStore, clock: Arc<dyn Clock>) -> Self {
         Backend::RedisAtClock(AtClock::new(store, clock))
     }

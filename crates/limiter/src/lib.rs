@@ -30,7 +30,6 @@
 //! A service deciding in process, on the embedded store:
 //!
 //! ```
-//! # #![recursion_limit = "256"]
 //! use std::sync::Arc;
 //!
 //! use tollgate_limiter::{
@@ -54,15 +53,8 @@
 //! assert_eq!(decided.decisions[0].remaining, 18);
 //! # });
 //! ```
-//!
-//! A crate awaiting [`Limiter::decide`] on a Redis store may need
-//! `#![recursion_limit = "256"]`: the guarded Redis store's future is a deep
-//! type, kept inline (unboxed) because the decision path moves it per call.
 
 #![deny(missing_docs)]
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 mod across;
 mod backend;
 mod blocks;
@@ -107,11 +99,12 @@ pub use prometheus_client::registry::Registry;
 // request ids and what builds a backend — so a service or a door depends
 // on this crate alone.
 pub use tollgate_store::{
-    BatchConfig, DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, FAIL_CLOSED_RETRY_MS,
-    MAX_REPLAYS, MAX_REQUEST_ID_BYTES, MemoryStoreConfig, OnStoreFailure, RETRY_IDS_RANGE,
-    RETRY_WINDOW_RANGE_MS, RedisConfig, RedisConfigFault, RedisStore, Replay, RequestId,
-    RequestIdError, SentinelConfig, StoreError,
+    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, FAIL_CLOSED_RETRY_MS, MAX_REPLAYS,
+    MAX_REQUEST_ID_BYTES, MemoryStoreConfig, OnStoreFailure, RETRY_IDS_RANGE,
+    RETRY_WINDOW_RANGE_MS, Replay, RequestId, RequestIdError, StoreError,
 };
+#[cfg(feature = "redis")]
+pub use tollgate_store::{BatchConfig, RedisConfig, RedisConfigFault, RedisStore, SentinelConfig};
 // What a check is made of and what it answers, so a caller's plans and
 // checks need no other import.
 pub use tollgate_core::{

@@ -4,9 +4,6 @@
 //! own wait for a block has passed, so it costs the store about what it
 //! costs under its limit, and never admits beyond the limit.
 
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;

@@ -3,9 +3,6 @@
 //! are renewed together, 100 a script call, and no more of them than the
 //! plan's bound (the rest spend their floor, counted).
 
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;

@@ -4,9 +4,6 @@
 //! from a settled renewal, the renewals after it fail (a memory store
 //! keeps no ledger), as a region cut off from its global Redis would see.
 
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;

@@ -6,9 +6,6 @@
 //! memory store at an injected clock, leased from a real global
 //! redis-server's ledger (docs/config.md, Leased shares: who holds a slot).
 
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;

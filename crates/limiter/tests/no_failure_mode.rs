@@ -4,7 +4,6 @@
 //! mode answers as declared.
 
 // The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
 
 use std::sync::Arc;
 

@@ -2,9 +2,6 @@
 //! decided by here, not the declared limit: a token bucket's state is
 //! written in the share's units, which the declared rate does not read.
 
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;

@@ -5,9 +5,6 @@
 //! all five algorithms, on the memory store (an injected clock: exact
 //! decisions) and on a real redis-server (Redis's clock).
 
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;

@@ -30,9 +30,6 @@
 //! by `http`.
 
 #![deny(missing_docs)]
-// The guarded Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 // 1. config; what every door shares of it is the `tollgate-config` crate.
 mod config;
 mod envoy_rules;

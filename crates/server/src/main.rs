@@ -1,9 +1,6 @@
 //! `tollgate`: a thin binary over the core and the stores. Each subcommand
 //! is an adapter that translates its input into core calls and back.
 
-// The limiter's nested futures (replay's loop) need a deeper layout query.
-#![recursion_limit = "256"]
-
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

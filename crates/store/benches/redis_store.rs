@@ -47,62 +47,7 @@ fn main() {
 async fn run(server: &RedisServer, decisions: u64) {
     let client = redis::Client::open(server.url()).expect("a client");
     let manager = ConnectionManager::new(client).await.expect("connects");
-    let scripts = [
-        // Parameters, then the scale field: gcra's tag 0 writes the
-        // integer form, as a store whose registry gave that tag does.
-        (
-            "token_bucket",
-            lua_source::TOKEN_BUCKET,
-            ["20", "1", "200", ""],
-        ),
-        ("gcra", lua_source::GCRA, ["20", "1", "200", "0"]),
-        (
-            "fixed_window",
-            lua_source::FIXED_WINDOW,
-            ["100", "1000", "0", ""],
-        ),
-        (
-            "sliding_window",
-            lua_source::SLIDING_WINDOW,
-            ["100", "1000", "0", ""],
-        ),
-        (
-            "sliding_log",
-            lua_source::SLIDING_LOG,
-            ["100", "1000", "0", ""],
-        ),
-    ];
-    let mut shas = Vec::new();
-    for (name, body, _) in &scripts {
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(*body)
-            .query_async(&mut manager.clone())
-            .await
-            .expect("SCRIPT LOAD");
-        shas.push((*name, sha));
-    }
-
-    println!("# redis-benchmark: -c {TASKS}, random keys of {KEYS}");
-    let incr = redis_benchmark(server.port(), 1_000_000, &["-t", "incr"]);
-    println!("INCR                                {incr:>10.0} /s");
-    for ((name, sha), (_, _, params)) in shas.iter().zip(&scripts) {
-        let key = format!("tollgate:api:{name}:{{u__rand_int__}}");
-        let mut args = vec![
-            "EVALSHA",
-            sha.as_str(),
-            "1",
-            key.as_str(),
-            "",
-            "1000",
-            name,
-            "1",
-        ];
-        args.extend(params.iter().copied());
-        let rate = redis_benchmark(server.port(), 300_000, &args);
-        println!("EVALSHA {name:<28}{rate:>10.0} /s");
-    }
-    flush(&manager).await;
+    let shas = script_ceilings(server, &manager).await;
 
     println!(
         "# decisions through Rust: {TASKS} tasks, {decisions} decisions, gcra, keys of {KEYS}"
@@ -168,6 +113,71 @@ async fn run(server: &RedisServer, decisions: u64) {
     );
     flush(&manager).await;
     memory_per_key(&batched, &manager).await;
+}
+
+/// Loads each script and prints redis-benchmark's rate of INCR and of
+/// each script's EVALSHA; each script's name and SHA.
+async fn script_ceilings(
+    server: &RedisServer,
+    manager: &ConnectionManager,
+) -> Vec<(&'static str, String)> {
+    let scripts = [
+        // Parameters, then the scale field: gcra's tag 0 writes the
+        // integer form, as a store whose registry gave that tag does.
+        (
+            "token_bucket",
+            lua_source::TOKEN_BUCKET,
+            ["20", "1", "200", ""],
+        ),
+        ("gcra", lua_source::GCRA, ["20", "1", "200", "0"]),
+        (
+            "fixed_window",
+            lua_source::FIXED_WINDOW,
+            ["100", "1000", "0", ""],
+        ),
+        (
+            "sliding_window",
+            lua_source::SLIDING_WINDOW,
+            ["100", "1000", "0", ""],
+        ),
+        (
+            "sliding_log",
+            lua_source::SLIDING_LOG,
+            ["100", "1000", "0", ""],
+        ),
+    ];
+    let mut shas = Vec::new();
+    for (name, body, _) in &scripts {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(*body)
+            .query_async(&mut manager.clone())
+            .await
+            .expect("SCRIPT LOAD");
+        shas.push((*name, sha));
+    }
+
+    println!("# redis-benchmark: -c {TASKS}, random keys of {KEYS}");
+    let incr = redis_benchmark(server.port(), 1_000_000, &["-t", "incr"]);
+    println!("INCR                                {incr:>10.0} /s");
+    for ((name, sha), (_, _, params)) in shas.iter().zip(&scripts) {
+        let key = format!("tollgate:api:{name}:{{u__rand_int__}}");
+        let mut args = vec![
+            "EVALSHA",
+            sha.as_str(),
+            "1",
+            key.as_str(),
+            "",
+            "1000",
+            name,
+            "1",
+        ];
+        args.extend(params.iter().copied());
+        let rate = redis_benchmark(server.port(), 300_000, &args);
+        println!("EVALSHA {name:<28}{rate:>10.0} /s");
+    }
+    flush(manager).await;
+    shas
 }
 
 async fn store(server: &RedisServer, batch: BatchConfig) -> RedisStore {

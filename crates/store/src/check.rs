@@ -1,10 +1,7 @@
-//! The store seam: checks in, decisions out.
-
-use std::future::Future;
+//! What a store is asked: one check (a policy, an identity, a cost), and
+//! what a batch of checks can never fit.
 
 use tollgate_core::{Decision, Identity, Policy};
-
-use crate::{Retried, Retry, StoreError};
 
 /// One question for a store: may `identity` spend `cost` under `policy` now?
 #[derive(Debug, Clone, Copy)]
@@ -15,37 +12,6 @@ pub struct Check<'a> {
     pub identity: &'a Identity,
     /// Units to spend; 0 is a peek that consumes nothing.
     pub cost: u64,
-}
-
-/// Somewhere decisions are made atomically, on the store's own clock.
-pub trait Store: Send + Sync + 'static {
-    /// Decides one check, consuming its cost when admitted.
-    fn decide(&self, check: Check<'_>)
-    -> impl Future<Output = Result<Decision, StoreError>> + Send;
-
-    /// Decides every check all-or-nothing: when any is rejected nothing is
-    /// consumed, and each decision says what that check alone would get
-    /// (a check that fails only because an earlier check of the batch took
-    /// from the same key reports that failure). The batch is admitted iff
-    /// every decision is. Decisions come back in the order of `checks`.
-    fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
-
-    /// Decides every check all-or-nothing, as [`Store::decide_all`], under a
-    /// request id: when `retry.id` is recorded beside the first check's
-    /// state for the same request (`retry.request`) and inside its window,
-    /// nothing is consumed and the call answers admitted again
-    /// ([`crate::Replay::Replayed`]); recorded for any other request it is
-    /// refused ([`crate::Replay::Mismatch`]).
-    /// Otherwise the checks are decided and, when all admit, the id is
-    /// recorded in the same atomic step (crate::request_id).
-    fn decide_once(
-        &self,
-        checks: &[Check<'_>],
-        retry: Retry<'_>,
-    ) -> impl Future<Output = Result<Retried, StoreError>> + Send;
 }
 
 /// The checks of a batch that can never pass within it: those whose key's

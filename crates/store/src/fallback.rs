@@ -1,16 +1,15 @@
-//! Failure is a policy (docs/design.md §6). [`Guarded`] puts a shared store
-//! behind a circuit breaker and, when the store cannot decide, decides each
-//! check as its policy declared: admit (`fail_open`), reject (`fail_closed`),
-//! or spend an in-process budget, a stated share of the limit (`local`).
-//! Every decision says what made it ([`DecidedBy`]), so degraded ones can
-//! be marked.
+//! Failure is a policy (docs/design.md §6): when a store cannot decide,
+//! each check is decided as its policy declared: admit (`fail_open`),
+//! reject (`fail_closed`), or spend an in-process budget, a stated share of
+//! the limit (`local`). Every decision says what made it ([`DecidedBy`]),
+//! so degraded ones can be marked. [`crate::Guarded`] applies this to a
+//! store behind a breaker; the memory store, when full.
 
-use std::sync::Arc;
+use tollgate_core::{Decision, Limits, Policy, Rate, Window};
 
-use tollgate_core::{Clock, Decision, Limits, Policy, Rate, Window};
-
-use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
-use crate::{Check, MemoryStore, MemoryStoreConfig, Replay, Retry, Store, StoreError};
+use crate::check::Check;
+use crate::error::StoreError;
+use crate::request_id::{Replay, Retry};
 
 /// What a policy does when the shared store cannot decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -158,139 +157,12 @@ impl GuardedDecisions {
 /// How long a fail-closed rejection tells the client to wait.
 pub const FAIL_CLOSED_RETRY_MS: u64 = 1_000;
 
-/// A shared store behind a circuit breaker with per-policy fallbacks.
-pub struct Guarded<S> {
-    shared: S,
-    local: MemoryStore,
-    breaker: CircuitBreaker,
-    clock: Arc<dyn Clock>,
-}
-
-impl<S: Store> Guarded<S> {
-    /// `clock` times the breaker (on its monotonic clock) and the local
-    /// budgets (on its wall clock); `local_keys` bounds
-    /// the local fallback's memory.
-    pub fn new(
-        shared: S,
-        breaker: BreakerConfig,
-        clock: Arc<dyn Clock>,
-        local_keys: usize,
-    ) -> Self {
-        Self {
-            shared,
-            local: MemoryStore::new(
-                Arc::clone(&clock),
-                MemoryStoreConfig {
-                    max_keys: local_keys,
-                    ..MemoryStoreConfig::default()
-                },
-            ),
-            breaker: CircuitBreaker::new(breaker),
-            clock,
-        }
-    }
-
-    /// The wrapped store, for what the guard does not cover (readiness, stats).
-    pub fn shared(&self) -> &S {
-        &self.shared
-    }
-
-    /// The breaker's state, for the circuit gauge and readiness.
-    pub fn circuit(&self) -> CircuitState {
-        self.breaker.state()
-    }
-
-    /// Keys held by the local fallback, for its memory gauge.
-    pub fn local_keys(&self) -> usize {
-        self.local.key_count()
-    }
-
-    /// Forgets the local fallback's state of `policy` for `identity`.
-    pub fn forget_local(&self, policy: &Policy, identity: &tollgate_core::Identity) -> bool {
-        self.local.forget(policy, identity)
-    }
-
-    /// Forgets request id `id` recorded by the local fallback with
-    /// `policy`'s state of `identity`.
-    pub fn forget_local_request_id(
-        &self,
-        policy: &Policy,
-        identity: &tollgate_core::Identity,
-        id: &crate::RequestId,
-    ) {
-        self.local.forget_request_id(policy, identity, id);
-    }
-
-    /// Expires idle local-fallback keys.
-    pub fn sweep(&self) {
-        self.local.sweep();
-    }
-
-    /// Decides every check all-or-nothing: on the shared store when it
-    /// answers, else by each check's declared failure mode. With `retry`,
-    /// under a request id ([`Store::decide_once`]).
-    pub async fn decide_all(
-        &self,
-        checks: &[GuardedCheck<'_>],
-        retry: Option<Retry<'_>>,
-    ) -> GuardedDecisions {
-        // The breaker's durations run on the monotonic clock: a wall clock
-        // stepped back does not hold the circuit open the longer.
-        let admission = self.breaker.admit(self.clock.monotonic_ms());
-        let mut error = None;
-        let mut store_us = None;
-        if admission != Admission::Skip {
-            let started = self.clock.monotonic_us();
-            let result = match (checks, retry) {
-                ([one], None) => self
-                    .shared
-                    .decide(one.check)
-                    .await
-                    .map(|d| (vec![d], Replay::Fresh)),
-                // Boxed: several checks, or a request id, take a deeper
-                // path than one plain check; inline, their futures would
-                // widen every decision's, which the servers move per call.
-                (_, None) => {
-                    Box::pin(async {
-                        let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
-                        self.shared
-                            .decide_all(&plain)
-                            .await
-                            .map(|d| (d, Replay::Fresh))
-                    })
-                    .await
-                }
-                (_, Some(retry)) => {
-                    Box::pin(async {
-                        let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
-                        self.shared
-                            .decide_once(&plain, retry)
-                            .await
-                            .map(|r| (r.decisions, r.replay))
-                    })
-                    .await
-                }
-            };
-            let ended = self.clock.monotonic_us();
-            store_us = Some(ended.saturating_sub(started));
-            self.breaker
-                .record(admission, result.is_ok(), ended / 1_000);
-            match result {
-                Ok((decisions, replay)) => {
-                    return GuardedDecisions::shared(decisions, replay).timed(store_us);
-                }
-                Err(e) => error = Some(e),
-            }
-        }
-        self.fallback(checks, retry)
-            .with_error(error)
-            .timed(store_us)
-    }
-
-    fn fallback(&self, checks: &[GuardedCheck<'_>], retry: Option<Retry<'_>>) -> GuardedDecisions {
-        by_failure_mode(checks, retry, |local, retry| {
-            self.local.decide_local(local, retry, true)
-        })
+/// Decisions made by the store itself, with what the request id made of
+/// the call.
+pub(crate) fn shared(result: Result<(Vec<Decision>, Replay), StoreError>) -> GuardedDecisions {
+    match result {
+        Ok((decisions, replay)) => GuardedDecisions::shared(decisions, replay),
+        Err(e) => GuardedDecisions::unanswered(e),
     }
 }
 

@@ -32,7 +32,6 @@
 //! any state: a forgotten id costs a retry a second charge, an evicted
 //! state gives its identity a fresh quota. Ids never push a state out.
 
-use std::future::{Future, ready};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,10 +40,11 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State, Taken};
 
+use crate::check::Check;
 use crate::check::{self, same_key};
-use crate::request_id::{Retried, Retry};
-use crate::{Check, Store, StoreError};
+use crate::error::StoreError;
 
+mod contract;
 mod eviction;
 mod full;
 mod records;
@@ -621,28 +621,4 @@ fn table_for<'g, 'a>(
 ) -> &'g mut Table {
     let at = guards.partition_point(|(i, _)| *i < shard);
     &mut guards[at].1
-}
-
-impl Store for MemoryStore {
-    fn decide(
-        &self,
-        check: Check<'_>,
-    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
-        ready(self.decide_now(check))
-    }
-
-    fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        ready(self.decide_all_now(checks))
-    }
-
-    fn decide_once(
-        &self,
-        checks: &[Check<'_>],
-        retry: Retry<'_>,
-    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
-        ready(self.decide_once_now(checks, retry))
-    }
 }

@@ -149,6 +149,7 @@ impl RequestDigest {
     /// so a record's values stay small (Redis keeps a hash of short values
     /// compact, in insertion order). A record an older version wrote
     /// (joined costs such as `1,1`) never equals one.
+    #[cfg(feature = "redis")]
     pub(crate) fn to_hex(self) -> String {
         self.0.to_hex()[..32].to_owned()
     }

@@ -3,8 +3,6 @@
 //! LOG_MAX_ENTRIES entries and its Lua decides exactly as the core on long
 //! logs too; the other algorithms' states are a fixed number of integers.
 //! Real redis-server processes, the memory store as the reference.
-// The Redis store's futures are deep (see crates/limiter/src/lib.rs).
-#![recursion_limit = "256"]
 
 mod redis_support;
 

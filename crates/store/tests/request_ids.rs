@@ -2,9 +2,6 @@
 //! against the memory store, standalone Redis and a Redis Cluster, at given
 //! times; then real-time races of one id across two Redis stores.
 
-// The Redis store's nested futures need a deeper layout query.
-#![recursion_limit = "256"]
-
 mod redis_support;
 
 use std::sync::Arc;

@@ -17,6 +17,7 @@ use redis::{
 };
 
 use super::config::{RedisConfig, redact_url};
+use super::errors::from_redis;
 use super::link::{Link, Source};
 use super::prelude::Prelude;
 use super::scales::Scales;
@@ -301,44 +302,6 @@ fn bad_url(url: &str, e: &RedisError) -> StoreError {
 
 fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
-}
-
-/// Errors that say Redis could not be reached or could not serve are
-/// "unavailable" (the failure policy decides), told apart by why: nothing
-/// listening, a name that does not resolve, credentials turned down.
-/// Anything else is a fault.
-pub fn from_redis(e: RedisError) -> StoreError {
-    if e.is_connection_refusal() {
-        return StoreError::Refused(e.to_string());
-    }
-    // std and tokio report a failed name lookup only in the message.
-    if e.is_io_error() && e.to_string().contains("failed to lookup address") {
-        return StoreError::Unresolved(e.to_string());
-    }
-    if e.kind() == ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
-    {
-        return StoreError::Auth(e.to_string());
-    }
-    let down = e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_timeout()
-        || e.is_cluster_error()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ReadOnly
-            )
-        );
-    if down {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Protocol(e.to_string())
-    }
 }
 
 fn integers(value: Value) -> Result<Vec<i64>, StoreError> {

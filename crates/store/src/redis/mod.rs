@@ -19,16 +19,20 @@
 //!   same script call ([`once`]), so a retry is charged once.
 //! - Every call has a timeout, every queue and map a bound.
 
+mod at_clock;
 mod batch;
 mod config;
 mod connection;
+mod contract;
 mod counts;
+mod errors;
 mod key;
 mod lanes;
 mod lease;
 mod link;
 mod once;
 mod prelude;
+mod registry;
 mod rejected;
 mod replay_prefix;
 mod scales;
@@ -44,9 +48,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tollgate_core::{Decision, Identity, Policy, Taken};
 
+pub use at_clock::AtClock;
 pub use config::{BatchConfig, RedisConfig, RedisConfigFault, SentinelConfig, redact_url};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
-pub use lease::*;
+pub use lease::{MAX_INSTANCES_A_REGION, ledger_epoch_key, ledger_key};
 pub use replay_prefix::{LIVE_REFRESH_MS, PrefixHolds};
 pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
@@ -55,8 +60,8 @@ use connection::{Connection, Reply};
 use script::{At, Item, Lua, Once, SCRIPTS, decision, decisions};
 
 use crate::check;
-use crate::request_id::{Replay, Retried, Retry};
-use crate::{Check, Store, StoreError};
+use crate::check::Check;
+use crate::error::StoreError;
 
 /// Keys decided at a given time (replay, tests) live at least this long,
 /// so a fast replay never outruns its own state.
@@ -409,7 +414,7 @@ impl RedisStore {
                     .connection
                     .query(::redis::cmd("DEL").arg(&key))
                     .await
-                    .map_err(connection::from_redis)
+                    .map_err(errors::from_redis)
             })
             .await?;
         self.shared.rejected.forget(&key);
@@ -419,7 +424,7 @@ impl RedisStore {
                 .connection
                 .query(::redis::cmd("DEL").arg(key::record_key(&key)))
                 .await
-                .map_err(connection::from_redis)
+                .map_err(errors::from_redis)
         })
         .await?;
         Ok(matches!(deleted, ::redis::Value::Int(n) if n > 0))
@@ -470,7 +475,7 @@ impl RedisStore {
                 .query(&::redis::cmd("PING"))
                 .await
                 .map(drop)
-                .map_err(connection::from_redis)
+                .map_err(errors::from_redis)
         })
         .await
     }
@@ -595,90 +600,5 @@ impl RedisStore {
         out.into_iter()
             .map(|d| d.ok_or_else(|| StoreError::Protocol("a check went undecided".into())))
             .collect()
-    }
-}
-
-impl Store for RedisStore {
-    fn decide(
-        &self,
-        check: Check<'_>,
-    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
-        let item = self.item(&check);
-        self.decide_one(item)
-    }
-
-    /// All-or-nothing. Checks of one identity share a hash tag, so in a
-    /// Cluster too they are one script call: nothing is consumed unless
-    /// every check admits, atomically. Checks spanning Cluster slots
-    /// (different identities) cannot share a script; they are decided in
-    /// two phases: every slot's verdict is taken (writing nothing), and
-    /// only if all admit is each slot consumed, atomically within the slot,
-    /// in slot order; otherwise each slot is decided again consuming
-    /// nothing. Guaranteed: no policy ever admits beyond its limit, and a
-    /// rejection seen in the first phase consumes nothing anywhere. Not
-    /// guaranteed: if another instance consumes between the phases so
-    /// that a later slot now rejects, the slots already consumed stay
-    /// consumed (a refund could mint capacity that others were refused);
-    /// the request is reported rejected.
-    fn decide_all(
-        &self,
-        checks: &[Check<'_>],
-    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
-        let never = check::never_fit_in_batch(checks);
-        async move {
-            // One check is a plain decision: batched, and cached when rejected.
-            if items.len() == 1
-                && let Some(item) = items.pop()
-            {
-                return self.decide_one(item).await.map(|d| vec![d]);
-            }
-            self.shared.tag_all(&mut items);
-            let mut decisions = self
-                .all_or_nothing(&items, At::StoreClock, self.shared.margin_ms)
-                .await?;
-            check::mark_never_fits(&never, &mut decisions);
-            Ok(decisions)
-        }
-    }
-
-    /// Under a request id: never answered from the rejected-until cache (a
-    /// replay admits). One check is batched with other single checks under
-    /// ids (`decide_each_once.lua`); several are one `decide_once.lua` call
-    /// per slot (see [`RedisStore::once_or_nothing`]).
-    fn decide_once(
-        &self,
-        checks: &[Check<'_>],
-        retry: Retry<'_>,
-    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
-        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
-        let never = check::never_fit_in_batch(checks);
-        let once = self.once(&items, retry);
-        async move {
-            let Some(once) = once else {
-                return Ok(Retried {
-                    decisions: Vec::new(),
-                    replay: Replay::Fresh,
-                });
-            };
-            if items.len() == 1
-                && let Some(item) = items.pop()
-            {
-                return Box::pin(self.decide_one_once(item, once)).await;
-            }
-            self.shared.tag_all(&mut items);
-            // Boxed: the two phases' futures are deep (redis-rs's within).
-            let mut retried = Box::pin(self.once_or_nothing(
-                &items,
-                &once,
-                At::StoreClock,
-                self.shared.margin_ms,
-            ))
-            .await?;
-            if retried.replay == Replay::Fresh {
-                check::mark_never_fits(&never, &mut retried.decisions);
-            }
-            Ok(retried)
-        }
     }
 }

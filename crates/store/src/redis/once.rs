@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tollgate_core::Decision;
 
 use super::script::{At, Item, Once, SCRIPTS, decisions};
-use super::{Answer, RedisStore, batch, connection, key};
+use super::{Answer, RedisStore, batch, errors, key};
 use crate::check;
 use crate::request_id::{self, Replay, Retried, Retry};
 use crate::{Check, StoreError};
@@ -176,7 +176,7 @@ impl RedisStore {
                 .query(::redis::cmd("HDEL").arg(&once.key[..]).arg(&once.id))
                 .await
                 .map(drop)
-                .map_err(connection::from_redis)
+                .map_err(errors::from_redis)
         })
         .await
     }
@@ -197,7 +197,7 @@ impl RedisStore {
                 .query(::redis::cmd("HDEL").arg(records).arg(id.as_str()))
                 .await
                 .map(drop)
-                .map_err(connection::from_redis)
+                .map_err(errors::from_redis)
         })
         .await
     }

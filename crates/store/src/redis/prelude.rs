@@ -110,7 +110,7 @@ impl Prelude {
         for ((policy, scale), reply) in known.iter().zip(&replies[scripts..]) {
             let tag = reply
                 .clone()
-                .map_err(super::connection::from_redis)
+                .map_err(super::errors::from_redis)
                 .and_then(tag_of);
             self.scales.settle(policy, *scale, tag);
         }

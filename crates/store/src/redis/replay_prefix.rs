@@ -9,7 +9,7 @@
 use redis::Value;
 
 use super::RedisStore;
-use super::connection;
+use super::errors;
 use crate::StoreError;
 
 /// The key that says a prefix is a replay's: `<prefix>:replay`. No state
@@ -81,7 +81,7 @@ impl RedisStore {
                                 .arg(SCAN_COUNT),
                         )
                         .await
-                        .map_err(connection::from_redis)
+                        .map_err(errors::from_redis)
                 })
                 .await?;
             let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
@@ -122,7 +122,7 @@ impl RedisStore {
                     .connection
                     .query(redis::cmd("EXISTS").arg(key))
                     .await
-                    .map_err(connection::from_redis)
+                    .map_err(errors::from_redis)
             })
             .await?;
         Ok(matches!(exists, Value::Int(1)))
@@ -136,7 +136,7 @@ impl RedisStore {
                 .query(cmd)
                 .await
                 .map(drop)
-                .map_err(connection::from_redis)
+                .map_err(errors::from_redis)
         })
         .await
     }
@@ -156,7 +156,7 @@ impl RedisStore {
                 )
                 .await
                 .map(drop)
-                .map_err(connection::from_redis)
+                .map_err(errors::from_redis)
         })
         .await
     }

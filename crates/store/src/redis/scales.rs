@@ -29,6 +29,9 @@
 //! and each connection that opens registers every scale the store knows
 //! before its first decision (prelude.rs), so a server restarted empty has
 //! its registries back before a state names them.
+//!
+//! This file is the cache and the registry's commands and answers; the
+//! calls to Redis that register and resolve are registry.rs's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,7 +41,6 @@ use parking_lot::RwLock;
 use redis::{Cmd, Value};
 use tokio::time::Instant;
 
-use super::connection::{Connection, from_redis};
 use super::script::{By, SCRIPTS, invocation};
 use crate::StoreError;
 
@@ -73,19 +75,15 @@ pub fn registry_key(prefix: &str, policy: &str) -> String {
 }
 
 impl Scales {
-    /// The tag to write `policy`'s `scale` with now, never waiting on
-    /// Redis: the cached tag (`None`: none yet, or none to have; a text
-    /// state says its scale itself). When the scale is not cached, or due
-    /// to be registered again, a registration starts in the background, so
-    /// a decision never pays a registry round trip.
-    pub fn tag_now(
-        self: &Arc<Self>,
-        connection: &Connection,
-        prefix: &str,
+    /// The tag to write `policy`'s `scale` with now: `Ok` the cached one;
+    /// `Err` the one to use while a registration runs, when the scale is
+    /// not cached or due to be registered again (marked pending: no other
+    /// decision starts a registration until RETRY).
+    pub fn cached_or_due(
+        &self,
         policy: &Arc<str>,
         scale: Scale,
-        margin_ms: u64,
-    ) -> Option<u16> {
+    ) -> Result<Option<u16>, Option<u16>> {
         let now = Instant::now();
         let cached = self
             .tags
@@ -96,37 +94,11 @@ impl Scales {
         if let Some((tag, due)) = cached
             && now < due
         {
-            return tag;
+            return Ok(tag);
         }
         let tag = cached.and_then(|(tag, _)| tag);
-        // Pending: no other decision starts a registration until RETRY.
         self.insert(policy, scale, tag, now + RETRY);
-        let (scales, connection, prefix, policy) = (
-            Arc::clone(self),
-            connection.clone(),
-            prefix.to_owned(),
-            Arc::clone(policy),
-        );
-        tokio::spawn(async move {
-            let registered = register(&connection, &prefix, &policy, scale, margin_ms).await;
-            scales.settle(&policy, scale, registered);
-        });
-        tag
-    }
-
-    /// Registers `policy`'s `scale` now (see [`super::RedisStore::prepare`]).
-    pub async fn register_now(
-        &self,
-        connection: &Connection,
-        prefix: &str,
-        policy: &Arc<str>,
-        scale: Scale,
-        margin_ms: u64,
-    ) -> Result<Option<u16>, StoreError> {
-        let registered = register(connection, prefix, policy, scale, margin_ms).await;
-        let failed = registered.as_ref().err().cloned();
-        let tag = self.settle(policy, scale, registered);
-        failed.map_or(Ok(tag), Err)
+        Err(tag)
     }
 
     /// Records a registration's outcome; returns the tag to use. A failed
@@ -182,40 +154,12 @@ impl Scales {
             .collect()
     }
 
-    /// The scale `policy` tagged `tag`, from the registry when not cached;
-    /// `[0, 0, 0]` (an empty bucket) when the registry no longer knows it.
-    pub async fn resolve(
-        &self,
-        connection: &Connection,
-        prefix: &str,
-        policy: &Arc<str>,
-        tag: u16,
-    ) -> Result<Scale, StoreError> {
-        if let Some(scale) = self.known.read().get(&(Arc::clone(policy), tag)) {
-            return Ok(*scale);
-        }
-        let entries = connection
-            .query(redis::cmd("HGETALL").arg(registry_key(prefix, policy)))
-            .await
-            .map_err(from_redis)?;
-        let mut found = [0; 3];
-        for (text, entry_tag) in parse_registry(&entries)? {
-            if entry_tag == tag {
-                found = text;
-            }
-            self.remember(policy, entry_tag, text);
-        }
-        if found == [0; 3] {
-            tracing::warn!(
-                policy = %policy,
-                tag,
-                "a gcra state names a scale its registry has lost; it is read as an empty bucket"
-            );
-        }
-        Ok(found)
+    /// The scale `policy` tagged `tag`, when cached.
+    pub fn known_scale(&self, policy: &Arc<str>, tag: u16) -> Option<Scale> {
+        self.known.read().get(&(Arc::clone(policy), tag)).copied()
     }
 
-    fn remember(&self, policy: &Arc<str>, tag: u16, scale: Scale) {
+    pub fn remember(&self, policy: &Arc<str>, tag: u16, scale: Scale) {
         let mut known = self.known.write();
         if known.len() >= MAX_CACHED {
             known.clear();
@@ -224,26 +168,12 @@ impl Scales {
     }
 }
 
-async fn register(
-    connection: &Connection,
-    prefix: &str,
-    policy: &str,
-    scale: Scale,
-    margin_ms: u64,
-) -> Result<Option<u16>, StoreError> {
-    let reply = connection
-        .evaluate(|by| Ok(registration_by(prefix, policy, scale, margin_ms, by)))
-        .await?
-        .map_err(from_redis)?;
-    tag_of(reply)
-}
-
 /// `EVALSHA register_scale ...` for `policy`'s `scale`.
 pub fn registration(prefix: &str, policy: &str, scale: Scale, margin_ms: u64) -> Cmd {
     registration_by(prefix, policy, scale, margin_ms, By::Sha)
 }
 
-fn registration_by(prefix: &str, policy: &str, scale: Scale, margin_ms: u64, by: By) -> Cmd {
+pub fn registration_by(prefix: &str, policy: &str, scale: Scale, margin_ms: u64, by: By) -> Cmd {
     let [capacity, n, p] = scale;
     // The longest a state of this scale lives: a full refill, C·p/n ms.
     let refill_ms = u64::try_from(u128::from(capacity) * u128::from(p) / u128::from(n.max(1)))
@@ -288,7 +218,7 @@ pub fn preferred_tag(text: &str) -> u16 {
 }
 
 /// `HGETALL`'s "C:n:p" → tag pairs (the "#tag" fields are skipped).
-fn parse_registry(value: &Value) -> Result<Vec<(Scale, u16)>, StoreError> {
+pub fn parse_registry(value: &Value) -> Result<Vec<(Scale, u16)>, StoreError> {
     let bad = || StoreError::Protocol(format!("unreadable gcra scale registry: {value:?}"));
     let text = |v: &Value| match v {
         Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),

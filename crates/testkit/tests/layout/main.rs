@@ -1,18 +1,22 @@
-//! Guards on the repository's shape, run by `cargo test`: no source or
-//! test file over 700 lines, no source or test function over 120, no cycle
-//! between the server's top-level modules. Each reads the files from disk;
-//! a failure names every offender and says how to fix it.
+//! Guards on the repository's shape, run by `cargo test`: no source, test,
+//! bench or example file over 700 lines, no function there over 120, and in
+//! every crate's `src` no module cycle at any level (children of one module
+//! taking from each other in a circle) and no file circle (files taking
+//! from each other in a circle, through `crate::`/`super::` paths and
+//! re-exports). Each reads the files from disk; a failure names every
+//! offender and says how to fix it.
 //!
 //! Tests are held to both limits like `src`: a long scenario reads better
 //! as named phases than as one body.
 //!
 //! What was already too long, or already a cycle, when a guard came in is
-//! listed (files and cycles below, functions in `long_functions.txt`
-//! beside this file) and tolerated until fixed. Each list only shrinks: an
+//! listed (files below, functions in `long_functions.txt` and cycles in
+//! `known_cycles.txt` beside this file) and tolerated until fixed. Each list only shrinks: an
 //! entry that no longer applies fails its guard until it is deleted, so
 //! nothing fixed can come back unnoticed.
 
 mod functions;
+mod imports;
 mod lexer;
 mod modules;
 
@@ -20,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use imports::ModPath;
 use modules::{Graph, Seen};
 
 const MAX_FILE_LINES: usize = 700;
@@ -35,17 +40,16 @@ const LONG_FILES: &[(&str, usize)] = &[];
 /// beside this one: one `path::name  lines` a line.
 const LONG_FUNCTIONS: &str = "long_functions.txt";
 
-/// Cycles between the server's top-level modules that are being removed,
-/// written as the guard prints them. Any other cycle fails; so does an entry
-/// here once its cycle is gone: delete it. This list must end empty.
-const KNOWN_CYCLES: &[&str] = &[];
+/// Module cycles and file circles being removed, in a file beside this
+/// one: one a line, written as the guard prints them.
+const KNOWN_CYCLES: &str = "known_cycles.txt";
 
 #[test]
 fn no_source_or_test_file_is_over_700_lines() {
     let root = workspace_root();
     let mut failures = Vec::new();
     let mut seen = BTreeSet::new();
-    for file in source_files(&root).into_iter().chain(test_files(&root)) {
+    for file in checked_files(&root) {
         let lines = read(&root, &file).lines().count();
         let tolerated = LONG_FILES.iter().find(|(path, _)| *path == file);
         if let Some((_, listed)) = tolerated {
@@ -92,7 +96,7 @@ fn no_function_is_over_120_lines() {
     };
     let mut failures = Vec::new();
     let mut found = BTreeSet::new();
-    for file in source_files(&root).into_iter().chain(test_files(&root)) {
+    for file in checked_files(&root) {
         for f in functions::functions(&tokens(&root, &file)) {
             let key = format!("{file}::{}", f.name);
             match listed.get(&key) {
@@ -133,40 +137,78 @@ fn no_function_is_over_120_lines() {
 }
 
 #[test]
-fn the_servers_top_level_modules_form_no_cycle() {
+fn no_crate_has_a_module_cycle_or_a_file_circle() {
     let root = workspace_root();
-    let graph = module_graph(&root, "crates/server/src");
-    let mut failures = Vec::new();
-    let mut found = BTreeSet::new();
-    for tangle in modules::tangles(&graph) {
-        let cycles = modules::cycles(&graph, &tangle);
-        if cycles.len() >= modules::MAX_CYCLES {
-            failures.push(format!(
-                "modules {} all reach each other, through {} cycles or more: \
-                 make the dependencies go one way (see the layers in crates/server/src/lib.rs)",
-                tangle.join(", "),
-                modules::MAX_CYCLES
-            ));
+    let list_path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/layout")
+        .join(KNOWN_CYCLES);
+    let list_name = relative(&root, &list_path);
+    let known: BTreeSet<String> = read(&root, &list_name)
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    let mut guard = CycleGuard {
+        known: &known,
+        found: BTreeSet::new(),
+        failures: Vec::new(),
+    };
+    for src in crate_sources(&root) {
+        let (files, krate) = load_crate(&root, &src);
+        let (levels, circles) = import_graphs(&files, &krate);
+        for (level, graph) in &levels {
+            let at = if level.is_empty() {
+                src.clone()
+            } else {
+                format!("{src}/{}", level.join("/"))
+            };
+            guard.check(graph, &format!("module cycle in {at}:"));
         }
-        for cycle in cycles {
-            let text = modules::cycle_text(&cycle);
-            found.insert(text.clone());
-            if !KNOWN_CYCLES.contains(&text.as_str()) {
-                failures.push(format!(
-                    "cycle {text}: make the dependency go one way (move what both need \
-                     to the lower module, or pass it in); the edges:\n{}",
-                    edges_text(&graph, &cycle)
-                ));
-            }
-        }
+        guard.check(&circles, &format!("file circle in {src}:"));
     }
-    for known in KNOWN_CYCLES.iter().filter(|known| !found.contains(**known)) {
+    let mut failures = guard.failures;
+    for gone in known.iter().filter(|known| !guard.found.contains(*known)) {
         failures.push(format!(
-            "cycle {known} is gone: delete it from KNOWN_CYCLES in {}",
-            this_file()
+            "{gone} is gone: delete its line from {list_name} (this list only shrinks)"
         ));
     }
     report(&failures);
+}
+
+/// The cycles found so far, and what fails.
+struct CycleGuard<'a> {
+    known: &'a BTreeSet<String>,
+    found: BTreeSet<String>,
+    failures: Vec<String>,
+}
+
+impl CycleGuard<'_> {
+    /// Fails each cycle of `graph` not known, each written after `label`.
+    fn check(&mut self, graph: &Graph, label: &str) {
+        for tangle in modules::tangles(graph) {
+            let cycles = modules::cycles(graph, &tangle);
+            if cycles.len() >= modules::MAX_CYCLES {
+                self.failures.push(format!(
+                    "{label} {} all reach each other, through {} cycles or more: \
+                     make the dependencies go one way",
+                    tangle.join(", "),
+                    modules::MAX_CYCLES
+                ));
+            }
+            for cycle in cycles {
+                let text = format!("{label} {}", modules::cycle_text(&cycle));
+                self.found.insert(text.clone());
+                if !self.known.contains(&text) {
+                    self.failures.push(format!(
+                        "{text}: make the dependency go one way (move what both need \
+                         down into a module both use, or pass it in); the edges:\n{}",
+                        edges_text(graph, &cycle)
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// Each edge of `cycle` and the first line that makes it.
@@ -180,78 +222,88 @@ fn edges_text(graph: &Graph, cycle: &[String]) -> String {
     lines.join("\n")
 }
 
-/// The top-level modules of the crate whose sources are `src` (files and
-/// folders directly under it, `lib.rs` and `main.rs` aside: they are the
-/// roots) and which names which. A name re-exported by `lib.rs` counts as
-/// its module's.
-fn module_graph(root: &Path, src: &str) -> Graph {
-    let mut graph = Graph::new();
-    let files: Vec<String> = source_files(root)
+/// Every `crates/*/src` with a `lib.rs` or `main.rs`, sorted.
+fn crate_sources(root: &Path) -> Vec<String> {
+    let mut sources: Vec<String> = read_dir(&root.join("crates"))
         .into_iter()
-        .filter(|f| f.starts_with(&format!("{src}/")))
+        .map(|krate| krate.join("src"))
+        .filter(|src| src.join("lib.rs").is_file() || src.join("main.rs").is_file())
+        .map(|src| relative(root, &src))
         .collect();
-    let module_of = |file: &str| -> Option<String> {
-        let inside = &file[src.len() + 1..];
-        let first = inside.split('/').next().unwrap_or(inside);
-        let name = first.strip_suffix(".rs").unwrap_or(first);
-        (!matches!(inside, "lib.rs" | "main.rs")).then(|| name.to_owned())
-    };
-    let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(f)).collect();
-    let reexports = reexports(&tokens(root, &format!("{src}/lib.rs")), &modules);
-    for file in &files {
-        let Some(from) = module_of(file) else {
-            continue;
-        };
-        let inside = &file[src.len() + 1..];
-        let depth = inside.matches('/').count() + usize::from(!inside.ends_with("/mod.rs"));
-        for (name, line) in modules::root_names(&tokens(root, file), depth) {
-            let to = if modules.contains(&name) {
-                name
-            } else if let Some(module) = reexports.get(&name) {
-                module.clone()
-            } else {
-                continue;
-            };
-            if to != from {
-                let seen = Seen {
-                    file: file.clone(),
-                    line,
-                };
-                graph
-                    .entry(from.clone())
-                    .or_default()
-                    .entry(to)
-                    .or_insert(seen);
-            }
-        }
-    }
-    graph
+    sources.sort();
+    sources
 }
 
-/// What `lib.rs` re-exports from a module (`pub use error::ServeError;`):
-/// each name, or its alias, and the module.
-fn reexports(lib: &[lexer::Token], modules: &BTreeSet<String>) -> BTreeMap<String, String> {
-    let mut names = BTreeMap::new();
-    let mut i = 0;
-    while i < lib.len() {
-        if lib[i].is_ident("use") && lib.get(i + 1).is_some_and(|t| modules.contains(&t.text)) {
-            let module = lib[i + 1].text.clone();
-            let end = (i..lib.len())
-                .find(|&k| lib[k].is_punct(";"))
-                .unwrap_or(lib.len());
-            // The last name of each path, or its alias: what `crate::` sees.
-            for k in i + 2..end {
-                let next = lib.get(k + 1);
-                let last = next.is_some_and(|t| [",", "}", ";"].iter().any(|p| t.is_punct(p)));
-                if lib[k].kind == lexer::Kind::Ident && last && lib[k].text != "self" {
-                    names.insert(lib[k].text.clone(), module.clone());
-                }
-            }
-            i = end;
-        }
-        i += 1;
+/// The crate whose sources are `src`, by module, with each module's file.
+/// With a `lib.rs` the library is the crate: `main.rs` and `bin/` are
+/// crates of their own that reach the library by its name.
+fn load_crate(root: &Path, src: &str) -> (BTreeMap<ModPath, String>, imports::Crate) {
+    let has_lib = root.join(src).join("lib.rs").is_file();
+    let files: BTreeMap<ModPath, String> = source_files(root)
+        .into_iter()
+        .filter_map(|file| {
+            let inside = file.strip_prefix(&format!("{src}/"))?.to_owned();
+            let binary = inside == "main.rs" || inside.starts_with("bin/");
+            (!(has_lib && binary)).then(|| (imports::module_of(&inside), file))
+        })
+        .collect();
+    let mut krate = imports::Crate {
+        files: BTreeMap::new(),
+    };
+    for (module, file) in &files {
+        let children: BTreeSet<String> = files
+            .keys()
+            .filter(|m| m.len() == module.len() + 1 && m.starts_with(module))
+            .filter_map(|m| m.last().cloned())
+            .collect();
+        let scanned = imports::scan(&tokens(root, file), module, &children);
+        krate.files.insert(module.clone(), scanned);
     }
-    names
+    (files, krate)
+}
+
+/// The crate's import graphs: at each module with children, which child
+/// takes from which (through any file inside it); and which file takes from
+/// which. A module and the modules inside it are one: a child taking from
+/// its parent (`super::X`) or a parent from its child is no edge.
+fn import_graphs(
+    files: &BTreeMap<ModPath, String>,
+    krate: &imports::Crate,
+) -> (BTreeMap<ModPath, Graph>, Graph) {
+    let mut levels: BTreeMap<ModPath, Graph> = BTreeMap::new();
+    let mut circles = Graph::new();
+    for (from, scanned) in &krate.files {
+        for import in &scanned.imports {
+            let to = krate.resolve(&import.path);
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if common == from.len() || common == to.len() {
+                continue;
+            }
+            let seen = Seen {
+                file: files[from].clone(),
+                line: import.line,
+            };
+            levels
+                .entry(from[..common].to_vec())
+                .or_default()
+                .entry(from[common].clone())
+                .or_default()
+                .entry(to[common].clone())
+                .or_insert_with(|| seen.clone());
+            let short = |m: &ModPath| {
+                files[m]
+                    .rsplit_once("/src/")
+                    .map_or("", |(_, f)| f)
+                    .to_owned()
+            };
+            circles
+                .entry(short(from))
+                .or_default()
+                .entry(short(&to))
+                .or_insert(seen);
+        }
+    }
+    (levels, circles)
 }
 
 /// The `path::name  lines` entries of the allow-list; `#` starts a comment
@@ -304,10 +356,13 @@ fn source_files(root: &Path) -> Vec<String> {
     crate_files(root, "src")
 }
 
-/// Every `crates/*/tests/**/*.rs` (integration tests and their support
-/// code), relative to `root` with `/`, sorted.
-fn test_files(root: &Path) -> Vec<String> {
-    crate_files(root, "tests")
+/// Every file the size rules hold: each crate's sources, tests (and their
+/// support code), benches and examples.
+fn checked_files(root: &Path) -> Vec<String> {
+    ["src", "tests", "benches", "examples"]
+        .into_iter()
+        .flat_map(|folder| crate_files(root, folder))
+        .collect()
 }
 
 /// Every `crates/*/{folder}/**/*.rs`, relative to `root` with `/`, sorted.

@@ -1,0 +1,125 @@
+//! The memory store's side of the store contract (crate::contract): each
+//! operation is the store's own, answered at once; a full store's
+//! decisions go by the checks' failure modes.
+
+use std::future::{Future, ready};
+
+use tollgate_core::{Decision, Identity, Policy, Taken};
+
+use super::MemoryStore;
+use crate::check::Check;
+use crate::contract::{Admin, Blocks, Decide, Ledger, Store, StoreStats};
+use crate::error::StoreError;
+use crate::fallback::{self, GuardedCheck, GuardedDecisions};
+use crate::lease::{LeaseAsk, LeaseGrant};
+use crate::request_id::{Replay, RequestId, Retried, Retry};
+
+impl Store for MemoryStore {
+    fn decide(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        ready(self.decide_now(check))
+    }
+
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        ready(self.decide_all_now(checks))
+    }
+
+    fn decide_once(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        ready(self.decide_once_now(checks, retry))
+    }
+}
+
+impl Decide for MemoryStore {
+    async fn decide(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        retry: Option<Retry<'_>>,
+    ) -> GuardedDecisions {
+        let result = match (checks, retry) {
+            ([one], None) => self.decide_now(one.check).map(|d| (vec![d], Replay::Fresh)),
+            (_, None) => {
+                let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                self.decide_all_now(&plain).map(|d| (d, Replay::Fresh))
+            }
+            (_, Some(retry)) => {
+                let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+                self.decide_once_now(&plain, retry)
+                    .map(|r| (r.decisions, r.replay))
+            }
+        };
+        match result {
+            // Full (memory/full.rs): the failure modes answer, and a
+            // `local` policy's identities without room share one budget.
+            Err(error) => GuardedDecisions {
+                error: Some(error),
+                ..fallback::by_failure_mode(checks, retry, |local, retry| {
+                    self.decide_local(local, retry, false)
+                })
+            },
+            ok => fallback::shared(ok),
+        }
+    }
+}
+
+impl Blocks for MemoryStore {
+    async fn take(&self, check: Check<'_>) -> Result<(Decision, Taken), StoreError> {
+        MemoryStore::take(self, check)
+    }
+
+    async fn give_back(&self, check: Check<'_>, taken: Taken) -> Result<u64, StoreError> {
+        Ok(MemoryStore::give_back(self, check, taken))
+    }
+
+    fn trusted(&self) -> bool {
+        true
+    }
+}
+
+impl Ledger for MemoryStore {
+    async fn lease(&self, _ask: &LeaseAsk<'_>) -> Result<Vec<LeaseGrant>, StoreError> {
+        Err(StoreError::Config(
+            "a lease ledger lives in a Redis store, not a memory one".into(),
+        ))
+    }
+}
+
+impl Admin for MemoryStore {
+    async fn forget(&self, policy: &Policy, identity: &Identity) -> Result<bool, StoreError> {
+        Ok(MemoryStore::forget(self, policy, identity))
+    }
+
+    async fn forget_request_id(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        id: &RequestId,
+    ) -> Result<(), StoreError> {
+        MemoryStore::forget_request_id(self, policy, identity, id);
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            keys: self.key_count() as u64,
+            evictions: self.evictions(),
+            ..StoreStats::default()
+        }
+    }
+
+    fn sweep(&self) {
+        MemoryStore::sweep(self);
+    }
+}

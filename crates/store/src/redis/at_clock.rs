@@ -1,0 +1,111 @@
+//! A Redis store deciding at a given clock's time instead of its own
+//! `TIME`: replay, whose events carry their own times. Unguarded: a replay
+//! stops at a store error rather than inventing decisions.
+
+use std::sync::Arc;
+
+use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
+
+use super::RedisStore;
+use crate::check::Check;
+use crate::contract::{Admin, Blocks, Decide, Ledger, StoreStats};
+use crate::error::StoreError;
+use crate::fallback::{self, GuardedCheck, GuardedDecisions};
+use crate::lease::{LeaseAsk, LeaseGrant};
+use crate::request_id::{Replay, RequestId, Retry};
+
+/// A Redis store deciding at `clock`'s time instead of its own `TIME`:
+/// replay, whose events carry their own times. Unguarded: a replay stops
+/// at a store error rather than inventing decisions.
+pub struct AtClock {
+    store: RedisStore,
+    clock: Arc<dyn Clock>,
+}
+
+impl AtClock {
+    /// `store` deciding at `clock`'s time.
+    pub fn new(store: RedisStore, clock: Arc<dyn Clock>) -> Self {
+        Self { store, clock }
+    }
+}
+
+impl Decide for AtClock {
+    async fn decide(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        retry: Option<Retry<'_>>,
+    ) -> GuardedDecisions {
+        let now_ms = self.clock.now_ms();
+        // Boxed: replay's futures would otherwise widen every decision's
+        // future, and the hot paths move it.
+        let result = Box::pin(async {
+            let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
+            match (checks, retry) {
+                ([one], None) => self
+                    .store
+                    .decide_at(one.check, now_ms)
+                    .await
+                    .map(|d| (vec![d], Replay::Fresh)),
+                (_, None) => self
+                    .store
+                    .decide_all_at(&plain, now_ms)
+                    .await
+                    .map(|d| (d, Replay::Fresh)),
+                (_, Some(retry)) => self
+                    .store
+                    .decide_once_at(&plain, retry, now_ms)
+                    .await
+                    .map(|r| (r.decisions, r.replay)),
+            }
+        })
+        .await;
+        fallback::shared(result)
+    }
+}
+
+impl Blocks for AtClock {
+    async fn take(&self, check: Check<'_>) -> Result<(Decision, Taken), StoreError> {
+        self.store.take_at(check, self.clock.now_ms()).await
+    }
+
+    async fn give_back(&self, check: Check<'_>, taken: Taken) -> Result<u64, StoreError> {
+        self.store
+            .give_back_at(check, taken, self.clock.now_ms())
+            .await
+    }
+
+    fn trusted(&self) -> bool {
+        true
+    }
+}
+
+impl Ledger for AtClock {
+    async fn lease(&self, ask: &LeaseAsk<'_>) -> Result<Vec<LeaseGrant>, StoreError> {
+        self.store.lease(ask).await
+    }
+}
+
+impl Admin for AtClock {
+    async fn forget(&self, policy: &Policy, identity: &Identity) -> Result<bool, StoreError> {
+        self.store.forget(policy, identity).await
+    }
+
+    async fn forget_request_id(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        id: &RequestId,
+    ) -> Result<(), StoreError> {
+        self.store.forget_request_id(policy, identity, id).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.store.ping().await
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
+    }
+
+    fn sweep(&self) {}
+}
