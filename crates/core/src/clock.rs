@@ -110,7 +110,9 @@ impl Clock for SystemClock {
             let start = clock.raw();
             Counter { clock, start }
         });
-        let elapsed_ns = counter.clock.delta_as_nanos(counter.start, counter.clock.raw());
+        let elapsed_ns = counter
+            .clock
+            .delta_as_nanos(counter.start, counter.clock.raw());
         (elapsed_ns / 1_000).saturating_add(MONOTONIC_START_US)
     }
 

@@ -20,8 +20,9 @@ pub struct GcraState {
     pub capacity: u64,
 }
 
-// Inlined into `Limits::decide`, so the state is decided where it lies.
-#[inline]
+// Inlined into `Limits::decide` (a call costs the state a copy out and
+// back), and into the store's eviction marks, its one other caller.
+#[inline(always)]
 pub(super) fn decide(
     rate: &Rate,
     state: &mut Option<GcraState>,
