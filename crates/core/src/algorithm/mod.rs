@@ -284,3 +284,27 @@ fn div_ceil(x: u128, d: u64) -> u128 {
 fn remaining(x: u128) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{div_ceil, div_floor};
+
+    #[test]
+    fn the_u64_division_path_gives_the_u128_quotient() {
+        let big = u128::from(u64::MAX) * 3 + 7;
+        for (x, d) in [
+            (0u128, 1u64),
+            (0, 7),
+            (99, 1),
+            (99, 10),
+            (100, 10),
+            (u128::from(u64::MAX), 2),
+            (u128::from(u64::MAX) + 1, 2),
+            (big, 3),
+            (big, u64::MAX),
+        ] {
+            assert_eq!(div_floor(x, d), x / u128::from(d), "{x} / {d}");
+            assert_eq!(div_ceil(x, d), x.div_ceil(u128::from(d)), "⌈{x} / {d}⌉");
+        }
+    }
+}
