@@ -6,10 +6,11 @@
 //! instance must agree on them. The monotonic clock (`monotonic_us`) never
 //! steps: durations that must hold whatever an operator or NTP does to the
 //! wall clock — a lease's term, a store call's latency — are measured on it.
+//! A decision wants both; [`SystemClock`] reads the time once for the two.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A source of Unix time in whole milliseconds, and of monotonic time.
 pub trait Clock: Send + Sync {
@@ -25,9 +26,25 @@ pub trait Clock: Send + Sync {
     fn monotonic_ms(&self) -> u64 {
         self.monotonic_us() / 1_000
     }
+
+    /// [`Clock::now_ms`] and [`Clock::monotonic_ms`] at one instant: what a
+    /// store reads once per decision. A clock that derives one time from
+    /// the other reads the time once.
+    fn now_and_monotonic_ms(&self) -> (u64, u64) {
+        (self.now_ms(), self.monotonic_ms())
+    }
 }
 
-/// The operating system's wall clock and its monotonic clock.
+/// The operating system's wall clock and a monotonic clock read from the
+/// CPU's time-stamp counter (quanta; the OS monotonic clock where the TSC
+/// is unusable), which costs a fraction of a system clock read.
+///
+/// The wall clock is read at most once a millisecond of monotonic time and
+/// carried between reads as its offset from the monotonic clock: every
+/// reading is the wall time to within a microsecond (the TSC's drift over a
+/// millisecond), and a step of the wall clock shows within a millisecond.
+/// Decisions are exact in whatever milliseconds they are given; this only
+/// makes reading them cheap.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -35,23 +52,73 @@ pub struct SystemClock;
 /// first read, so no reading is 0 (0 stands for "never" in the callers).
 const MONOTONIC_START_US: u64 = 1_000_000;
 
-impl Clock for SystemClock {
-    // The reads of the system clocks in core and store (clippy.toml bans
-    // the rest): everything else is handed a `Clock`.
+/// How often [`SystemClock`] reads the wall clock itself, in monotonic µs.
+const WALL_READ_EVERY_US: u64 = 1_000;
+
+/// The TSC-backed clock and its reading at the first use.
+struct Counter {
+    clock: quanta::Clock,
+    start: u64,
+}
+
+/// The wall clock's offset from the monotonic one (µs), and when it was
+/// last read (monotonic µs, 0: never). Two relaxed atomics: a reader that
+/// sees one updated before the other has the wall time of a millisecond
+/// ago at worst, as if it had read a moment earlier.
+static WALL_OFFSET_US: AtomicI64 = AtomicI64::new(0);
+static WALL_READ_AT_US: AtomicU64 = AtomicU64::new(0);
+
+impl SystemClock {
+    /// The wall time, read from the operating system, in µs.
+    // The read of the wall clock in core and store (clippy.toml bans the
+    // rest): everything else is handed a `Clock`.
     #[allow(clippy::disallowed_methods)]
-    fn now_ms(&self) -> u64 {
+    fn read_wall_us() -> i64 {
         // A clock set before 1970 reads as the epoch rather than panicking.
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
     }
 
-    #[allow(clippy::disallowed_methods)]
+    /// Both times in µs, from one read of the counter.
+    fn now_us(&self) -> (u64, u64) {
+        let mono = self.monotonic_us();
+        let read_at = WALL_READ_AT_US.load(Ordering::Relaxed);
+        let wall = if mono.saturating_sub(read_at) >= WALL_READ_EVERY_US {
+            let wall = Self::read_wall_us();
+            let mono_i = i64::try_from(mono).unwrap_or(i64::MAX);
+            WALL_OFFSET_US.store(wall.saturating_sub(mono_i), Ordering::Relaxed);
+            WALL_READ_AT_US.store(mono, Ordering::Relaxed);
+            wall
+        } else {
+            let mono_i = i64::try_from(mono).unwrap_or(i64::MAX);
+            mono_i.saturating_add(WALL_OFFSET_US.load(Ordering::Relaxed))
+        };
+        (u64::try_from(wall).unwrap_or(0), mono)
+    }
+}
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        self.now_us().0 / 1_000
+    }
+
     fn monotonic_us(&self) -> u64 {
-        static START: OnceLock<Instant> = OnceLock::new();
-        let start = START.get_or_init(Instant::now);
-        let elapsed = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX / 2);
-        elapsed.saturating_add(MONOTONIC_START_US)
+        static COUNTER: OnceLock<Counter> = OnceLock::new();
+        let counter = COUNTER.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let start = clock.raw();
+            Counter { clock, start }
+        });
+        let elapsed_ns = counter
+            .clock
+            .delta_as_nanos(counter.start, counter.clock.raw());
+        (elapsed_ns / 1_000).saturating_add(MONOTONIC_START_US)
+    }
+
+    fn now_and_monotonic_ms(&self) -> (u64, u64) {
+        let (wall, mono) = self.now_us();
+        (wall / 1_000, mono / 1_000)
     }
 }
 
@@ -126,6 +193,10 @@ impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     fn monotonic_us(&self) -> u64 {
         (**self).monotonic_us()
     }
+
+    fn now_and_monotonic_ms(&self) -> (u64, u64) {
+        (**self).now_and_monotonic_ms()
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +222,21 @@ mod tests {
         assert_eq!((clock.now_ms(), clock.monotonic_ms()), (3_700_000, 100_000));
         clock.step(100_000);
         assert_eq!((clock.now_ms(), clock.monotonic_ms()), (100_000, 100_000));
+    }
+
+    #[test]
+    fn the_system_wall_clock_is_the_operating_systems_to_the_millisecond() {
+        for _ in 0..3 {
+            let before = SystemClock::read_wall_us() / 1_000;
+            let (wall, _) = SystemClock.now_and_monotonic_ms();
+            let wall = i64::try_from(wall).expect("a wall time in ms fits i64");
+            let after = SystemClock::read_wall_us() / 1_000;
+            // Carried for at most a millisecond between reads of the OS;
+            // ±1 for a read that straddles a millisecond's edge.
+            assert!(before.saturating_sub(1) <= wall);
+            assert!(wall <= after + 1);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     #[test]

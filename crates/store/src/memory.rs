@@ -251,7 +251,7 @@ impl MemoryStore {
 
     /// Both times now: the wall time decides, the monotonic time rests.
     fn now(&self) -> Now {
-        let (wall, mono) = (self.clock.now_ms(), self.clock.monotonic_ms());
+        let (wall, mono) = self.clock.now_and_monotonic_ms();
         Now {
             wall,
             mono,

@@ -2,7 +2,7 @@
 //! time scaled by n: `tat = n·now + debt`.
 
 use super::Taken;
-use super::saturate;
+use super::{div_ceil, div_floor, saturate};
 use crate::decision::Decision;
 use crate::policy::Rate;
 
@@ -20,6 +20,9 @@ pub struct GcraState {
     pub capacity: u64,
 }
 
+// Inlined into `Limits::decide` (a call costs the state a copy out and
+// back), and into the store's eviction marks, its one other caller.
+#[inline(always)]
 pub(super) fn decide(
     rate: &Rate,
     state: &mut Option<GcraState>,
@@ -52,15 +55,15 @@ pub(super) fn decide(
     Decision {
         allowed,
         limit: rate.capacity(),
-        remaining: floor_units(full, debt_after, p),
+        remaining: floor_units(full, debt_after, rate.units_per_token()),
         retry_after_ms: if allowed {
             Some(0)
         } else if cost > rate.capacity() {
             None
         } else {
-            Some(saturate((debt + need - full).div_ceil(n)))
+            Some(saturate(div_ceil(debt + need - full, rate.units_per_ms())))
         },
-        reset_after_ms: saturate(debt_after.div_ceil(n)),
+        reset_after_ms: saturate(div_ceil(debt_after, rate.units_per_ms())),
     }
 }
 
@@ -87,12 +90,12 @@ fn carried_debt(s: &GcraState, rate: &Rate, now_ms: u64) -> u128 {
 
 /// floor((full − debt) / p), which is negative when a clock stepped back
 /// and the debt looks larger than the bucket.
-fn floor_units(full: u128, debt: u128, p: u128) -> i64 {
+fn floor_units(full: u128, debt: u128, p: u64) -> i64 {
     let clamp = |x: u128| i64::try_from(x).unwrap_or(i64::MAX);
     if debt <= full {
-        clamp((full - debt) / p)
+        clamp(div_floor(full - debt, p))
     } else {
-        -clamp((debt - full).div_ceil(p))
+        -clamp(div_ceil(debt - full, p))
     }
 }
 

@@ -253,7 +253,58 @@ fn saturate(x: u128) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)
 }
 
+/// `x / d` for a u128 `x` and a u64 divisor: the same integer, in u64
+/// when `x` fits (it does for any common policy: a u128 division is a call
+/// of some 30 instructions, a u64 one is one), and none at all for 1 (n or
+/// p is 1 whenever one of a policy's N and P divides the other).
+#[inline]
+fn div_floor(x: u128, d: u64) -> u128 {
+    if d == 1 {
+        x
+    } else if let Ok(x) = u64::try_from(x) {
+        u128::from(x / d)
+    } else {
+        x / u128::from(d)
+    }
+}
+
+/// ⌈x / d⌉, as [`div_floor`].
+#[inline]
+fn div_ceil(x: u128, d: u64) -> u128 {
+    if d == 1 {
+        x
+    } else if let Ok(x) = u64::try_from(x) {
+        u128::from(x.div_ceil(d))
+    } else {
+        x.div_ceil(u128::from(d))
+    }
+}
+
 /// A count of whole units as a decision's `remaining`.
 fn remaining(x: u128) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{div_ceil, div_floor};
+
+    #[test]
+    fn the_u64_division_path_gives_the_u128_quotient() {
+        let big = u128::from(u64::MAX) * 3 + 7;
+        for (x, d) in [
+            (0u128, 1u64),
+            (0, 7),
+            (99, 1),
+            (99, 10),
+            (100, 10),
+            (u128::from(u64::MAX), 2),
+            (u128::from(u64::MAX) + 1, 2),
+            (big, 3),
+            (big, u64::MAX),
+        ] {
+            assert_eq!(div_floor(x, d), x / u128::from(d), "{x} / {d}");
+            assert_eq!(div_ceil(x, d), x.div_ceil(u128::from(d)), "⌈{x} / {d}⌉");
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! token_bucket: (units, last_ms) in the policy's fixed-point scale.
 
 use super::Taken;
-use super::saturate;
+use super::{div_ceil, div_floor, saturate};
 use crate::decision::Decision;
 use crate::policy::Rate;
 
@@ -17,6 +17,8 @@ pub struct BucketState {
     pub units_per_token: u64,
 }
 
+// Inlined into `Limits::decide`, so the state is decided where it lies.
+#[inline]
 pub(super) fn decide(
     rate: &Rate,
     state: &mut Option<BucketState>,
@@ -50,15 +52,15 @@ pub(super) fn decide(
     Decision {
         allowed,
         limit: rate.capacity(),
-        remaining: super::remaining(left / p),
+        remaining: super::remaining(div_floor(left, rate.units_per_token())),
         retry_after_ms: if allowed {
             Some(0)
         } else if cost > rate.capacity() {
             None
         } else {
-            Some(saturate((need - avail).div_ceil(n)))
+            Some(saturate(div_ceil(need - avail, rate.units_per_ms())))
         },
-        reset_after_ms: saturate((full - left).div_ceil(n)),
+        reset_after_ms: saturate(div_ceil(full - left, rate.units_per_ms())),
     }
 }
 
