@@ -3,9 +3,9 @@
 //! settings: one parser, one default share, so the two cannot drift apart.
 //! Each caller says where a fault is (a policy's field, a file's path).
 
-use tollgate_limiter::OnStoreFailure;
 use serde_json::{Map, Value};
 use tollgate_core::describe;
+use tollgate_limiter::OnStoreFailure;
 
 /// The share of its limit a `local` policy enforces per instance by default.
 pub const DEFAULT_LOCAL_SHARE_PERCENT: u8 = 10;

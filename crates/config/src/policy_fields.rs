@@ -2,9 +2,9 @@
 //! server adds (`scope`, `shards`, `hot_lease`, the request shaping, the
 //! failure mode, request ids), each checked against the others.
 
-use tollgate_limiter::OnStoreFailure;
 use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, Policy, PolicySet, describe, node_path, parse_policy};
+use tollgate_limiter::OnStoreFailure;
 
 use crate::failure_mode::parse_failure_mode;
 use crate::fields::field_error;

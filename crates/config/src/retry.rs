@@ -3,11 +3,11 @@
 //! client chose (`server.request_id_header`) counts (`client_request_ids`).
 //! See docs/request-ids.md.
 
+use serde_json::{Map, Value};
+use tollgate_core::{ConfigError, Policy, describe, format_duration_ms, parse_duration_ms};
 use tollgate_limiter::{
     DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, RETRY_IDS_RANGE, RETRY_WINDOW_RANGE_MS,
 };
-use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, Policy, describe, format_duration_ms, parse_duration_ms};
 
 use crate::fields::field_error;
 

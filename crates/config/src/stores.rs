@@ -2,10 +2,10 @@
 //! and the stores a config names by role (`local`, `regional`, `global`),
 //! or today's single `store:`. A policy's scope picks one of them.
 
-use tollgate_limiter::RedisConfig;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tollgate_core::{ConfigError, NodePath, describe, node_path};
+use tollgate_limiter::RedisConfig;
 
 use crate::fields::{deserialize_at as deserialize, doc};
 use crate::regions::{Deployment, REGION_ENV};

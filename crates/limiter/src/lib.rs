@@ -98,13 +98,13 @@ pub use prometheus_client::registry::Registry;
 // What a caller needs of the stores — results, errors, failure modes,
 // request ids and what builds a backend — so a service or a door depends
 // on this crate alone.
+#[cfg(feature = "redis")]
+pub use tollgate_store::{BatchConfig, RedisConfig, RedisConfigFault, RedisStore, SentinelConfig};
 pub use tollgate_store::{
     DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, FAIL_CLOSED_RETRY_MS, MAX_REPLAYS,
     MAX_REQUEST_ID_BYTES, MemoryStoreConfig, OnStoreFailure, RETRY_IDS_RANGE,
     RETRY_WINDOW_RANGE_MS, Replay, RequestId, RequestIdError, StoreError,
 };
-#[cfg(feature = "redis")]
-pub use tollgate_store::{BatchConfig, RedisConfig, RedisConfigFault, RedisStore, SentinelConfig};
 // What a check is made of and what it answers, so a caller's plans and
 // checks need no other import.
 pub use tollgate_core::{

@@ -2,6 +2,7 @@
 //! ForwardAuth and Envoy ext_authz: the forwarded request's matching
 //! policies, decided by the limiter, answered by status and header fields.
 
+use crate::limiter::DecidedBy;
 use axum::body::Body;
 use axum::http::{self, HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,7 +11,6 @@ use tollgate_http::{
     Forwarded, PROBLEM_HEADER, Peer, Problem, RequestFault, degraded_header, policy_check,
     problem_header, ratelimit_headers, rejection, replayed_header,
 };
-use crate::limiter::DecidedBy;
 
 use super::request_id;
 use super::{refuse, replayed, unauthorized};

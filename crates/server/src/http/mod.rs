@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use tollgate_http::Peer;
 
+use crate::limiter::DecidedBy;
 use crate::limiter::Replay;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{self, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::get;
-use crate::limiter::DecidedBy;
 use tower::ServiceExt;
 
 use crate::app::App;
