@@ -6,8 +6,9 @@
 //!
 //! The request side is tollgate-http's (`Forwarded::own`, `policy_check`):
 //! the client address is the connection's peer (axum's
-//! `ConnectInfo<SocketAddr>`, or a `SocketAddr` extension), or the
-//! `X-Forwarded-For` hop a listed trusted proxy vouches for.
+//! `ConnectInfo<SocketAddr>`, or a `SocketAddr` extension; without one,
+//! `0.0.0.0` for every request), or the `X-Forwarded-For` hop a listed
+//! trusted proxy vouches for.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -154,14 +155,50 @@ fn judge(
 }
 
 /// The connection's peer: axum's `ConnectInfo<SocketAddr>`, or a
-/// `SocketAddr` extension. Without either the service is taken to sit
-/// behind a proxy that names the client (`X-Forwarded-For`), as on the
-/// server's proxy socket.
+/// `SocketAddr` extension. Without either, every request counts as from
+/// one unspecified address (`0.0.0.0`), never as from a proxy: headers a
+/// client writes (`X-Forwarded-For`) must not choose its identity, so a
+/// service that gives the layer no peer shares one budget per identity
+/// rule on the client address (docs/embedding.md) rather than none.
 fn peer(parts: &Parts) -> Peer {
     parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0)
         .or_else(|| parts.extensions.get::<SocketAddr>().copied())
-        .map_or(Peer::ProxySocket, Peer::Addr)
+        .map_or(Peer::Addr(NO_PEER), Peer::Addr)
+}
+
+/// The address a request without a known peer is counted as.
+const NO_PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(forwarded_for: &str) -> Parts {
+        let request = http::Request::builder()
+            .header("x-forwarded-for", forwarded_for)
+            .body(())
+            .expect("request");
+        request.into_parts().0
+    }
+
+    #[test]
+    fn a_request_without_a_peer_is_counted_as_one_address_whatever_it_forwards() {
+        let parts = parts("203.0.113.7");
+        assert_eq!(peer(&parts), Peer::Addr(NO_PEER));
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        let told = tollgate_http::client_ip(&parts.headers, peer(&parts).ip(), &trusted);
+        assert_eq!(told.ok(), Some(std::net::IpAddr::from([0, 0, 0, 0])));
+    }
+
+    #[test]
+    fn a_connection_peer_is_the_peer() {
+        let mut parts = parts("203.0.113.7");
+        let addr: SocketAddr = "198.51.100.4:5000".parse().expect("addr");
+        parts.extensions.insert(ConnectInfo(addr));
+        assert_eq!(peer(&parts), Peer::Addr(addr));
+    }
 }
