@@ -24,7 +24,7 @@ use thiserror::Error;
 use crate::node_path;
 pub use locate::{Locator, NodePath, Position, Step};
 
-use crate::duration::parse_duration_ms;
+use crate::duration::{format_duration_ms, parse_duration_ms};
 use crate::policy::{Algorithm, Limits, Policy, Rate, Window};
 
 /// C·p and n·t must stay below 2^53 so the Lua scripts' doubles stay exact.
@@ -599,6 +599,24 @@ fn duration(policy: &str, field: &str, value: Option<&Value>) -> Result<u64, Con
             ),
         )),
         None => Err(ConfigError::field(policy, field, "missing")),
+    }
+}
+
+/// `limits` as a config writes them, the fields [`parse_policy`] reads
+/// back, beside `limit` (C or L): for `explain --json` and `/v1/policies`.
+pub fn limits_fields(limits: &Limits) -> Value {
+    match limits {
+        Limits::TokenBucket(r) | Limits::Gcra(r) => serde_json::json!({
+            "limit": limits.limit(),
+            "capacity": r.capacity(),
+            "refill": {"tokens": r.tokens(), "per": format_duration_ms(r.per_ms())},
+        }),
+        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
+            serde_json::json!({
+                "limit": limits.limit(),
+                "window": format_duration_ms(w.window_ms()),
+            })
+        }
     }
 }
 

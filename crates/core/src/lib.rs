@@ -9,6 +9,10 @@
 //!   can replay a trace at chosen instants and get the same decisions.
 //! - State transitions are functions of (limits, state, now, cost). Stores
 //!   supply atomicity around them; the Redis scripts are their twins.
+//! - An algorithm is a [`Limits`] variant, and what callers ask of any
+//!   algorithm's parameters (the limit, its span, the time to forget a
+//!   use, a share of it) are `Limits` methods, so the places a new
+//!   algorithm touches are few and listed (docs/design.md §2).
 
 #![deny(missing_docs)]
 
@@ -29,7 +33,7 @@ pub use algorithm::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, EXACT_LIMIT, MAX_LOG_LIMIT, MAX_POLICY_NAME, NodePath, PolicySet, Step, describe,
-    parse_policy, parse_yaml, parse_yaml_named, snippet_at,
+    limits_fields, parse_policy, parse_yaml, parse_yaml_named, snippet_at,
 };
 pub use decision::Decision;
 pub use duration::{DurationError, format_duration_ms, parse_duration_ms};

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::duration::format_duration_ms;
+
 /// The five algorithms of docs/design.md §3. The name is part of every store key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
@@ -192,6 +194,74 @@ impl Limits {
             Limits::SlidingWindow(w) => w.window_ms().saturating_mul(2),
         }
     }
+
+    /// What these limits admit over time, `(count, span_ms)`: a bucket's
+    /// refill of N per P, a window's L per W. With [`Limits::burst`], all
+    /// a reader needs to state them (Envoy's `current_limit`, `explain`).
+    pub fn count_per_span(&self) -> (u64, u64) {
+        match self {
+            Limits::TokenBucket(r) | Limits::Gcra(r) => (r.tokens(), r.per_ms()),
+            Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
+                (w.limit(), w.window_ms())
+            }
+        }
+    }
+
+    /// A bucket's capacity C, the burst it admits before its refill paces
+    /// it; `None` for a window, whose count per span is all it admits.
+    pub fn burst(&self) -> Option<u64> {
+        match self {
+            Limits::TokenBucket(r) | Limits::Gcra(r) => Some(r.capacity()),
+            Limits::FixedWindow(_) | Limits::SlidingWindow(_) | Limits::SlidingLog(_) => None,
+        }
+    }
+
+    /// The share `weight / total` of these limits, with `limit` as its
+    /// [`Limits::limit`] (the caller rounds the limit's share its own way: a
+    /// split sums its shares to the whole, a local share rounds down). A
+    /// bucket's refill needs no rounding: N·weight tokens per P·total is
+    /// exactly its share; a window keeps its length. `None` when `limit`
+    /// is 0 (a share that admits nothing) or the refill does not fit a u64.
+    pub fn share(&self, limit: u64, weight: u64, total: u64) -> Option<Limits> {
+        let rate = |r: &Rate| {
+            Rate::new(
+                limit,
+                r.tokens().checked_mul(weight)?,
+                r.per_ms().checked_mul(total)?,
+            )
+        };
+        let window = |w: &Window| Window::new(limit, w.window_ms());
+        Some(match self {
+            Limits::TokenBucket(r) => Limits::TokenBucket(rate(r)?),
+            Limits::Gcra(r) => Limits::Gcra(rate(r)?),
+            Limits::FixedWindow(w) => Limits::FixedWindow(window(w)?),
+            Limits::SlidingWindow(w) => Limits::SlidingWindow(window(w)?),
+            Limits::SlidingLog(w) => Limits::SlidingLog(window(w)?),
+        })
+    }
+}
+
+/// As `explain` and logs state them: `token_bucket capacity 20 refill 5
+/// per 1s`, `fixed_window limit 100 per 1m`.
+impl fmt::Display for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let algorithm = self.algorithm();
+        match self {
+            Limits::TokenBucket(r) | Limits::Gcra(r) => write!(
+                f,
+                "{algorithm} capacity {} refill {} per {}",
+                r.capacity(),
+                r.tokens(),
+                format_duration_ms(r.per_ms())
+            ),
+            Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => write!(
+                f,
+                "{algorithm} limit {} per {}",
+                w.limit(),
+                format_duration_ms(w.window_ms())
+            ),
+        }
+    }
 }
 
 /// A named, validated policy. Cheap to clone.
@@ -247,6 +317,24 @@ mod tests {
         assert_eq!((r.units_per_ms(), r.units_per_token()), (1, 600));
         let r = Rate::new(3, 7, 3).expect("valid");
         assert_eq!((r.units_per_ms(), r.units_per_token()), (7, 3));
+    }
+
+    #[test]
+    fn a_share_takes_the_limit_given_and_scales_a_refill_exactly() {
+        let bucket = Limits::Gcra(Rate::new(20, 5, 1_000).expect("valid"));
+        let share = bucket.share(7, 1, 3).expect("a share");
+        assert_eq!(share, Limits::Gcra(Rate::new(7, 5, 3_000).expect("valid")));
+        assert_eq!(
+            (share.count_per_span(), share.burst()),
+            ((5, 3_000), Some(7))
+        );
+        assert_eq!(share.to_string(), "gcra capacity 7 refill 5 per 3s");
+        let window = Limits::SlidingLog(Window::new(10, 60_000).expect("valid"));
+        let share = window.share(4, 2, 5).expect("a share");
+        assert_eq!((share.count_per_span(), share.burst()), ((4, 60_000), None));
+        assert_eq!(share.to_string(), "sliding_log limit 4 per 1m");
+        assert_eq!(window.share(0, 1, 5), None, "a share of 0 admits nothing");
+        assert_eq!(bucket.share(1, u64::MAX, 1), None, "a refill past u64");
     }
 
     #[test]

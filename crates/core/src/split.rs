@@ -9,7 +9,7 @@
 //! over three equal weights is 34/33/33. A bucket's refill rate needs no
 //! rounding: `N·w` tokens per `P·W` is exactly its share of N per P.
 
-use crate::policy::{Limits, Policy, Rate, Window};
+use crate::policy::Policy;
 
 /// The integer shares of `limit` for `weights`, in order: they sum to
 /// `limit` exactly (or are all 0 when every weight is 0).
@@ -43,32 +43,21 @@ pub fn split_shares(limit: u64, weights: &[u64]) -> Vec<u64> {
 
 /// Region `index`'s share of `policy` among `weights`: a bucket's capacity
 /// and a window's limit by [`split_shares`], a bucket's refill rate exactly
-/// by weight. `None` when the share admits nothing (a share of 0).
+/// by weight ([`Limits::share`](crate::Limits::share)). `None` when the
+/// share admits nothing (a share of 0).
 pub fn split_policy(policy: &Policy, weights: &[u64], index: usize) -> Option<Policy> {
     let total: u64 = weights.iter().sum();
     let weight = *weights.get(index)?;
-    let share = |x: u64| split_shares(x, weights).get(index).copied();
-    let rate = |r: &Rate| {
-        Rate::new(
-            share(r.capacity())?,
-            r.tokens().checked_mul(weight)?,
-            r.per_ms().checked_mul(total)?,
-        )
-    };
-    let window = |w: &Window| Window::new(share(w.limit())?, w.window_ms());
-    let limits = match policy.limits() {
-        Limits::TokenBucket(r) => Limits::TokenBucket(rate(r)?),
-        Limits::Gcra(r) => Limits::Gcra(rate(r)?),
-        Limits::FixedWindow(w) => Limits::FixedWindow(window(w)?),
-        Limits::SlidingWindow(w) => Limits::SlidingWindow(window(w)?),
-        Limits::SlidingLog(w) => Limits::SlidingLog(window(w)?),
-    };
-    Some(Policy::new(policy.name(), limits))
+    let limits = policy.limits();
+    let limit = *split_shares(limits.limit(), weights).get(index)?;
+    let share = limits.share(limit, weight, total)?;
+    Some(Policy::new(policy.name(), share))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{Limits, Rate, Window};
     use proptest::prelude::*;
 
     #[test]

@@ -25,23 +25,7 @@ mod scope;
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.
 pub fn describe_policy(policy: &Policy) -> String {
-    match policy.limits() {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => format!(
-            "{}: {} capacity {} refill {} per {}",
-            policy.name(),
-            policy.algorithm(),
-            r.capacity(),
-            r.tokens(),
-            format_duration_ms(r.per_ms())
-        ),
-        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => format!(
-            "{}: {} limit {} per {}",
-            policy.name(),
-            policy.algorithm(),
-            w.limit(),
-            format_duration_ms(w.window_ms())
-        ),
-    }
+    format!("{}: {}", policy.name(), policy.limits())
 }
 
 /// `tollgate explain`: for each policy its limits, its scope and the bound

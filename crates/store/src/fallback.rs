@@ -5,7 +5,7 @@
 //! so degraded ones can be marked. [`crate::Guarded`] applies this to a
 //! store behind a breaker; the memory store, when full.
 
-use tollgate_core::{Decision, Limits, Policy, Rate, Window};
+use tollgate_core::{Decision, Policy};
 
 use crate::check::Check;
 use crate::error::StoreError;
@@ -258,27 +258,15 @@ fn fail_closed(policy: &Policy) -> Decision {
 }
 
 /// `policy` scaled to `share_percent`% for the local fallback: a bucket's
-/// capacity and refill rate, a window's limit; rounded down, never below 1,
-/// so the local budget never exceeds its stated share (but for that floor).
+/// capacity and refill rate, a window's limit ([`Limits::share`](tollgate_core::Limits::share)); the
+/// limit rounded down, never below 1, so the local budget never exceeds
+/// its stated share (but for that floor). A refill too large to scale
+/// (N or P past u64::MAX / 100) keeps the policy whole.
 pub fn local_policy(policy: &Policy, share_percent: u8) -> Policy {
     let share = u64::from(share_percent.clamp(1, 100));
-    let scale = |x: u64| (u128::from(x) * u128::from(share) / 100).max(1) as u64;
-    let rate = |r: &Rate| {
-        // tokens·share per per·100 is the exact share of the refill rate.
-        Rate::new(
-            scale(r.capacity()),
-            r.tokens().saturating_mul(share),
-            r.per_ms().saturating_mul(100),
-        )
-        .unwrap_or(*r)
-    };
-    let window = |w: &Window| Window::new(scale(w.limit()), w.window_ms()).unwrap_or(*w);
-    let limits = match policy.limits() {
-        Limits::TokenBucket(r) => Limits::TokenBucket(rate(r)),
-        Limits::Gcra(r) => Limits::Gcra(rate(r)),
-        Limits::FixedWindow(w) => Limits::FixedWindow(window(w)),
-        Limits::SlidingWindow(w) => Limits::SlidingWindow(window(w)),
-        Limits::SlidingLog(w) => Limits::SlidingLog(window(w)),
-    };
-    Policy::new(policy.name(), limits)
+    let limits = policy.limits();
+    // ≤ the limit, so it fits.
+    let limit = (u128::from(limits.limit()) * u128::from(share) / 100).max(1) as u64;
+    let scaled = limits.share(limit, share, 100).unwrap_or(*limits);
+    Policy::new(policy.name(), scaled)
 }

@@ -381,12 +381,7 @@ fn report_as(rule: &mut Rule, limits: &Limits, unit: Option<Unit>) {
     if unit.is_some() {
         return;
     }
-    let (count, span) = match limits {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => (r.tokens(), r.per_ms()),
-        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
-            (w.limit(), w.window_ms())
-        }
-    };
+    let (count, span) = limits.count_per_span();
     rule.unit = Unit::covering(span);
     rule.requests_per_unit = u32::try_from(count).unwrap_or(u32::MAX);
 }

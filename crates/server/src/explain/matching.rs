@@ -2,8 +2,8 @@
 //! `identity`, and its limits as declared beside this region's share, so a
 //! reviewer never mistakes one for the other.
 
-use serde_json::{Value, json};
-use tollgate_core::{Limits, format_duration_ms};
+use serde_json::Value;
+use tollgate_core::limits_fields;
 
 use crate::config::{IdentityPart, ServePolicy};
 use tollgate_config::{FormatSuffix, Matcher, TrailingSlash};
@@ -45,31 +45,15 @@ pub(super) fn identity_text(parts: &[IdentityPart]) -> String {
     format!("one budget per {}", named.join(" + "))
 }
 
-/// A policy's limits as the config writes them: `limit`, and `capacity`
-/// and `refill` (buckets) or `window` (windows).
-fn limits_json(limits: &Limits) -> Value {
-    match limits {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => json!({
-            "limit": limits.limit(),
-            "capacity": r.capacity(),
-            "refill": {"tokens": r.tokens(), "per": format_duration_ms(r.per_ms())},
-        }),
-        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => json!({
-            "limit": limits.limit(),
-            "window": format_duration_ms(w.window_ms()),
-        }),
-    }
-}
-
 /// The declared limits at the top of `v`, and under `region_share` what
 /// this instance enforces when a `split` scope gave its region a share.
 pub(super) fn add_limits_json(v: &mut Value, serve: &ServePolicy) {
     if let (Value::Object(out), Value::Object(declared)) =
-        (&mut *v, limits_json(serve.declared.limits()))
+        (&mut *v, limits_fields(serve.declared.limits()))
     {
         out.extend(declared);
     }
     if serve.policy.limits() != serve.declared.limits() {
-        v["region_share"] = limits_json(serve.policy.limits());
+        v["region_share"] = limits_fields(serve.policy.limits());
     }
 }

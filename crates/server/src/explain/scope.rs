@@ -5,7 +5,7 @@
 
 use crate::limiter::RedisConfig;
 use serde_json::{Value, json};
-use tollgate_core::{Limits, Policy, format_duration_ms, split_shares};
+use tollgate_core::{Policy, format_duration_ms, split_shares};
 
 use super::leased_identities::identity_terms;
 use super::{plural, topology};
@@ -298,18 +298,15 @@ fn global_promise(declared: &Policy, role: &str, redis: Option<&RedisConfig>) ->
 /// What `factor` copies of `policy` admit, in the policy's own units: a
 /// window's count per window, a bucket's burst then its refill rate.
 fn admits(policy: &Policy, factor: u64) -> String {
-    match policy.limits() {
-        Limits::TokenBucket(r) | Limits::Gcra(r) => format!(
-            "a burst of {} then {} per {}",
-            r.capacity().saturating_mul(factor),
-            r.tokens().saturating_mul(factor),
-            format_duration_ms(r.per_ms())
-        ),
-        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => format!(
-            "{} per {}",
-            w.limit().saturating_mul(factor),
-            format_duration_ms(w.window_ms())
-        ),
+    let (count, span_ms) = policy.limits().count_per_span();
+    let pace = format!(
+        "{} per {}",
+        count.saturating_mul(factor),
+        format_duration_ms(span_ms)
+    );
+    match policy.limits().burst() {
+        Some(burst) => format!("a burst of {} then {pace}", burst.saturating_mul(factor)),
+        None => pace,
     }
 }
 
