@@ -6,6 +6,10 @@
 //! re-exports). Each reads the files from disk; a failure names every
 //! offender and says how to fix it.
 //!
+//! A fourth guard keeps docs/design.md's checklist for a new algorithm
+//! equal to the files whose `match`es name every algorithm
+//! (algorithm_matches.rs).
+//!
 //! Tests are held to both limits like `src`: a long scenario reads better
 //! as named phases than as one body.
 //!
@@ -15,6 +19,7 @@
 //! entry that no longer applies fails its guard until it is deleted, so
 //! nothing fixed can come back unnoticed.
 
+mod algorithm_matches;
 mod functions;
 mod imports;
 mod lexer;
@@ -171,6 +176,48 @@ fn no_crate_has_a_module_cycle_or_a_file_circle() {
     for gone in known.iter().filter(|known| !guard.found.contains(*known)) {
         failures.push(format!(
             "{gone} is gone: delete its line from {list_name} (this list only shrinks)"
+        ));
+    }
+    report(&failures);
+}
+
+#[test]
+fn the_checklist_for_a_new_algorithm_lists_every_match_on_one() {
+    let root = workspace_root();
+    let policy = "crates/core/src/policy.rs";
+    let policy_tokens = tokens(&root, policy);
+    let enums: Vec<(&'static str, Vec<String>)> = algorithm_matches::ENUMS
+        .into_iter()
+        .map(|name| (name, algorithm_matches::variants(&policy_tokens, name)))
+        .collect();
+    for (name, variants) in &enums {
+        assert!(!variants.is_empty(), "{policy}: no `enum {name}` found");
+    }
+    let design = "docs/design.md";
+    let listed = algorithm_matches::checklist(&read(&root, design))
+        .unwrap_or_else(|e| panic!("{design}, where a change goes: {e}"));
+    let mut found = BTreeMap::new();
+    for file in checked_files(&root) {
+        if let Some(site) = algorithm_matches::sites(&tokens(&root, &file), &enums).first() {
+            found.insert(file, site.clone());
+        }
+    }
+    let mut failures = Vec::new();
+    for (file, site) in found.iter().filter(|(file, _)| !listed.contains(*file)) {
+        failures.push(format!(
+            "{file}:{} matches on every `{}` variant, but {design}'s checklist for a new \
+             algorithm (\"An algorithm\" under \"Where a change goes\") does not list it: \
+             add a sub-item `` - `{file}`: what the algorithm decides there ``, or, if it \
+             asks what another place asks too, make that a method on `Limits` in {policy} \
+             and call it",
+            site.line, site.names
+        ));
+    }
+    for file in listed.iter().filter(|file| !found.contains_key(*file)) {
+        failures.push(format!(
+            "{design}'s checklist for a new algorithm lists {file}, but no `match` there \
+             names every `Limits` or `Algorithm` variant: delete its sub-item (say in the \
+             item's prose if the algorithm still touches it another way)"
         ));
     }
     report(&failures);
