@@ -14,6 +14,9 @@
 //! - **A plan without a failure mode never fails open**: when its store
 //!   cannot decide, a request it enforces comes back with no decisions
 //!   (the store's error said), for its door to answer an error.
+//! - **[`Decider`] is what a door needs**: the decision trait above
+//!   `Limiter`, which a remote tollgate's client implements too, so a
+//!   door takes either.
 //! - **Upkeep runs itself**: [`Limiter::upkeep`] sweeps idle keys, gives
 //!   back unspent hot-lease blocks and renews leases for the plans a
 //!   caller hands it (re-read each turn, so a reload's are kept), until
@@ -25,7 +28,11 @@
 //!   core's policies, identities, clocks) and what a store answers or
 //!   needs to be built (results, errors, failure modes, request ids,
 //!   store configs) are re-exported at this crate's root.
-//! - No HTTP, gRPC or YAML: those are the server's doors.
+//! - No HTTP, gRPC or YAML: tollgate-config reads the YAML into plans,
+//!   tollgate-http writes the HTTP contract, the doors speak their
+//!   protocols. Redis sits behind the `redis` feature (on by default):
+//!   without it the limiter is memory-only and compiles no redis or TLS
+//!   crate.
 //!
 //! A service deciding in process, on the embedded store:
 //!

@@ -13,17 +13,21 @@
 //!    `envoy_rules/` (Envoy's descriptor rules) and the small parsers it
 //!    uses (`listen`, `tls`, `tokens`).
 //! 2. **`live`** — the loaded config with each policy's limiter `Plan`
-//!    built once per load (by `tollgate-config`), replaced whole on reload; `app` is the state
-//!    every adapter shares (with `connections`, who may hold a connection),
-//!    `metrics` the server's Prometheus series. The decision itself is the `tollgate-limiter`
+//!    built once per load (by `tollgate-config`), replaced whole on
+//!    reload; `app` is the state every adapter shares (with `connections`,
+//!    who may hold a connection, `deadline`, a request's, and `trace`, the
+//!    capture file's writer), `metrics` and `process_metrics` the server's
+//!    Prometheus series. The decision itself is the `tollgate-limiter`
 //!    crate (stores, failure modes, clock, decision metrics).
 //! 3. **protocol adapters** — input → checks → `Limiter::decide` → answer:
-//!    HTTP (`http/`, one file an endpoint), Envoy RLS (`rls/`), `replay`
-//!    and `explain`; both doors write RateLimit fields by `tollgate-http`,
-//!    the HTTP contract every door shares.
+//!    HTTP (`http/`: the router, a file for each API endpoint and one for
+//!    the operations endpoints), Envoy RLS (`rls/`), `replay` and
+//!    `explain`; both doors write RateLimit fields by `tollgate-http`, the
+//!    HTTP contract every door shares.
 //! 4. **`workers`, `serve`, then `main`** — listen, reload, shut down
-//!    (`descriptors`: the file descriptors those connections need); the
-//!    binary parses the command line and calls in here.
+//!    (`descriptors`: the file descriptors those connections need;
+//!    `proxy_socket`: the proxy's own way in; `error`: what stops serving);
+//!    the binary parses the command line and calls in here.
 //!
 //! A `/v1/check` walks: `workers` accepts → `http::route` → the body parsed
 //! into checks → `Limiter::decide` → the store → the decision written back

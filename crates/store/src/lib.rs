@@ -16,7 +16,7 @@
 //!   checks all-or-nothing: nothing is consumed unless every check admits.
 //! - Every store is bounded: keys expire once idle, and there is a maximum.
 //! - The modules form layers, each importing only those below it (the
-//!   layout guard checks it): `check`, `request_id`, `error`, `lease`,
+//!   layout guard keeps them free of cycles): `check`, `request_id`, `error`, `lease`,
 //!   `breaker`; `fallback` (the failure modes); `contract`; the stores (`memory`,
 //!   `redis`, each implementing the contract beside itself); `guarded`.
 

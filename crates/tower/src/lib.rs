@@ -5,6 +5,9 @@
 //! server's contract (tollgate-http): the RateLimit fields on an
 //! admission, the 429 problem+json with `Retry-After` on a rejection.
 //!
+//! Rules come from the config file `tollgate serve` reads ([`Configured`],
+//! [`rules_of`]) or from code ([`Rule`], closures over the request's head).
+//!
 //! The flow: request → each [`Rule`]'s identity and cost → one
 //! all-or-nothing [`Decider::decide`](tollgate_limiter::Decider) → the
 //! inner service, or the rejection.
