@@ -14,8 +14,10 @@
 //! a breaker and the failure modes, and is the [`Decide`] (with the other
 //! three) the limiter drives. The memory store implements all five itself:
 //! it fails only when full, and then its [`Decide`] answers by the failure
-//! modes. A new store (a remote tollgate, say) implements the four and is
-//! guarded unchanged. Each store's impls sit beside the store.
+//! modes. A new store needs only [`Store`] to be guarded (tollgate-tower's
+//! remote tollgate implements no more); it serves blocks, leases and
+//! upkeep only as far as it implements the other three. Each store's
+//! impls sit beside the store.
 
 use std::future::Future;
 
