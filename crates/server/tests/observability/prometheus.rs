@@ -52,51 +52,59 @@ pub struct Prometheus {
 
 impl Prometheus {
     /// Starts Prometheus scraping `target` (`HOST:PORT`, job `tollgate`)
-    /// every second with `rules` loaded, and waits until it is ready.
+    /// every second with `rules` loaded, and waits until it is ready. A
+    /// port taken between choosing and binding it is chosen again.
     pub async fn start(target: &str, rules: &Path) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}\n\
-                 rule_files: [\"{}\"]\n\
-                 scrape_configs:\n  - job_name: tollgate\n    static_configs: [{{targets: [\"{target}\"]}}]\n",
-                rules.display()
-            ),
-        )
-        .expect("write prometheus.yml");
-        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
-        let base = format!("http://127.0.0.1:{}", free_port());
-        let child = Command::new(binary("prometheus"))
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!(
-                "--web.listen-address={}",
-                base.trim_start_matches("http://")
-            ))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn prometheus");
-        let mut prometheus = Self {
-            child,
-            base,
-            dir,
-            client: reqwest::Client::new(),
-        };
-        prometheus.wait_ready().await;
-        prometheus
+        let mut last = String::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let config = dir.path().join("prometheus.yml");
+            std::fs::write(
+                &config,
+                format!(
+                    "global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}\n\
+                     rule_files: [\"{}\"]\n\
+                     scrape_configs:\n  - job_name: tollgate\n    static_configs: [{{targets: [\"{target}\"]}}]\n",
+                    rules.display()
+                ),
+            )
+            .expect("write prometheus.yml");
+            let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+            let base = format!("http://127.0.0.1:{}", free_port());
+            let child = Command::new(binary("prometheus"))
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("data").display()
+                ))
+                .arg(format!(
+                    "--web.listen-address={}",
+                    base.trim_start_matches("http://")
+                ))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawn prometheus");
+            let mut prometheus = Self {
+                child,
+                base,
+                dir,
+                client: reqwest::Client::new(),
+            };
+            match prometheus.wait_ready().await {
+                Ok(()) => return prometheus,
+                Err(why) => last = why,
+            }
+        }
+        panic!("prometheus did not start: {last}")
     }
 
-    async fn wait_ready(&mut self) {
+    /// Until Prometheus answers ready; its log if it exits first.
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("prometheus exited ({status}):\n{}", self.log());
+                return Err(format!("it exited ({status}):\n{}", self.log()));
             }
             let ready = self
                 .client
@@ -105,7 +113,7 @@ impl Prometheus {
                 .await
                 .is_ok_and(|r| r.status().is_success());
             if ready {
-                return;
+                return Ok(());
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
