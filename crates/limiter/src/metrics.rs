@@ -212,7 +212,7 @@ impl LimiterMetrics {
             decision_seconds: histogram(
                 registry,
                 "decision_duration_seconds",
-                "Time to decide one request (all its policies), store call included",
+                "Time to decide one request (all its policies), store call included, in seconds",
                 exponential_buckets(0.000_01, 2.0, 20),
             ),
             hot_lease_local: counter(
@@ -365,7 +365,7 @@ impl LeaseFamilies {
             floor_seconds: family(
                 registry,
                 "lease_floor_seconds",
-                "Time identities wanting more than their floor spent on it alone, counted per identity and renewal period",
+                "Time identities wanting more than their floor spent on it alone, in seconds, counted per identity and renewal period",
             ),
             identities: family(
                 registry,

@@ -305,7 +305,7 @@ impl Collector for StoreCollector {
         let seconds = &self.0.seconds;
         seconds.encode(encoder.encode_descriptor(
             "store_call_duration_seconds",
-            "Time of each call to a shared store (Redis), measured in microseconds on the monotonic clock",
+            "Time of each call to a shared store (Redis), in seconds, measured on the monotonic clock",
             None,
             seconds.metric_type(),
         )?)

@@ -161,7 +161,7 @@ impl Metrics {
         });
         r.register(
             "http_request_duration_seconds",
-            "Time to answer an HTTP request, by endpoint, measured on the monotonic clock",
+            "Time to answer an HTTP request, by endpoint, in seconds, measured on the monotonic clock",
             http_seconds.clone(),
         );
         let limiter = Arc::new(LimiterMetrics::register(r, clock));
