@@ -113,6 +113,15 @@ impl CircuitBreaker {
         }
     }
 
+    /// An admitted call that never reached the store (answered from what
+    /// the store already knew): a probe is handed back for the next call,
+    /// and nothing is recorded.
+    pub fn unused(&self, admission: Admission) {
+        if admission == Admission::Probe {
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+
     /// Records how an admitted call ended.
     pub fn record(&self, admission: Admission, succeeded: bool, now_ms: u64) {
         match (admission, succeeded) {

@@ -45,6 +45,16 @@ pub trait Store: Send + Sync + 'static {
         checks: &[Check<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
+    /// A decision this store gives without asking its server: a rejection
+    /// it was answered that still stands (Redis's rejected-until cache).
+    /// The guard asks it before a call its breaker admits and records the
+    /// answer as neither a success nor a failure, so a store that is down
+    /// is never taken for up because its cache answered.
+    fn known(&self, check: Check<'_>) -> Option<Decision> {
+        let _ = check;
+        None
+    }
+
     /// Decides every check all-or-nothing, as [`Store::decide_all`], under a
     /// request id: when `retry.id` is recorded beside the first check's
     /// state for the same request (`retry.request`) and inside its window,

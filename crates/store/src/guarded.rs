@@ -95,6 +95,14 @@ impl<S: Store> Guarded<S> {
         let mut error = None;
         let mut store_us = None;
         if admission != Admission::Skip {
+            // A rejection that still stands is answered without a call, and
+            // tells the breaker nothing: the store may be down meanwhile.
+            if let ([one], None) = (checks, retry)
+                && let Some(decision) = self.shared.known(one.check)
+            {
+                self.breaker.unused(admission);
+                return GuardedDecisions::shared(vec![decision], Replay::Fresh);
+            }
             let started = self.clock.monotonic_us();
             let result = match (checks, retry) {
                 ([one], None) => self

@@ -34,6 +34,10 @@ impl Store for RedisStore {
         boxed
     }
 
+    fn known(&self, check: Check<'_>) -> Option<Decision> {
+        self.known_rejection(&self.item(&check))
+    }
+
     /// All-or-nothing. Checks of one identity share a hash tag, so in a
     /// Cluster too they are one script call: nothing is consumed unless
     /// every check admits, atomically. Checks spanning Cluster slots

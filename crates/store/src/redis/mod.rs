@@ -503,9 +503,16 @@ impl RedisStore {
             .unwrap_or(Err(StoreError::Timeout { timeout_ms }))
     }
 
+    /// A rejection of `item` this instance was answered that still stands,
+    /// counted as answered locally.
+    fn known_rejection(&self, item: &Item) -> Option<Decision> {
+        let decision = self.shared.rejected.get(item, Instant::now())?;
+        self.shared.answered_locally.fetch_add(1, Ordering::Relaxed);
+        Some(decision)
+    }
+
     async fn decide_one(&self, mut item: Item) -> Result<Decision, StoreError> {
-        if let Some(decision) = self.shared.rejected.get(&item, Instant::now()) {
-            self.shared.answered_locally.fetch_add(1, Ordering::Relaxed);
+        if let Some(decision) = self.known_rejection(&item) {
             return Ok(decision);
         }
         let (reply, answer) = oneshot::channel();
