@@ -111,7 +111,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let config = tollgate_config::Config::load(&args.config, |v| std::env::var(v).ok())?;
             let mut registry = Registry::default();
             let metrics = LimiterMetrics::register(&mut registry, Arc::clone(&clock));
-            let rules = rules_of(&config, &metrics, &[]);
+            let rules = rules_of(&config, &metrics);
             let remote = RemoteTollgate::new(&RemoteConfig::new(url), clock)?;
             serve(api().layer(RateLimitLayer::new(remote, rules)), args.listen).await?;
         }

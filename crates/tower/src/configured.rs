@@ -16,11 +16,11 @@ use std::sync::Arc;
 
 use axum::extract::ConnectInfo;
 use http::request::Parts;
-use ipnet::IpNet;
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tollgate_config::{
-    Config, LoadError, PlanContext, RequestFault, ServePolicy, StoreSettings, plan_of,
+    Config, LoadError, PlanContext, RequestFault, RequestSettings, ServePolicy, StoreSettings,
+    plan_of,
 };
 use tollgate_core::{Clock, SecretHasher};
 use tollgate_http::{Forwarded, Peer, Problem, policy_check, policy_item};
@@ -28,9 +28,6 @@ use tollgate_limiter::{Backend, Limiter, LimiterMetrics, StoreName};
 use tollgate_store::{RedisStore, StoreError};
 
 use crate::rule::{Applies, Rule};
-
-/// The longest identity keyed, as the server's default `max_key_bytes`.
-const MAX_KEY_BYTES: usize = 1024;
 
 /// Why a config could not be served by the layer.
 #[derive(Debug, Error)]
@@ -71,7 +68,7 @@ impl Configured {
     pub async fn open(config: &Config, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
         let mut registry = Registry::with_prefix("tollgate");
         let metrics = Arc::new(LimiterMetrics::register(&mut registry, Arc::clone(&clock)));
-        let rules = rules_of(config, &metrics, &[]);
+        let rules = rules_of(config, &metrics);
         let policies: Vec<&tollgate_core::Policy> =
             config.policies.iter().map(|p| &p.policy).collect();
         let mut backends = Vec::with_capacity(config.stores.list.len());
@@ -96,11 +93,11 @@ impl Configured {
 }
 
 /// `config`'s policies as rules, their plans built as the server builds
-/// them (its counters in `metrics`); for a layer that asks a remote
-/// tollgate, only their identities, costs and failure modes matter.
-/// `trusted_proxies`: the proxies whose `X-Forwarded-For` names the
-/// client (`server.trusted_proxies` of the server's config).
-pub fn rules_of(config: &Config, metrics: &LimiterMetrics, trusted_proxies: &[IpNet]) -> Vec<Rule> {
+/// them (its counters in `metrics`), each request read as the file's
+/// `server` section says (`trusted_proxies`, `max_key_bytes`); for a layer
+/// that asks a remote tollgate, only their identities, costs and failure
+/// modes matter.
+pub fn rules_of(config: &Config, metrics: &LimiterMetrics) -> Vec<Rule> {
     let context = PlanContext {
         region: config.deployment.region.as_deref().unwrap_or_default(),
         shadow_mode: config.shadow_mode,
@@ -114,9 +111,9 @@ pub fn rules_of(config: &Config, metrics: &LimiterMetrics, trusted_proxies: &[Ip
             let plan = plan_of(serve, &context, None);
             let serve = serve.clone();
             let hasher = config.hasher.clone();
-            let trusted = trusted_proxies.to_vec();
+            let request = config.request.clone();
             Rule::judged(plan, move |parts| {
-                judge(&serve, hasher.as_ref(), &trusted, parts)
+                judge(&serve, hasher.as_ref(), &request, parts)
             })
         })
         .collect()
@@ -146,12 +143,12 @@ async fn open_store(
 fn judge(
     serve: &ServePolicy,
     hasher: Option<&SecretHasher>,
-    trusted_proxies: &[IpNet],
+    settings: &RequestSettings,
     parts: &Parts,
 ) -> Applies {
     let fault = |RequestFault(detail)| Problem::bad_request(detail);
-    let request = Forwarded::own(parts, peer(parts), trusted_proxies).map_err(fault)?;
-    policy_check(serve, &request, hasher, MAX_KEY_BYTES).map_err(fault)
+    let request = Forwarded::own(parts, peer(parts), &settings.trusted_proxies).map_err(fault)?;
+    policy_check(serve, &request, hasher, settings.max_key_bytes).map_err(fault)
 }
 
 /// The connection's peer: axum's `ConnectInfo<SocketAddr>`, or a
@@ -189,7 +186,7 @@ mod tests {
     fn a_request_without_a_peer_is_counted_as_one_address_whatever_it_forwards() {
         let parts = parts("203.0.113.7");
         assert_eq!(peer(&parts), Peer::Addr(NO_PEER));
-        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
         let told = tollgate_http::client_ip(&parts.headers, peer(&parts).ip(), &trusted);
         assert_eq!(told.ok(), Some(std::net::IpAddr::from([0, 0, 0, 0])));
     }

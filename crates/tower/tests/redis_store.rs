@@ -91,11 +91,7 @@ async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
         ..RemoteConfig::new(&server.base)
     };
     let remote = RemoteTollgate::new(&config, clock.clone()).expect("valid url");
-    let via_remote = serve_layered(RateLimitLayer::new(
-        remote,
-        rules_of(&loaded, &metrics, &[]),
-    ))
-    .await;
+    let via_remote = serve_layered(RateLimitLayer::new(remote, rules_of(&loaded, &metrics))).await;
     let remote_order = client
         .post(via_remote.url("/orders"))
         .header("X-Tenant", "globex")
