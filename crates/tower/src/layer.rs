@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use arc_swap::ArcSwap;
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 use tollgate_http::{
     PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_headers, rejection,
@@ -30,7 +31,9 @@ use crate::rule::Rule;
 /// What every clone of the layer and its services shares.
 struct Shared<D> {
     decider: D,
-    rules: Vec<Rule>,
+    /// Swapped whole by [`RateLimitLayer::reload`]; a request holds the
+    /// set it started with until it is answered.
+    rules: ArcSwap<Vec<Rule>>,
 }
 
 /// Limits every request to the wrapped service by `rules`, decided by a
@@ -53,8 +56,19 @@ impl<D: Decider> RateLimitLayer<D> {
     /// rule that applies to it, all or nothing.
     pub fn new(decider: D, rules: Vec<Rule>) -> Self {
         Self {
-            shared: Arc::new(Shared { decider, rules }),
+            shared: Arc::new(Shared {
+                decider,
+                rules: ArcSwap::from_pointee(rules),
+            }),
         }
+    }
+
+    /// Replaces the rules of this layer and of every service made from it
+    /// (its clones share them), from the next request on. A request
+    /// already being decided or served finishes on the rules it started
+    /// with: a reload never changes a decision halfway.
+    pub fn reload(&self, rules: Vec<Rule>) {
+        self.shared.rules.store(Arc::new(rules));
     }
 }
 
@@ -106,10 +120,11 @@ where
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
+        let rules = shared.rules.load_full();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let mut matched = Vec::with_capacity(shared.rules.len());
-            for rule in &shared.rules {
+            let mut matched = Vec::with_capacity(rules.len());
+            for rule in rules.iter() {
                 match rule.applies(&parts) {
                     Ok(Some((identity, cost))) => matched.push((rule, identity, cost)),
                     Ok(None) => {}
