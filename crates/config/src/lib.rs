@@ -58,7 +58,7 @@ pub use fields::deserialize_at;
 pub use identity::{
     ComposeFault, PartFault, RequestFault, Told, address, canonical_host, compose, shape_part,
 };
-pub use live::{LivePolicies, LivePolicy, PlanContext, plan_of, policy_counters};
+pub use live::{LivePolicies, LivePolicy, PlanContext, plan_after, plan_of, policy_counters};
 pub use matching::{FormatSuffix, Matcher, PathPattern, Respelling, TrailingSlash};
 pub use policy_fields::{HotLeaseRule, ServePolicy};
 pub use regions::{Deployment, REGION_ENV, Region};

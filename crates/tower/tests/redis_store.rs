@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use support::{Tollgate, header, serve_layered};
+use support::{Tollgate, header, serve_layered, write_config};
 use tollgate_core::{Clock, SystemClock};
 use tollgate_limiter::LimiterMetrics;
 use tollgate_testkit::RedisServer;
-use tollgate_tower::{Configured, RateLimitLayer, RemoteConfig, RemoteTollgate, rules_of};
+use tollgate_tower::{Configured, RateLimitLayer, rules_of};
 
 fn config(redis_url: &str) -> String {
     format!(
@@ -39,12 +39,6 @@ policies:
     )
 }
 
-fn write_config(dir: &std::path::Path, yaml: &str) -> std::path::PathBuf {
-    let path = dir.join("tollgate.yaml");
-    std::fs::write(&path, yaml).expect("write config");
-    path
-}
-
 #[tokio::test]
 async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
     let redis = RedisServer::start().expect("redis-server starts");
@@ -54,7 +48,7 @@ async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
     let configured = Configured::load(&path, clock.clone())
         .await
         .expect("config loads");
-    let app = serve_layered(RateLimitLayer::new(configured.limiter, configured.rules)).await;
+    let app = serve_layered(configured.layer()).await;
     let server = Tollgate::start(&yaml, clock.clone(), "127.0.0.1:0").await;
     let client = reqwest::Client::new();
     let order = |tenant: &'static str| {
@@ -85,12 +79,7 @@ async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
     let mut registry = Registry::default();
     let metrics = LimiterMetrics::register(&mut registry, clock.clone());
     let loaded = tollgate_config::Config::load(&path, |_| None).expect("config loads");
-    // Time to spare on a loaded machine: a timeout would fail closed.
-    let config = RemoteConfig {
-        timeout: Duration::from_secs(5),
-        ..RemoteConfig::new(&server.base)
-    };
-    let remote = RemoteTollgate::new(&config, clock.clone()).expect("valid url");
+    let remote = support::remote(&server.base, clock.clone());
     let via_remote = serve_layered(RateLimitLayer::new(remote, rules_of(&loaded, &metrics))).await;
     let remote_order = client
         .post(via_remote.url("/orders"))
@@ -119,7 +108,7 @@ async fn with_redis_stopped_each_policy_answers_by_its_failure_mode_and_recovers
     let path = write_config(redis.dir(), &config(&redis.url()));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let configured = Configured::load(&path, clock).await.expect("config loads");
-    let app = serve_layered(RateLimitLayer::new(configured.limiter, configured.rules)).await;
+    let app = serve_layered(configured.layer()).await;
     let client = reqwest::Client::new();
     let order = || {
         client

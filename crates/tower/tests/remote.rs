@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{T0, Tollgate, header, serve_layered, writes_by_tenant};
+use support::{T0, Tollgate, header, serve_layered, two_per_ten_seconds, writes_by_tenant};
 use tollgate_core::{Identity, Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::Plan;
 use tollgate_store::OnStoreFailure;
@@ -30,8 +30,7 @@ policies:
 
 /// The server's `write-api`, failing as `on_failure` says in the client.
 fn write_api(on_failure: OnStoreFailure) -> Plan {
-    let rate = Rate::new(2, 1, 10_000).expect("valid rate");
-    Plan::new(Policy::new("write-api", Limits::TokenBucket(rate)), 0).with_failure_mode(on_failure)
+    two_per_ten_seconds("write-api", on_failure)
 }
 
 /// The server's `reads` on GETs, failing open.
@@ -46,14 +45,9 @@ fn reads() -> Rule {
     })
 }
 
-/// A client for `base`, with time to spare on a loaded test machine: a
-/// first call that times out would be decided by the failure mode.
+/// A client for `base` on the test's clock.
 fn remote(base: &str, clock: &Arc<ManualClock>) -> RemoteTollgate {
-    let config = RemoteConfig {
-        timeout: Duration::from_secs(5),
-        ..RemoteConfig::new(base)
-    };
-    RemoteTollgate::new(&config, clock.clone()).expect("valid url")
+    support::remote(base, clock.clone())
 }
 
 #[tokio::test]
