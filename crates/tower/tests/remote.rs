@@ -210,3 +210,56 @@ async fn a_batch_is_all_or_nothing_on_the_remote() {
     assert_eq!(c["remaining"], 2);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn rules_from_the_file_tollgate_serve_serves_spend_its_budget_whichever_is_asked() {
+    let dir = support::temp_dir();
+    let path = support::write_config(
+        &dir.0,
+        "policies:\n  - {name: orders, algorithm: token_bucket, capacity: 10, refill: {tokens: 1, per: 1h}, match: {methods: [POST], path_prefix: /orders}, identity: [{header: X-Tenant}], cost: {header: X-Cost, max: 10}}\n",
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let server = Tollgate::start_file(&path, clock.clone(), "127.0.0.1:0").await;
+    // The layer's identity, match and cost are the file's, read as the
+    // server reads it.
+    let config = tollgate_config::Config::load(&path, |_| None).expect("config loads");
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = tollgate_limiter::LimiterMetrics::register(&mut registry, clock.clone());
+    let rules = tollgate_tower::rules_of(&config, &metrics);
+    let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
+    let client = reqwest::Client::new();
+    let order = |tenant: &'static str, cost: Option<&'static str>| {
+        let request = client.post(app.url("/orders")).header("X-Tenant", tenant);
+        match cost {
+            Some(cost) => request.header("X-Cost", cost),
+            None => request,
+        }
+        .send()
+    };
+
+    let first = order("acme", Some("4")).await.expect("request");
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "ratelimit"), "\"orders\";r=6;t=14400");
+    let asked = server
+        .check(r#"{"policy":"orders","key":{"x-tenant":"acme"},"cost":3}"#)
+        .await;
+    assert_eq!(asked["allowed"], true);
+    assert_eq!(asked["remaining"], 3);
+    let over = order("acme", Some("4")).await.expect("request");
+    assert_eq!(over.status(), 429);
+    assert_eq!(header(&over, "retry-after"), "3600");
+    assert_eq!(header(&over, "ratelimit"), "\"orders\";r=3;t=25200");
+
+    // No X-Cost: the file's default, 1; a GET matches no policy.
+    let globex = order("globex", None).await.expect("request");
+    assert_eq!(header(&globex, "ratelimit"), "\"orders\";r=9;t=3600");
+    let peek = server
+        .check(r#"{"policy":"orders","key":{"x-tenant":"globex"},"cost":0}"#)
+        .await;
+    assert_eq!(peek["remaining"], 9);
+    let read = app.read("acme").await;
+    assert_eq!(read.status(), 200);
+    assert_eq!(header(&read, "ratelimit"), "");
+    assert_eq!(app.handled(), 3);
+    server.stop().await;
+}
