@@ -20,9 +20,17 @@
 //!   proxy describes it ([`Forwarded::read`], believed only from a trusted
 //!   proxy) or as a service receives it ([`Forwarded::own`]), the client's
 //!   address behind trusted proxies, and a policy's match, identity and
-//!   cost from it ([`policy_check`]) by `tollgate-config`'s rules; the
-//!   `request` feature (on by default), which a client of `/v1/check`
-//!   alone leaves off.
+//!   cost from it ([`policy_check`]) by `tollgate-config`'s rules.
+//!
+//! **Features.** Those requests are the `request` feature, off by default:
+//! reading a request by a config's rules takes the config crate, and with
+//! it the limiter and the stores a config names, Redis and TLS among them.
+//! A client of `/v1/check` alone (the wire types, the RateLimit fields, a
+//! rejection's reading) depends on this crate as it comes and compiles
+//! none of that (`tests/pure_client.rs` holds it to that); a door asks for
+//! `request`: the server, and `tollgate-tower`, whose config-driven layer
+//! reads requests as the server does (its remote client needs only the
+//! wire types, but the crate also opens the file's stores).
 
 #![deny(missing_docs)]
 
