@@ -16,13 +16,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
-use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
-use tollgate_http::{
-    PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_headers, rejection,
-    replayed_header,
-};
-use tollgate_limiter::{Check, Decided, Decider};
-use tollgate_store::{DecidedBy, Replay};
+use http::{Request, Response, StatusCode};
+use tollgate_http::{Answer, Matched, answer};
+use tollgate_limiter::{Check, Decider};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -139,75 +135,21 @@ where
                 .map(|(rule, identity, cost)| Check::new(&rule.plan, identity, *cost))
                 .collect();
             let decided = shared.decider.decide(&checks).await;
-            let verdict = verdict(&matched, &decided);
-            match verdict {
-                Verdict::Admit(headers) => {
+            let answered = matched.iter().map(|(rule, _, cost)| Matched {
+                policy_item: &rule.policy_item,
+                policy: rule.plan.policy(),
+                shadow: rule.plan.shadow(),
+                cost: *cost,
+            });
+            match answer(answered, &decided, StatusCode::TOO_MANY_REQUESTS) {
+                Ok(Answer::Admit(headers)) => {
                     let mut response = ready.call(Request::from_parts(parts, body)).await?;
                     response.headers_mut().extend(headers);
                     Ok(response)
                 }
-                Verdict::Answer(response) => Ok(response.map(ResBody::from)),
+                Ok(Answer::Deny(response)) => Ok(response.map(ResBody::from)),
+                Err(problem) => Ok(problem.response().map(ResBody::from)),
             }
         })
     }
-}
-
-/// What a decision makes of a request.
-enum Verdict {
-    /// Pass it on; these fields go on the answer.
-    Admit(HeaderMap),
-    /// Answer it here.
-    Answer(Response<String>),
-}
-
-/// The server's forward-auth answer, field for field: the RateLimit fields
-/// of the enforced policies, the degraded and replayed marks, and when an
-/// enforced policy rejects, the 429 problem (also in `Tollgate-Problem`).
-fn verdict(matched: &[(&Rule, tollgate_core::Identity, u64)], decided: &Decided) -> Verdict {
-    if decided.replay == Replay::Mismatch || decided.decisions.len() != matched.len() {
-        let problem =
-            Problem::unavailable("the limiter could not decide: the store answered nothing");
-        return Verdict::Answer(problem.response());
-    }
-    let mut headers = HeaderMap::new();
-    if decided.replay == Replay::Replayed {
-        replayed_header(&mut headers);
-    }
-    if decided.by.is_degraded() {
-        degraded_header(&mut headers, decided.by.name());
-    }
-    // A shadow-mode policy never answers: no RateLimit fields, no veto.
-    let enforced = || {
-        matched
-            .iter()
-            .zip(&decided.decisions)
-            .filter(|((rule, _, _), _)| !rule.plan.shadow())
-    };
-    ratelimit_headers(
-        &mut headers,
-        enforced().map(|((rule, _, _), d)| (rule.policy_item.as_str(), rule.plan.policy(), d)),
-    );
-    if enforced().all(|(_, d)| d.allowed) {
-        return Verdict::Admit(headers);
-    }
-    let violated = enforced()
-        .filter(|(_, d)| !d.allowed)
-        .map(|((rule, _, _), d)| (rule.plan.policy(), d));
-    let cause = (decided.by == DecidedBy::FailClosed).then(|| {
-        "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed".to_owned()
-    });
-    let reject = rejection(
-        violated,
-        |policy| {
-            matched
-                .iter()
-                .find(|(rule, _, _)| rule.plan.policy().name() == policy.name())
-                .map_or(0, |(_, _, cost)| *cost)
-        },
-        cause,
-    );
-    if let Some(v) = problem_header(&reject.body) {
-        headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
-    }
-    Verdict::Answer(reject.response(StatusCode::TOO_MANY_REQUESTS, headers))
 }
