@@ -115,9 +115,15 @@ pub fn rules_of(config: &Config, metrics: &LimiterMetrics, trusted_proxies: &[Ip
             let serve = serve.clone();
             let hasher = config.hasher.clone();
             let trusted = trusted_proxies.to_vec();
-            Rule::judged(plan, move |parts| {
+            let ids = serve.client_request_ids;
+            let rule = Rule::judged(plan, move |parts| {
                 judge(&serve, hasher.as_ref(), &trusted, parts)
-            })
+            });
+            if ids {
+                rule.with_client_request_ids()
+            } else {
+                rule
+            }
         })
         .collect()
 }
