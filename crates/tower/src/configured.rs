@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use axum::extract::ConnectInfo;
-use http::HeaderName;
 use http::request::Parts;
 use prometheus_client::registry::Registry;
 use thiserror::Error;
@@ -134,7 +133,10 @@ impl Configured {
         let metrics = Arc::new(LimiterMetrics::register(&mut registry, Arc::clone(&clock)));
         let limiter = Arc::new(open_stores(&config, &metrics, clock).await?);
         let rules = rules_after(&config, &metrics, None);
-        let layer = RateLimitLayer::new(Arc::clone(&limiter), rules.clone());
+        let mut layer = RateLimitLayer::new(Arc::clone(&limiter), rules.clone());
+        if let Some(name) = &config.request.request_id_header {
+            layer = layer.with_request_id_header(name.clone());
+        }
         let ledger = config.stores.index("global");
         let current = Arc::new(ArcSwap::from_pointee(Loaded {
             config,
@@ -155,7 +157,10 @@ impl Configured {
         })
     }
 
-    /// The layer: every clone follows this config's reloads.
+    /// The layer, reading request ids from `server.request_id_header`
+    /// when the file names it (for the policies with
+    /// `client_request_ids: true`): every clone follows this config's
+    /// reloads.
     pub fn layer(&self) -> RateLimitLayer<Arc<Limiter>> {
         self.layer.clone()
     }
@@ -169,12 +174,6 @@ impl Configured {
     /// `server.max_key_bytes`, `server.request_id_header`), as loaded now.
     pub fn request(&self) -> RequestSettings {
         self.current.load().config.request.clone()
-    }
-
-    /// The header the file names for request ids
-    /// (`server.request_id_header`), if any.
-    pub fn request_id_header(&self) -> Option<HeaderName> {
-        self.current.load().config.request.request_id_header.clone()
     }
 
     /// The limiter deciding on the file's stores.
@@ -210,8 +209,10 @@ impl Configured {
     /// limiter and stores, carrying over what the server carries over on a
     /// reload (leases, hot-lease blocks, a changed `shards`' old layout).
     /// Refused, with nothing applied, when it changes the stores or the
-    /// region.
-    pub fn apply(&self, config: Config) -> Result<Reloaded, ConfigError> {
+    /// region. A changed `server.request_id_header` keeps its running
+    /// value until a restart (logged), as the server keeps its start-only
+    /// settings.
+    pub fn apply(&self, mut config: Config) -> Result<Reloaded, ConfigError> {
         let _one = self
             .reloading
             .lock()
@@ -227,6 +228,14 @@ impl Configured {
         }
         if config.hash == current.config.hash {
             return Ok(Reloaded::Unchanged);
+        }
+        // Every clone of the layer reads the header it was made with.
+        let running = &current.config.request.request_id_header;
+        if config.request.request_id_header != *running {
+            tracing::warn!(
+                "server.request_id_header changed and needs a restart (the running value stays until then)"
+            );
+            config.request.request_id_header.clone_from(running);
         }
         let rules = rules_after(&config, &self.metrics, Some(&current));
         self.layer.reload(rules.clone());
@@ -313,9 +322,15 @@ fn rules_after(config: &Config, metrics: &LimiterMetrics, before: Option<&Loaded
             let serve = serve.clone();
             let hasher = config.hasher.clone();
             let request = config.request.clone();
-            Rule::judged(plan, move |parts| {
+            let ids = serve.client_request_ids;
+            let rule = Rule::judged(plan, move |parts| {
                 judge(&serve, hasher.as_ref(), &request, parts)
-            })
+            });
+            if ids {
+                rule.with_client_request_ids()
+            } else {
+                rule
+            }
         })
         .collect()
 }

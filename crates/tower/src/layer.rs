@@ -16,9 +16,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
-use http::{Request, Response, StatusCode};
-use tollgate_http::{Answer, Matched, answer};
-use tollgate_limiter::{Check, Decider};
+use http::request::Parts;
+use http::{HeaderName, Request, Response, StatusCode};
+use tollgate_config::normalize;
+use tollgate_core::Identity;
+use tollgate_http::{Answer, Matched, Problem, RequestFault, answer, request_id_from_header};
+use tollgate_limiter::{Check, Decider, RequestId};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -37,12 +40,14 @@ struct Shared<D> {
 /// the embedded store or Redis, or a [`RemoteTollgate`](crate::RemoteTollgate).
 pub struct RateLimitLayer<D> {
     shared: Arc<Shared<D>>,
+    request_ids: Option<HeaderName>,
 }
 
 impl<D> Clone for RateLimitLayer<D> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
+            request_ids: self.request_ids.clone(),
         }
     }
 }
@@ -56,6 +61,21 @@ impl<D: Decider> RateLimitLayer<D> {
                 decider,
                 rules: ArcSwap::from_pointee(rules),
             }),
+            request_ids: None,
+        }
+    }
+
+    /// Reads a client's request id (an `Idempotency-Key`) from header
+    /// `name`, as `tollgate serve` reads `server.request_id_header`: a
+    /// retry under the same id, method and path is answered from its
+    /// record and charged once. Only when every rule the request matches
+    /// honours client ids ([`Rule::with_client_request_ids`]): otherwise
+    /// the header is one like any other, so naming it never makes a
+    /// login's retries free. A malformed or repeated id is a 400.
+    pub fn with_request_id_header(self, name: HeaderName) -> Self {
+        Self {
+            request_ids: Some(name),
+            ..self
         }
     }
 
@@ -75,6 +95,7 @@ impl<S, D> Layer<S> for RateLimitLayer<D> {
         RateLimit {
             inner,
             shared: Arc::clone(&self.shared),
+            request_ids: self.request_ids.clone(),
         }
     }
 }
@@ -83,6 +104,7 @@ impl<S, D> Layer<S> for RateLimitLayer<D> {
 pub struct RateLimit<S, D> {
     inner: S,
     shared: Arc<Shared<D>>,
+    request_ids: Option<HeaderName>,
 }
 
 impl<S: Clone, D> Clone for RateLimit<S, D> {
@@ -90,6 +112,7 @@ impl<S: Clone, D> Clone for RateLimit<S, D> {
         Self {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
+            request_ids: self.request_ids.clone(),
         }
     }
 }
@@ -117,6 +140,7 @@ where
         let mut ready = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
         let rules = shared.rules.load_full();
+        let request_ids = self.request_ids.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let mut matched = Vec::with_capacity(rules.len());
@@ -134,7 +158,14 @@ where
                 .iter()
                 .map(|(rule, identity, cost)| Check::new(&rule.plan, identity, *cost))
                 .collect();
-            let decided = shared.decider.decide(&checks).await;
+            let (id, shape) = match request_id(request_ids.as_ref(), &matched, &parts) {
+                Ok(found) => found.unzip(),
+                Err(problem) => return Ok(problem.response().map(ResBody::from)),
+            };
+            let decided = shared
+                .decider
+                .decide_request(&checks, id.as_ref(), shape.as_deref())
+                .await;
             let answered = matched.iter().map(|(rule, _, cost)| Matched {
                 policy_item: &rule.policy_item,
                 policy: rule.plan.policy(),
@@ -152,4 +183,24 @@ where
             }
         })
     }
+}
+
+/// The client's request id from header `name` when every matched rule
+/// honours client ids, with the request's method and normalized path the
+/// id is bound to (as forward auth binds it).
+fn request_id(
+    name: Option<&HeaderName>,
+    matched: &[(&Rule, Identity, u64)],
+    parts: &Parts,
+) -> Result<Option<(RequestId, String)>, Problem> {
+    let Some(name) = name.filter(|_| matched.iter().all(|(rule, ..)| rule.client_request_ids))
+    else {
+        return Ok(None);
+    };
+    let fault = |RequestFault(detail)| Problem::bad_request(detail);
+    let Some(id) = request_id_from_header(&parts.headers, name).map_err(fault)? else {
+        return Ok(None);
+    };
+    let path = normalize(parts.uri.path()).map_err(|e| Problem::bad_request(e.to_string()))?;
+    Ok(Some((id, format!("{} {path}", parts.method))))
 }

@@ -173,3 +173,35 @@ async fn an_identity_longer_than_the_files_max_key_bytes_is_a_400_problem() {
     );
     assert_eq!(app.handled(), 1);
 }
+
+#[tokio::test]
+async fn the_files_request_id_header_replays_a_retry_of_a_policy_that_honours_client_ids() {
+    let dir = temp_dir();
+    let yaml = "server: {request_id_header: Idempotency-Key}\npolicies:\n  - {name: writes, algorithm: fixed_window, limit: 1, window: 1h, match: {methods: [POST]}, identity: [{header: X-Tenant}], client_request_ids: true}\n";
+    let path = write_config(&dir.0, yaml);
+    let clock = Arc::new(ManualClock::new(T0));
+    let configured = Configured::load(&path, clock).await.expect("config loads");
+    assert_eq!(
+        configured.request().request_id_header,
+        Some(http::HeaderName::from_static("idempotency-key"))
+    );
+    let app = serve_layered(configured.layer()).await;
+    let order = |id: &'static str| {
+        reqwest::Client::new()
+            .post(app.url("/orders"))
+            .header("X-Tenant", "acme")
+            .header("Idempotency-Key", id)
+            .send()
+    };
+
+    let first = order("k1").await.expect("request");
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "tollgate-replayed"), "");
+    let retry = order("k1").await.expect("request");
+    assert_eq!(retry.status(), 200);
+    assert_eq!(header(&retry, "tollgate-replayed"), "true");
+    assert_eq!(header(&retry, "ratelimit"), "\"writes\";r=0;t=2800");
+    let another = order("k2").await.expect("request");
+    assert_eq!(another.status(), 429);
+    assert_eq!(app.handled(), 2);
+}
