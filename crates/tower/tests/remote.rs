@@ -56,15 +56,8 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
     let server = Tollgate::start(CONFIG, clock.clone(), "127.0.0.1:0").await;
     let rules = vec![writes_by_tenant(write_api(OnStoreFailure::FailOpen))];
     let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
-    let client = reqwest::Client::new();
-    let order = || {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
 
-    let first = order().await.expect("request");
+    let first = app.order("acme").await;
     assert_eq!(first.status(), 200);
     assert_eq!(header(&first, "ratelimit"), "\"write-api\";r=1;t=10");
     // The server's own door spends the same budget, keyed as forward auth keys.
@@ -73,7 +66,7 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
         .await;
     assert_eq!(asked["allowed"], true);
     assert_eq!(asked["remaining"], 0);
-    let third = order().await.expect("request");
+    let third = app.order("acme").await;
     assert_eq!(third.status(), 429);
     assert_eq!(header(&third, "retry-after"), "10");
 
@@ -81,7 +74,7 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
     // round trip would have failed open.
     server.stop().await;
     clock.advance(4_000);
-    let remembered = order().await.expect("request");
+    let remembered = app.order("acme").await;
     assert_eq!(remembered.status(), 429);
     assert_eq!(header(&remembered, "retry-after"), "6");
     assert_eq!(header(&remembered, "tollgate-degraded"), "");
@@ -90,7 +83,7 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
     // At the retry time the client asks again, finds no server, and the
     // policy's failure mode answers.
     clock.advance(6_000);
-    let degraded = order().await.expect("request");
+    let degraded = app.order("acme").await;
     assert_eq!(degraded.status(), 200);
     assert_eq!(header(&degraded, "tollgate-degraded"), "fail_open");
     assert_eq!(header(&degraded, "ratelimit"), "\"write-api\";r=0;t=0");
@@ -106,24 +99,11 @@ async fn a_stopped_remote_answers_by_each_policys_failure_mode_and_recovers() {
         reads(),
     ];
     let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
-    let client = reqwest::Client::new();
-    let order = || {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
-    let read = || {
-        client
-            .get(app.url("/items"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
-    assert_eq!(order().await.expect("request").status(), 200);
-    assert_eq!(read().await.expect("request").status(), 200);
+    assert_eq!(app.order("acme").await.status(), 200);
+    assert_eq!(app.read("acme").await.status(), 200);
 
     server.stop().await;
-    let closed = order().await.expect("request");
+    let closed = app.order("acme").await;
     assert_eq!(closed.status(), 429);
     assert_eq!(header(&closed, "tollgate-degraded"), "fail_closed");
     assert_eq!(header(&closed, "retry-after"), "1");
@@ -136,14 +116,14 @@ async fn a_stopped_remote_answers_by_each_policys_failure_mode_and_recovers() {
         problem["violated-policies"],
         serde_json::json!(["write-api"])
     );
-    let open = read().await.expect("request");
+    let open = app.read("acme").await;
     assert_eq!(open.status(), 200);
     assert_eq!(header(&open, "tollgate-degraded"), "fail_open");
 
     // Back on the same address: decided remotely again, exactly.
     let server = Tollgate::start(CONFIG, clock.clone(), &addr.to_string()).await;
     clock.advance(1_000);
-    let back = order().await.expect("request");
+    let back = app.order("acme").await;
     assert_eq!(back.status(), 200);
     assert_eq!(header(&back, "tollgate-degraded"), "");
     assert_eq!(header(&back, "ratelimit"), "\"write-api\";r=1;t=10");
@@ -193,17 +173,10 @@ async fn a_batch_is_all_or_nothing_on_the_remote() {
         shared,
     ];
     let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
-    let client = reqwest::Client::new();
-    let order = |tenant: &'static str| {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", tenant)
-            .send()
-    };
-    assert_eq!(order("a").await.expect("request").status(), 200);
-    assert_eq!(order("b").await.expect("request").status(), 200);
+    assert_eq!(app.order("a").await.status(), 200);
+    assert_eq!(app.order("b").await.status(), 200);
     // The shared key is spent; c's own budget is untouched by the refusal.
-    assert_eq!(order("c").await.expect("request").status(), 429);
+    assert_eq!(app.order("c").await.status(), 429);
     let c = server
         .check(r#"{"policy":"write-api","key":{"x-tenant":"c"},"cost":0}"#)
         .await;
