@@ -12,6 +12,13 @@ use support::{T0, header, serve_layered, store_keys, temp_dir, write_config};
 use tollgate_core::ManualClock;
 use tollgate_tower::{ConfigError, Configured, Reloaded};
 
+fn shareable<T: Send + Sync + 'static>() {}
+
+#[test]
+fn a_configured_layer_can_be_shared_with_the_task_that_reloads_it() {
+    shareable::<Configured>();
+}
+
 /// Writes per tenant: `limit` an hour, on the embedded store.
 fn writes(limit: u64) -> String {
     format!(
