@@ -4,14 +4,14 @@
 //! when one of them refuses, the rejection with its problem also in
 //! `Tollgate-Problem` (nginx's `auth_request` drops the body).
 
-use http::{HeaderMap, HeaderName, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use tollgate_core::Policy;
 use tollgate_limiter::{Decided, DecidedBy, Replay};
 
 use crate::request_id::request_id_mismatch;
 use crate::response::{
-    PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_headers, rejection,
-    replayed_header,
+    PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_values, rejection,
+    replayed_header, write_ratelimit_values,
 };
 
 /// A matched policy as its answer names it.
@@ -32,9 +32,33 @@ pub struct Matched<'a> {
 pub enum Answer {
     /// Every enforced policy admits: the request goes on, with these
     /// fields on its answer.
-    Admit(HeaderMap),
+    Admit(Admission),
     /// Refused here: the deny status, the RateLimit fields, the problem.
     Deny(Response<String>),
+}
+
+/// The fields an admission adds to its answer, rendered, for the caller
+/// to write onto whatever answer it gives: no map of its own to build and
+/// copy over.
+pub struct Admission {
+    replayed: bool,
+    degraded: Option<&'static str>,
+    ratelimit: Option<(HeaderValue, HeaderValue)>,
+}
+
+impl Admission {
+    /// The marks and the RateLimit fields into `headers`.
+    pub fn write_headers(self, headers: &mut HeaderMap) {
+        if self.replayed {
+            replayed_header(headers);
+        }
+        if let Some(path) = self.degraded {
+            degraded_header(headers, path);
+        }
+        if let Some(values) = self.ratelimit {
+            write_ratelimit_values(headers, values);
+        }
+    }
 }
 
 /// The answer to `decided`, the decisions of `matched` in order; a denial
@@ -56,13 +80,6 @@ where
             Problem::unavailable("the limiter could not decide: the store answered nothing");
         return Ok(Answer::Deny(problem.response()));
     }
-    let mut headers = HeaderMap::new();
-    if decided.replay == Replay::Replayed {
-        replayed_header(&mut headers);
-    }
-    if decided.by.is_degraded() {
-        degraded_header(&mut headers, decided.by.name());
-    }
     // A shadow-mode policy never answers: no RateLimit fields, no veto.
     let enforced = || {
         matched
@@ -70,13 +87,16 @@ where
             .zip(&decided.decisions)
             .filter(|(m, _)| !m.shadow)
     };
-    ratelimit_headers(
-        &mut headers,
-        enforced().map(|(m, d)| (m.policy_item, m.policy, d)),
-    );
+    let admission = Admission {
+        replayed: decided.replay == Replay::Replayed,
+        degraded: decided.by.is_degraded().then(|| decided.by.name()),
+        ratelimit: ratelimit_values(enforced().map(|(m, d)| (m.policy_item, m.policy, d))),
+    };
     if enforced().all(|(_, d)| d.allowed) {
-        return Ok(Answer::Admit(headers));
+        return Ok(Answer::Admit(admission));
     }
+    let mut headers = HeaderMap::new();
+    admission.write_headers(&mut headers);
     let violated = enforced()
         .filter(|(_, d)| !d.allowed)
         .map(|(m, d)| (m.policy, d));

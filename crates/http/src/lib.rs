@@ -55,7 +55,7 @@ mod request_id;
 mod response;
 
 #[cfg(feature = "request")]
-pub use answer::{Answer, Matched, answer};
+pub use answer::{Admission, Answer, Matched, answer};
 pub use check_body::{CheckBody, CheckItem, CheckKey, Object, Text, parse_check_body};
 pub use check_decision::{BatchDecision, CheckDecision};
 pub use check_fault::diagnose_check_body;

@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use http::request::Parts;
 use http::{HeaderName, Request, Response, StatusCode};
+use smallvec::SmallVec;
 use tollgate_config::normalize;
 use tollgate_core::Identity;
 use tollgate_http::{Answer, Matched, Problem, RequestFault, answer, request_id_from_header};
@@ -117,6 +118,10 @@ impl<S: Clone, D> Clone for RateLimit<S, D> {
     }
 }
 
+/// Rules a request can match before its checks leave the stack for the
+/// heap: a request matching this many or fewer allocates no list.
+const INLINE_RULES: usize = 4;
+
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, D, B, ResBody> Service<Request<B>> for RateLimit<S, D>
@@ -143,7 +148,7 @@ where
         let request_ids = self.request_ids.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let mut matched = Vec::with_capacity(rules.len());
+            let mut matched: SmallVec<[_; INLINE_RULES]> = SmallVec::new();
             for rule in rules.iter() {
                 match rule.applies(&parts) {
                     Ok(Some((identity, cost))) => matched.push((rule, identity, cost)),
@@ -154,7 +159,7 @@ where
             if matched.is_empty() {
                 return ready.call(Request::from_parts(parts, body)).await;
             }
-            let checks: Vec<Check<'_>> = matched
+            let checks: SmallVec<[Check<'_>; INLINE_RULES]> = matched
                 .iter()
                 .map(|(rule, identity, cost)| Check::new(&rule.plan, identity, *cost))
                 .collect();
@@ -173,9 +178,9 @@ where
                 cost: *cost,
             });
             match answer(answered, &decided, StatusCode::TOO_MANY_REQUESTS) {
-                Ok(Answer::Admit(headers)) => {
+                Ok(Answer::Admit(admission)) => {
                     let mut response = ready.call(Request::from_parts(parts, body)).await?;
-                    response.headers_mut().extend(headers);
+                    admission.write_headers(response.headers_mut());
                     Ok(response)
                 }
                 Ok(Answer::Deny(response)) => Ok(response.map(ResBody::from)),

@@ -134,7 +134,11 @@ fn answer(
     });
     let deny = StatusCode::from_u16(settings.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
     Ok(match tollgate_http::answer(answered, decided, deny)? {
-        Answer::Admit(headers) => (StatusCode::OK, headers).into_response(),
+        Answer::Admit(admission) => {
+            let mut response = StatusCode::OK.into_response();
+            admission.write_headers(response.headers_mut());
+            response
+        }
         Answer::Deny(response) => response.map(Body::from),
     })
 }
