@@ -1,9 +1,9 @@
 //! The config document as a whole, as every door reads it: the regions,
 //! the stores and the policies, read in order into a [`Config`], with the
-//! two `server` fields they need (the identity key's variable and shadow
-//! mode). The rest of `server` and `envoy_ratelimit_configs` are the
-//! server's to read; a door only knows their names. Each section's own
-//! reading lives beside this file.
+//! `server` fields every door needs (`server_fields`: the identity key's
+//! variable, shadow mode, how a request is read). The rest of `server` and
+//! `envoy_ratelimit_configs` are the server's to read; a door only knows
+//! their names. Each section's own reading lives beside this file.
 
 use std::path::Path;
 
@@ -15,15 +15,12 @@ use tollgate_core::{
 use crate::policy_fields::{ServePolicy, parse_policies};
 use crate::regions::Deployment;
 use crate::request_shaping::IdentityPart;
+use crate::server_fields::{RequestSettings, ServerFields};
 use crate::stores::{STORE_ROLES, Stores};
 
 /// The shortest secret-hashing key accepted: 32 bytes, as many as BLAKE3's
 /// key (a key of fewer bytes cannot hold 32 bytes of entropy).
 const MIN_IDENTITY_KEY_BYTES: usize = 32;
-
-/// The variable holding the identity key when `server.identity_key_env`
-/// names none.
-pub const DEFAULT_IDENTITY_KEY_ENV: &str = "TOLLGATE_IDENTITY_KEY";
 
 /// What every door needs of a config file, validated: the stores, the
 /// region, and each policy with its scope, match, identity and cost.
@@ -45,65 +42,9 @@ pub struct Config {
     pub hasher: Option<SecretHasher>,
     /// `server.shadow_mode`: every policy decided and counted, none enforced.
     pub shadow_mode: bool,
-}
-
-/// The `server` fields the shared part of a config depends on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerFields {
-    /// `server.identity_key_env`: the variable holding the identity key.
-    pub identity_key_env: String,
-    /// `server.shadow_mode`.
-    pub shadow_mode: bool,
-}
-
-impl Default for ServerFields {
-    fn default() -> Self {
-        Self {
-            identity_key_env: DEFAULT_IDENTITY_KEY_ENV.to_owned(),
-            shadow_mode: false,
-        }
-    }
-}
-
-impl ServerFields {
-    /// The two fields as `server` states them; the server's other settings
-    /// are not read here (`tollgate validate` reads them all).
-    pub fn read(server: Option<&Value>) -> Result<Self, ConfigError> {
-        let mut fields = Self::default();
-        let Some(Value::Object(server)) = server else {
-            return match server {
-                None | Some(Value::Null) => Ok(fields),
-                Some(other) => Err(ConfigError::Document(format!(
-                    "server: expected a mapping, got {}",
-                    describe(other)
-                ))
-                .at(node_path!["server"])),
-            };
-        };
-        match server.get("identity_key_env") {
-            None => {}
-            Some(Value::String(name)) => fields.identity_key_env.clone_from(name),
-            Some(other) => {
-                return Err(ConfigError::Document(format!(
-                    "server: identity_key_env must be a variable name, got {}",
-                    describe(other)
-                ))
-                .at(node_path!["server", "identity_key_env"]));
-            }
-        }
-        match server.get("shadow_mode") {
-            None => {}
-            Some(Value::Bool(on)) => fields.shadow_mode = *on,
-            Some(other) => {
-                return Err(ConfigError::Document(format!(
-                    "server: shadow_mode must be true or false, got {}",
-                    describe(other)
-                ))
-                .at(node_path!["server", "shadow_mode"]));
-            }
-        }
-        Ok(fields)
-    }
+    /// How a door reads a request: trusted proxies, the longest identity,
+    /// the request id header.
+    pub request: RequestSettings,
 }
 
 /// Why a config file was not loaded; every message starts with the file.
@@ -195,6 +136,7 @@ impl Config {
             hash: blake3::hash(text.as_bytes()).to_hex()[..16].to_owned(),
             hasher,
             shadow_mode: server.shadow_mode,
+            request: server.request.clone(),
         })
     }
 }

@@ -11,8 +11,10 @@
 //!    `fields` (how a fault names its field).
 //! 2. **The schema** — `regions`, `stores`, `scope`, then `policy_fields`
 //!    (a policy with its `match`, `identity` and `cost` from
-//!    `request_shaping`, its request ids from `retry`), read in order by
-//!    `document` into a validated [`Config`].
+//!    `request_shaping`, its request ids from `retry`), and what of the
+//!    `server` section every door reads (`server_fields`: how a request is
+//!    read, [`RequestSettings`]), read in order by `document` into a
+//!    validated [`Config`].
 //! 3. **The rules every door applies** — `identity`: what a door read for
 //!    each identity part, shaped and composed into the identity it keys by.
 //! 4. **`live`** — each policy's limiter [`tollgate_limiter::Plan`], built
@@ -21,8 +23,10 @@
 //!
 //! What it does not do: read a request (the HTTP contract's crate does,
 //! with these rules), write a header, decide, or serve. The `server`
-//! section is the server's: this crate reads only `identity_key_env` and
-//! `shadow_mode` from it, and depends on no HTTP server, gRPC or TLS crate.
+//! section is the server's but for what every door reads of it
+//! (`identity_key_env`, `shadow_mode`, `trusted_proxies`, `max_key_bytes`,
+//! `request_id_header`); this crate depends on no HTTP server, gRPC or TLS
+//! crate.
 
 #![deny(missing_docs)]
 
@@ -39,6 +43,7 @@ mod regions;
 mod request_shaping;
 mod retry;
 mod scope;
+mod server_fields;
 mod stores;
 
 // 3. the rules every door applies
@@ -47,16 +52,13 @@ mod identity;
 // 4. plans
 mod live;
 
-pub use document::{
-    Config, DEFAULT_IDENTITY_KEY_ENV, LoadError, ServerFields, check_identity_key, replace_store,
-    top_level,
-};
+pub use document::{Config, LoadError, check_identity_key, replace_store, top_level};
 pub use failure_mode::{DEFAULT_LOCAL_SHARE_PERCENT, FieldFault, parse_failure_mode};
 pub use fields::deserialize_at;
 pub use identity::{
     ComposeFault, PartFault, RequestFault, Told, address, canonical_host, compose, shape_part,
 };
-pub use live::{LivePolicies, LivePolicy, PlanContext, plan_of, policy_counters};
+pub use live::{LivePolicies, LivePolicy, PlanContext, plan_after, plan_of, policy_counters};
 pub use matching::{FormatSuffix, Matcher, PathPattern, Respelling, TrailingSlash};
 pub use policy_fields::{HotLeaseRule, ServePolicy};
 pub use regions::{Deployment, REGION_ENV, Region};
@@ -64,4 +66,8 @@ pub use request_path::{PathFault, normalize};
 pub use request_shaping::{ClientNetworks, CostRule, IdentityPart};
 pub use retry::RetryRule;
 pub use scope::{Leased, Scope};
+pub use server_fields::{
+    DEFAULT_IDENTITY_KEY_ENV, DEFAULT_MAX_KEY_BYTES, RequestSettings, ServerFields,
+    request_id_header, trusted_proxies,
+};
 pub use stores::{STORE_ROLES, StoreSettings, Stores};

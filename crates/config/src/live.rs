@@ -170,6 +170,17 @@ pub fn plan_of(
     context: &PlanContext<'_>,
     before: Option<&LivePolicy>,
 ) -> Plan {
+    plan_after(serve, context, before.map(|p| (&p.serve, &p.plan)))
+}
+
+/// [`plan_of`] for a door that keeps its plans its own way (a tower
+/// layer's rules): `before` is the policy as it served until now and its
+/// plan.
+pub fn plan_after(
+    serve: &ServePolicy,
+    context: &PlanContext<'_>,
+    before: Option<(&ServePolicy, &Plan)>,
+) -> Plan {
     let PlanContext {
         region,
         shadow_mode,
@@ -189,7 +200,7 @@ pub fn plan_of(
         .with_shadow(serve.shadow || shadow_mode);
     if let Scope::Leased(terms) = &serve.scope {
         let kept = before
-            .and_then(|p| p.plan.lease())
+            .and_then(|(_, plan)| plan.lease())
             .filter(|l| l.serves(&serve.declared, terms, region));
         plan = plan.with_lease(
             kept.cloned()
@@ -198,12 +209,12 @@ pub fn plan_of(
     }
     if let Some(rule) = serve.hot_lease {
         let kept = before
-            .filter(|p| {
-                p.serve.policy == serve.policy
-                    && p.serve.store == serve.store
-                    && p.serve.hot_lease == serve.hot_lease
+            .filter(|(was, _)| {
+                was.policy == serve.policy
+                    && was.store == serve.store
+                    && was.hot_lease == serve.hot_lease
             })
-            .and_then(|p| p.plan.hot_lease().cloned());
+            .and_then(|(_, plan)| plan.hot_lease().cloned());
         plan = plan.with_hot_lease(kept.unwrap_or_else(|| {
             Arc::new(HotLeases::new(
                 rule,
@@ -215,7 +226,7 @@ pub fn plan_of(
     // A changed `shards` reads the old layout's states for the policy's
     // rest: an exhausted identity stays exhausted across the reload.
     match before {
-        Some(before) => plan.with_carry_over(&before.plan),
+        Some((_, was)) => plan.with_carry_over(was),
         None => plan,
     }
 }

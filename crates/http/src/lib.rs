@@ -15,17 +15,32 @@
 //!   answer, one serde schema each, read and written by the server and a
 //!   client alike (the server's bytes are the derive's); `check_fault`
 //!   names why a body was refused, in tollgate's words, not serde's.
+//! - **The answer to a decided request** (`answer`): admit with these
+//!   fields, or the denial; forward auth and the tower layer both use it.
+//!   A client's request id from a header (`request_id`).
 //! - **Keys** (`key`): the identity a client names by key, bounded.
 //! - **Requests** (`request`, `peer`, `forward_auth`): a request as a
 //!   proxy describes it ([`Forwarded::read`], believed only from a trusted
 //!   proxy) or as a service receives it ([`Forwarded::own`]), the client's
 //!   address behind trusted proxies, and a policy's match, identity and
-//!   cost from it ([`policy_check`]) by `tollgate-config`'s rules; the
-//!   `request` feature (on by default), which a client of `/v1/check`
-//!   alone leaves off.
+//!   cost from it ([`policy_check`]) by `tollgate-config`'s rules.
+//!
+//! **Features.** Those requests and the answer to a decided one are the
+//! `request` feature, off by default: reading a request by a config's
+//! rules and answering it from the limiter's decisions take the config
+//! crate and the limiter, and with them the stores a config names, Redis
+//! and TLS among them.
+//! A client of `/v1/check` alone (the wire types, the RateLimit fields, a
+//! rejection's reading) depends on this crate as it comes and compiles
+//! none of that (`tests/pure_client.rs` holds it to that); a door asks for
+//! `request`: the server, and `tollgate-tower`, whose config-driven layer
+//! reads requests as the server does (its remote client needs only the
+//! wire types, but the crate also opens the file's stores).
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "request")]
+mod answer;
 mod check_body;
 mod check_decision;
 mod check_fault;
@@ -35,8 +50,12 @@ mod peer;
 mod ratelimit_fields;
 #[cfg(feature = "request")]
 mod request;
+#[cfg(feature = "request")]
+mod request_id;
 mod response;
 
+#[cfg(feature = "request")]
+pub use answer::{Admission, Answer, Matched, answer};
 pub use check_body::{CheckBody, CheckItem, CheckKey, Object, Text, parse_check_body};
 pub use check_decision::{BatchDecision, CheckDecision};
 pub use check_fault::diagnose_check_body;
@@ -50,6 +69,8 @@ pub use ratelimit_fields::{
 pub use request::{
     Forwarded, RequestFault, client_ip, cost_of, identity_of, policy_check, single_header,
 };
+#[cfg(feature = "request")]
+pub use request_id::{request_id_from_header, request_id_mismatch};
 pub use response::{
     DEGRADED_HEADER, PROBLEM_HEADER, PROBLEM_HEADER_MAX_BYTES, Problem, QUOTA_EXCEEDED,
     REPLAYED_HEADER, Rejection, degraded_header, problem_header, ratelimit_headers, rejection,

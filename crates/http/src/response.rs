@@ -39,17 +39,32 @@ pub fn ratelimit_headers<'a>(
     headers: &mut HeaderMap,
     decided: impl Iterator<Item = (&'a str, &'a Policy, &'a Decision)>,
 ) {
-    let Some(fields) = ratelimit_fields(decided) else {
-        return;
-    };
-    // The strings' buffers become the values (validated, not copied).
-    if let (Ok(p), Ok(s)) = (
-        HeaderValue::from_maybe_shared(Bytes::from(fields.policy)),
-        HeaderValue::from_maybe_shared(Bytes::from(fields.state)),
-    ) {
-        headers.insert(POLICY_FIELD, p);
-        headers.insert(STATE_FIELD, s);
+    if let Some((policy, state)) = ratelimit_values(decided) {
+        headers.insert(POLICY_FIELD, policy);
+        headers.insert(STATE_FIELD, state);
     }
+}
+
+/// The RateLimit-Policy and RateLimit values for a set of decided
+/// policies, for a caller that writes them later (an admission, onto the
+/// answer the service gives).
+pub(crate) fn ratelimit_values<'a>(
+    decided: impl Iterator<Item = (&'a str, &'a Policy, &'a Decision)>,
+) -> Option<(HeaderValue, HeaderValue)> {
+    let fields = ratelimit_fields(decided)?;
+    // The strings' buffers become the values (validated, not copied).
+    HeaderValue::from_maybe_shared(Bytes::from(fields.policy))
+        .ok()
+        .zip(HeaderValue::from_maybe_shared(Bytes::from(fields.state)).ok())
+}
+
+/// The RateLimit fields' values into `headers`.
+pub(crate) fn write_ratelimit_values(
+    headers: &mut HeaderMap,
+    (policy, state): (HeaderValue, HeaderValue),
+) {
+    headers.insert(POLICY_FIELD, policy);
+    headers.insert(STATE_FIELD, state);
 }
 
 /// `Tollgate-Replayed: true`: the answer came from a request id's record.

@@ -18,15 +18,19 @@ pub trait Decider: Send + Sync + 'static {
     /// One decision per check, in the checks' order; under `id` (an
     /// `Idempotency-Key`), a retry of the same request inside its
     /// policy's retry window is answered from the record, not charged again.
+    /// `shape` is what the caller knows of the request beyond its checks
+    /// (a method and normalized path): the id is bound to it too, so it
+    /// never admits another route's request from its record.
     fn decide_request(
         &self,
         checks: &[Check<'_>],
         id: Option<&RequestId>,
+        shape: Option<&str>,
     ) -> impl Future<Output = Decided> + Send;
 
     /// [`Decider::decide_request`] without a request id.
     fn decide(&self, checks: &[Check<'_>]) -> impl Future<Output = Decided> + Send {
-        self.decide_request(checks, None)
+        self.decide_request(checks, None, None)
     }
 }
 
@@ -35,9 +39,9 @@ impl Decider for Limiter {
         &self,
         checks: &[Check<'_>],
         id: Option<&RequestId>,
+        shape: Option<&str>,
     ) -> impl Future<Output = Decided> + Send {
-        // The checks are the whole request: no shape beside them.
-        Limiter::decide_request(self, checks, id, None)
+        Limiter::decide_request(self, checks, id, shape)
     }
 }
 
@@ -47,7 +51,8 @@ impl<D: Decider> Decider for Arc<D> {
         &self,
         checks: &[Check<'_>],
         id: Option<&RequestId>,
+        shape: Option<&str>,
     ) -> impl Future<Output = Decided> + Send {
-        D::decide_request(self, checks, id)
+        D::decide_request(self, checks, id, shape)
     }
 }

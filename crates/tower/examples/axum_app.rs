@@ -9,8 +9,10 @@
 //! ```
 //!
 //! The limits come from `--config`, the schema `tollgate serve` reads
-//! (`policies` with `match` and `identity`, and `store`); with `--remote`
-//! they are decided by that tollgate instead of in this process.
+//! (`policies` with `match` and `identity`, `store`, and how a request is
+//! read: `server.trusted_proxies`, `server.max_key_bytes`); with
+//! `--remote` they are decided by that tollgate instead of in this
+//! process. Without `--remote`, `kill -HUP` reloads the file.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,9 +24,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use prometheus_client::registry::Registry;
 use serde_json::json;
+use tokio::signal::unix::{SignalKind, signal};
 use tollgate_core::{Clock, SystemClock};
 use tollgate_limiter::LimiterMetrics;
-use tollgate_tower::{Configured, RateLimitLayer, RemoteConfig, RemoteTollgate, rules_of};
+use tollgate_tower::{
+    Configured, RateLimitLayer, Reloaded, RemoteConfig, RemoteTollgate, rules_of,
+};
 
 /// `--config FILE --listen ADDR [--remote URL]`.
 struct Args {
@@ -101,9 +106,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     match args.remote {
         None => {
-            let configured = Configured::load(&args.config, clock).await?;
-            let layer = RateLimitLayer::new(configured.limiter, configured.rules);
-            serve(api().layer(layer), args.listen).await?;
+            // Kept for as long as the app serves: it runs the limiter's
+            // upkeep, and reloads the file on SIGHUP as `tollgate serve` does.
+            let configured = Arc::new(Configured::load(&args.config, clock).await?);
+            tokio::spawn(reload_on_hangup(Arc::clone(&configured))?);
+            serve(api().layer(configured.layer()), args.listen).await?;
         }
         Some(url) => {
             // Only the rules are read here: the remote decides on its stores.
@@ -111,10 +118,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let config = tollgate_config::Config::load(&args.config, |v| std::env::var(v).ok())?;
             let mut registry = Registry::default();
             let metrics = LimiterMetrics::register(&mut registry, Arc::clone(&clock));
-            let rules = rules_of(&config, &metrics, &[]);
+            let rules = rules_of(&config, &metrics);
             let remote = RemoteTollgate::new(&RemoteConfig::new(url), clock)?;
             serve(api().layer(RateLimitLayer::new(remote, rules)), args.listen).await?;
         }
     }
     Ok(())
+}
+
+/// Reads the config again on every SIGHUP; a file that cannot serve is
+/// refused on stderr and the rules before it keep serving.
+fn reload_on_hangup(
+    configured: Arc<Configured>,
+) -> std::io::Result<impl std::future::Future<Output = ()>> {
+    let mut hangups = signal(SignalKind::hangup())?;
+    Ok(async move {
+        while hangups.recv().await.is_some() {
+            match configured.reload() {
+                Ok(Reloaded::Applied) => println!("config reloaded"),
+                Ok(Reloaded::Unchanged) => println!("config unchanged"),
+                Err(e) => {
+                    eprintln!("config reload refused, the previous config keeps serving: {e}")
+                }
+            }
+        }
+    })
 }

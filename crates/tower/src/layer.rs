@@ -15,13 +15,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
-use tollgate_http::{
-    PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_headers, rejection,
-    replayed_header,
-};
-use tollgate_limiter::{Check, Decided, Decider};
-use tollgate_store::{DecidedBy, Replay};
+use arc_swap::ArcSwap;
+use http::request::Parts;
+use http::{HeaderName, Request, Response, StatusCode};
+use smallvec::SmallVec;
+use tollgate_config::normalize;
+use tollgate_core::Identity;
+use tollgate_http::{Answer, Matched, Problem, RequestFault, answer, request_id_from_header};
+use tollgate_limiter::{Check, Decider, RequestId};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -30,7 +31,9 @@ use crate::rule::Rule;
 /// What every clone of the layer and its services shares.
 struct Shared<D> {
     decider: D,
-    rules: Vec<Rule>,
+    /// Swapped whole by [`RateLimitLayer::reload`]; a request holds the
+    /// set it started with until it is answered.
+    rules: ArcSwap<Vec<Rule>>,
 }
 
 /// Limits every request to the wrapped service by `rules`, decided by a
@@ -38,12 +41,14 @@ struct Shared<D> {
 /// the embedded store or Redis, or a [`RemoteTollgate`](crate::RemoteTollgate).
 pub struct RateLimitLayer<D> {
     shared: Arc<Shared<D>>,
+    request_ids: Option<HeaderName>,
 }
 
 impl<D> Clone for RateLimitLayer<D> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
+            request_ids: self.request_ids.clone(),
         }
     }
 }
@@ -53,8 +58,34 @@ impl<D: Decider> RateLimitLayer<D> {
     /// rule that applies to it, all or nothing.
     pub fn new(decider: D, rules: Vec<Rule>) -> Self {
         Self {
-            shared: Arc::new(Shared { decider, rules }),
+            shared: Arc::new(Shared {
+                decider,
+                rules: ArcSwap::from_pointee(rules),
+            }),
+            request_ids: None,
         }
+    }
+
+    /// Reads a client's request id (an `Idempotency-Key`) from header
+    /// `name`, as `tollgate serve` reads `server.request_id_header`: a
+    /// retry under the same id, method and path is answered from its
+    /// record and charged once. Only when every rule the request matches
+    /// honours client ids ([`Rule::with_client_request_ids`]): otherwise
+    /// the header is one like any other, so naming it never makes a
+    /// login's retries free. A malformed or repeated id is a 400.
+    pub fn with_request_id_header(self, name: HeaderName) -> Self {
+        Self {
+            request_ids: Some(name),
+            ..self
+        }
+    }
+
+    /// Replaces the rules of this layer and of every service made from it
+    /// (its clones share them), from the next request on. A request
+    /// already being decided or served finishes on the rules it started
+    /// with: a reload never changes a decision halfway.
+    pub fn reload(&self, rules: Vec<Rule>) {
+        self.shared.rules.store(Arc::new(rules));
     }
 }
 
@@ -65,6 +96,7 @@ impl<S, D> Layer<S> for RateLimitLayer<D> {
         RateLimit {
             inner,
             shared: Arc::clone(&self.shared),
+            request_ids: self.request_ids.clone(),
         }
     }
 }
@@ -73,6 +105,7 @@ impl<S, D> Layer<S> for RateLimitLayer<D> {
 pub struct RateLimit<S, D> {
     inner: S,
     shared: Arc<Shared<D>>,
+    request_ids: Option<HeaderName>,
 }
 
 impl<S: Clone, D> Clone for RateLimit<S, D> {
@@ -80,9 +113,14 @@ impl<S: Clone, D> Clone for RateLimit<S, D> {
         Self {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
+            request_ids: self.request_ids.clone(),
         }
     }
 }
+
+/// Rules a request can match before its checks leave the stack for the
+/// heap: a request matching this many or fewer allocates no list.
+const INLINE_RULES: usize = 4;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -106,10 +144,12 @@ where
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
+        let rules = shared.rules.load_full();
+        let request_ids = self.request_ids.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let mut matched = Vec::with_capacity(shared.rules.len());
-            for rule in &shared.rules {
+            let mut matched: SmallVec<[_; INLINE_RULES]> = SmallVec::new();
+            for rule in rules.iter() {
                 match rule.applies(&parts) {
                     Ok(Some((identity, cost))) => matched.push((rule, identity, cost)),
                     Ok(None) => {}
@@ -119,80 +159,53 @@ where
             if matched.is_empty() {
                 return ready.call(Request::from_parts(parts, body)).await;
             }
-            let checks: Vec<Check<'_>> = matched
+            let checks: SmallVec<[Check<'_>; INLINE_RULES]> = matched
                 .iter()
                 .map(|(rule, identity, cost)| Check::new(&rule.plan, identity, *cost))
                 .collect();
-            let decided = shared.decider.decide(&checks).await;
-            let verdict = verdict(&matched, &decided);
-            match verdict {
-                Verdict::Admit(headers) => {
+            let (id, shape) = match request_id(request_ids.as_ref(), &matched, &parts) {
+                Ok(found) => found.unzip(),
+                Err(problem) => return Ok(problem.response().map(ResBody::from)),
+            };
+            let decided = shared
+                .decider
+                .decide_request(&checks, id.as_ref(), shape.as_deref())
+                .await;
+            let answered = matched.iter().map(|(rule, _, cost)| Matched {
+                policy_item: &rule.policy_item,
+                policy: rule.plan.policy(),
+                shadow: rule.plan.shadow(),
+                cost: *cost,
+            });
+            match answer(answered, &decided, StatusCode::TOO_MANY_REQUESTS) {
+                Ok(Answer::Admit(admission)) => {
                     let mut response = ready.call(Request::from_parts(parts, body)).await?;
-                    response.headers_mut().extend(headers);
+                    admission.write_headers(response.headers_mut());
                     Ok(response)
                 }
-                Verdict::Answer(response) => Ok(response.map(ResBody::from)),
+                Ok(Answer::Deny(response)) => Ok(response.map(ResBody::from)),
+                Err(problem) => Ok(problem.response().map(ResBody::from)),
             }
         })
     }
 }
 
-/// What a decision makes of a request.
-enum Verdict {
-    /// Pass it on; these fields go on the answer.
-    Admit(HeaderMap),
-    /// Answer it here.
-    Answer(Response<String>),
-}
-
-/// The server's forward-auth answer, field for field: the RateLimit fields
-/// of the enforced policies, the degraded and replayed marks, and when an
-/// enforced policy rejects, the 429 problem (also in `Tollgate-Problem`).
-fn verdict(matched: &[(&Rule, tollgate_core::Identity, u64)], decided: &Decided) -> Verdict {
-    if decided.replay == Replay::Mismatch || decided.decisions.len() != matched.len() {
-        let problem =
-            Problem::unavailable("the limiter could not decide: the store answered nothing");
-        return Verdict::Answer(problem.response());
-    }
-    let mut headers = HeaderMap::new();
-    if decided.replay == Replay::Replayed {
-        replayed_header(&mut headers);
-    }
-    if decided.by.is_degraded() {
-        degraded_header(&mut headers, decided.by.name());
-    }
-    // A shadow-mode policy never answers: no RateLimit fields, no veto.
-    let enforced = || {
-        matched
-            .iter()
-            .zip(&decided.decisions)
-            .filter(|((rule, _, _), _)| !rule.plan.shadow())
+/// The client's request id from header `name` when every matched rule
+/// honours client ids, with the request's method and normalized path the
+/// id is bound to (as forward auth binds it).
+fn request_id(
+    name: Option<&HeaderName>,
+    matched: &[(&Rule, Identity, u64)],
+    parts: &Parts,
+) -> Result<Option<(RequestId, String)>, Problem> {
+    let Some(name) = name.filter(|_| matched.iter().all(|(rule, ..)| rule.client_request_ids))
+    else {
+        return Ok(None);
     };
-    ratelimit_headers(
-        &mut headers,
-        enforced().map(|((rule, _, _), d)| (rule.policy_item.as_str(), rule.plan.policy(), d)),
-    );
-    if enforced().all(|(_, d)| d.allowed) {
-        return Verdict::Admit(headers);
-    }
-    let violated = enforced()
-        .filter(|(_, d)| !d.allowed)
-        .map(|((rule, _, _), d)| (rule.plan.policy(), d));
-    let cause = (decided.by == DecidedBy::FailClosed).then(|| {
-        "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed".to_owned()
-    });
-    let reject = rejection(
-        violated,
-        |policy| {
-            matched
-                .iter()
-                .find(|(rule, _, _)| rule.plan.policy().name() == policy.name())
-                .map_or(0, |(_, _, cost)| *cost)
-        },
-        cause,
-    );
-    if let Some(v) = problem_header(&reject.body) {
-        headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
-    }
-    Verdict::Answer(reject.response(StatusCode::TOO_MANY_REQUESTS, headers))
+    let fault = |RequestFault(detail)| Problem::bad_request(detail);
+    let Some(id) = request_id_from_header(&parts.headers, name).map_err(fault)? else {
+        return Ok(None);
+    };
+    let path = normalize(parts.uri.path()).map_err(|e| Problem::bad_request(e.to_string()))?;
+    Ok(Some((id, format!("{} {path}", parts.method))))
 }

@@ -19,7 +19,7 @@ mod layer;
 mod remote;
 mod rule;
 
-pub use configured::{ConfigError, Configured, rules_of};
+pub use configured::{ConfigError, Configured, Reloaded, rules_of};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use remote::{RemoteConfig, RemoteError, RemoteTollgate};
 pub use rule::{Applies, Rule};

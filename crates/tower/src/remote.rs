@@ -151,7 +151,12 @@ impl RemoteTollgate {
 }
 
 impl Decider for RemoteTollgate {
-    async fn decide_request(&self, checks: &[Check<'_>], id: Option<&RequestId>) -> Decided {
+    async fn decide_request(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+        shape: Option<&str>,
+    ) -> Decided {
         let now_ms = self.clock.now_ms();
         // A request under an id may be a retry the server answers from its
         // record: only the server knows.
@@ -174,8 +179,12 @@ impl Decider for RemoteTollgate {
                 local_policy: c.plan.local(),
             })
             .collect();
+        // `/v1/check` has no field for the shape: the id sent is bound to
+        // it instead, so the same id on another route is another id there.
+        let bound = id.zip(shape).and_then(|(id, shape)| bound_id(id, shape));
+        let id = bound.as_ref().or(id);
         let digest = id.map(|_| {
-            let mut hasher = RequestHasher::new(None);
+            let mut hasher = RequestHasher::new(shape);
             for c in checks {
                 hasher.check(c.plan.policy().name(), c.identity.as_bytes(), c.cost);
             }
@@ -201,4 +210,15 @@ impl Decider for RemoteTollgate {
         }
         decided
     }
+}
+
+/// `id` bound to `shape`, as one request id: a digest of both (hex, well
+/// inside the longest id), the same for every retry of one request.
+fn bound_id(id: &RequestId, shape: &str) -> Option<RequestId> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"tollgate request id and shape v1\0");
+    hasher.update(&(id.as_str().len() as u64).to_le_bytes());
+    hasher.update(id.as_str().as_bytes());
+    hasher.update(shape.as_bytes());
+    RequestId::new(hasher.finalize().to_hex().as_str()).ok()
 }

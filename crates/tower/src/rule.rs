@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::request::Parts;
 use tollgate_core::Identity;
 use tollgate_http::{Problem, policy_item};
-use tollgate_limiter::Plan;
+use tollgate_limiter::{DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, Plan, RetryRule};
 use tollgate_store::OnStoreFailure;
 
 /// What a rule makes of a request: not its business (`Ok(None)`), a check
@@ -24,6 +24,8 @@ pub struct Rule {
     pub(crate) plan: Arc<Plan>,
     /// Its `RateLimit-Policy` item, written once.
     pub(crate) policy_item: String,
+    /// Whether a client's request id may replay its admissions.
+    pub(crate) client_request_ids: bool,
     judge: Arc<Judge>,
 }
 
@@ -49,7 +51,31 @@ impl Rule {
         Self {
             policy_item: policy_item(plan.policy()),
             plan: Arc::new(plan),
+            client_request_ids: false,
             judge: Arc::new(judge),
+        }
+    }
+
+    /// A client's request id (the layer's
+    /// [`with_request_id_header`](crate::RateLimitLayer::with_request_id_header))
+    /// may replay this rule's admissions: off by default, as
+    /// `client_request_ids` is in a config. Ids are kept under the plan's
+    /// retry rule ([`Plan::with_retry`]); a plan without one, not yet
+    /// shared by a clone of this rule, is given the default one
+    /// ([`DEFAULT_RETRY_WINDOW_MS`], [`DEFAULT_RETRY_IDS`]).
+    pub fn with_client_request_ids(self) -> Self {
+        let plan = match Arc::try_unwrap(self.plan) {
+            Ok(plan) if plan.retry().is_none() => Arc::new(plan.with_retry(Some(RetryRule {
+                window_ms: DEFAULT_RETRY_WINDOW_MS,
+                max_ids: DEFAULT_RETRY_IDS,
+            }))),
+            Ok(plan) => Arc::new(plan),
+            Err(shared) => shared,
+        };
+        Self {
+            plan,
+            client_request_ids: true,
+            ..self
         }
     }
 

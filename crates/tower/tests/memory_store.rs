@@ -6,17 +6,15 @@ mod support;
 
 use std::sync::Arc;
 
-use support::{T0, header, memory_limiter, serve_layered, writes_by_tenant};
-use tollgate_core::{Limits, ManualClock, Policy, Rate};
+use support::{T0, header, memory_limiter, serve_layered, two_per_ten_seconds, writes_by_tenant};
+use tollgate_core::ManualClock;
 use tollgate_limiter::Plan;
 use tollgate_store::OnStoreFailure;
 use tollgate_tower::RateLimitLayer;
 
 /// 2 a burst, 1 each 10 s.
 fn write_api() -> Plan {
-    let rate = Rate::new(2, 1, 10_000).expect("valid rate");
-    Plan::new(Policy::new("write-api", Limits::TokenBucket(rate)), 0)
-        .with_failure_mode(OnStoreFailure::FailClosed)
+    two_per_ten_seconds("write-api", OnStoreFailure::FailClosed)
 }
 
 #[tokio::test]
@@ -28,23 +26,16 @@ async fn admissions_carry_ratelimit_fields_and_a_rejection_the_whole_contract() 
         vec![writes_by_tenant(write_api())],
     ))
     .await;
-    let client = reqwest::Client::new();
-    let order = |tenant: &'static str| {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", tenant)
-            .send()
-    };
 
-    let first = order("acme").await.expect("request");
+    let first = app.order("acme").await;
     assert_eq!(first.status(), 200);
     assert_eq!(header(&first, "ratelimit-policy"), "\"write-api\";q=2;w=20");
     assert_eq!(header(&first, "ratelimit"), "\"write-api\";r=1;t=10");
     assert_eq!(first.text().await.expect("body"), "{\"order\":\"placed\"}");
-    let second = order("acme").await.expect("request");
+    let second = app.order("acme").await;
     assert_eq!(header(&second, "ratelimit"), "\"write-api\";r=0;t=20");
 
-    let third = order("acme").await.expect("request");
+    let third = app.order("acme").await;
     assert_eq!(third.status(), 429);
     assert_eq!(header(&third, "content-type"), "application/problem+json");
     assert_eq!(header(&third, "cache-control"), "no-store");
@@ -75,9 +66,9 @@ async fn admissions_carry_ratelimit_fields_and_a_rejection_the_whole_contract() 
     );
 
     // Another tenant has its own budget; acme's comes back on the clock.
-    assert_eq!(order("globex").await.expect("request").status(), 200);
+    assert_eq!(app.order("globex").await.status(), 200);
     clock.advance(10_000);
-    let again = order("acme").await.expect("request");
+    let again = app.order("acme").await;
     assert_eq!(again.status(), 200);
     assert_eq!(header(&again, "ratelimit"), "\"write-api\";r=0;t=20");
 }

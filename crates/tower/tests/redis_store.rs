@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use support::{Tollgate, header, serve_layered};
+use support::{Tollgate, header, serve_layered, write_config};
 use tollgate_core::{Clock, SystemClock};
 use tollgate_limiter::LimiterMetrics;
 use tollgate_testkit::RedisServer;
-use tollgate_tower::{Configured, RateLimitLayer, RemoteConfig, RemoteTollgate, rules_of};
+use tollgate_tower::{Configured, RateLimitLayer, rules_of};
 
 fn config(redis_url: &str) -> String {
     format!(
@@ -39,12 +39,6 @@ policies:
     )
 }
 
-fn write_config(dir: &std::path::Path, yaml: &str) -> std::path::PathBuf {
-    let path = dir.join("tollgate.yaml");
-    std::fs::write(&path, yaml).expect("write config");
-    path
-}
-
 #[tokio::test]
 async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
     let redis = RedisServer::start().expect("redis-server starts");
@@ -54,17 +48,11 @@ async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
     let configured = Configured::load(&path, clock.clone())
         .await
         .expect("config loads");
-    let app = serve_layered(RateLimitLayer::new(configured.limiter, configured.rules)).await;
+    let app = serve_layered(configured.layer()).await;
     let server = Tollgate::start(&yaml, clock.clone(), "127.0.0.1:0").await;
     let client = reqwest::Client::new();
-    let order = |tenant: &'static str| {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", tenant)
-            .send()
-    };
 
-    let first = order("acme").await.expect("request");
+    let first = app.order("acme").await;
     assert_eq!(first.status(), 200);
     assert_eq!(header(&first, "ratelimit"), "\"writes\";r=2;t=3600");
     let asked = server
@@ -72,10 +60,10 @@ async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
         .await;
     assert_eq!(asked["remaining"], 1);
     assert_eq!(
-        header(&order("acme").await.expect("request"), "ratelimit"),
+        header(&app.order("acme").await, "ratelimit"),
         "\"writes\";r=0;t=10800"
     );
-    assert_eq!(order("acme").await.expect("request").status(), 429);
+    assert_eq!(app.order("acme").await.status(), 429);
     let asked = server
         .check(r#"{"policy":"writes","key":{"x-tenant":"acme"}}"#)
         .await;
@@ -85,17 +73,8 @@ async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
     let mut registry = Registry::default();
     let metrics = LimiterMetrics::register(&mut registry, clock.clone());
     let loaded = tollgate_config::Config::load(&path, |_| None).expect("config loads");
-    // Time to spare on a loaded machine: a timeout would fail closed.
-    let config = RemoteConfig {
-        timeout: Duration::from_secs(5),
-        ..RemoteConfig::new(&server.base)
-    };
-    let remote = RemoteTollgate::new(&config, clock.clone()).expect("valid url");
-    let via_remote = serve_layered(RateLimitLayer::new(
-        remote,
-        rules_of(&loaded, &metrics, &[]),
-    ))
-    .await;
+    let remote = support::remote(&server.base, clock.clone());
+    let via_remote = serve_layered(RateLimitLayer::new(remote, rules_of(&loaded, &metrics))).await;
     let remote_order = client
         .post(via_remote.url("/orders"))
         .header("X-Tenant", "globex")
@@ -104,7 +83,7 @@ async fn a_service_and_tollgate_serve_on_one_redis_spend_one_budget() {
         .expect("request");
     assert_eq!(header(&remote_order, "ratelimit"), "\"writes\";r=2;t=3600");
     assert_eq!(
-        header(&order("globex").await.expect("request"), "ratelimit"),
+        header(&app.order("globex").await, "ratelimit"),
         "\"writes\";r=1;t=7200"
     );
     let spent = client
@@ -123,28 +102,15 @@ async fn with_redis_stopped_each_policy_answers_by_its_failure_mode_and_recovers
     let path = write_config(redis.dir(), &config(&redis.url()));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let configured = Configured::load(&path, clock).await.expect("config loads");
-    let app = serve_layered(RateLimitLayer::new(configured.limiter, configured.rules)).await;
-    let client = reqwest::Client::new();
-    let order = || {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
-    let read = || {
-        client
-            .get(app.url("/items"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
-    assert_eq!(order().await.expect("request").status(), 200);
-    assert_eq!(read().await.expect("request").status(), 200);
+    let app = serve_layered(configured.layer()).await;
+    assert_eq!(app.order("acme").await.status(), 200);
+    assert_eq!(app.read("acme").await.status(), 200);
 
     redis.kill().expect("redis stops");
-    let closed = order().await.expect("request");
+    let closed = app.order("acme").await;
     assert_eq!(closed.status(), 429);
     assert_eq!(header(&closed, "tollgate-degraded"), "fail_closed");
-    let open = read().await.expect("request");
+    let open = app.read("acme").await;
     assert_eq!(open.status(), 200);
     assert_eq!(header(&open, "tollgate-degraded"), "fail_open");
 
@@ -152,7 +118,7 @@ async fn with_redis_stopped_each_policy_answers_by_its_failure_mode_and_recovers
     // The breaker probes again after its cool-down (1 s).
     let mut back = None;
     for _ in 0..50 {
-        let answer = order().await.expect("request");
+        let answer = app.order("acme").await;
         if header(&answer, "tollgate-degraded").is_empty() {
             back = Some(answer);
             break;

@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{T0, Tollgate, header, serve_layered, writes_by_tenant};
+use support::{T0, Tollgate, header, serve_layered, two_per_ten_seconds, writes_by_tenant};
 use tollgate_core::{Identity, Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::Plan;
 use tollgate_store::OnStoreFailure;
@@ -30,8 +30,7 @@ policies:
 
 /// The server's `write-api`, failing as `on_failure` says in the client.
 fn write_api(on_failure: OnStoreFailure) -> Plan {
-    let rate = Rate::new(2, 1, 10_000).expect("valid rate");
-    Plan::new(Policy::new("write-api", Limits::TokenBucket(rate)), 0).with_failure_mode(on_failure)
+    two_per_ten_seconds("write-api", on_failure)
 }
 
 /// The server's `reads` on GETs, failing open.
@@ -46,14 +45,9 @@ fn reads() -> Rule {
     })
 }
 
-/// A client for `base`, with time to spare on a loaded test machine: a
-/// first call that times out would be decided by the failure mode.
+/// A client for `base` on the test's clock.
 fn remote(base: &str, clock: &Arc<ManualClock>) -> RemoteTollgate {
-    let config = RemoteConfig {
-        timeout: Duration::from_secs(5),
-        ..RemoteConfig::new(base)
-    };
-    RemoteTollgate::new(&config, clock.clone()).expect("valid url")
+    support::remote(base, clock.clone())
 }
 
 #[tokio::test]
@@ -62,15 +56,8 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
     let server = Tollgate::start(CONFIG, clock.clone(), "127.0.0.1:0").await;
     let rules = vec![writes_by_tenant(write_api(OnStoreFailure::FailOpen))];
     let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
-    let client = reqwest::Client::new();
-    let order = || {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
 
-    let first = order().await.expect("request");
+    let first = app.order("acme").await;
     assert_eq!(first.status(), 200);
     assert_eq!(header(&first, "ratelimit"), "\"write-api\";r=1;t=10");
     // The server's own door spends the same budget, keyed as forward auth keys.
@@ -79,7 +66,7 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
         .await;
     assert_eq!(asked["allowed"], true);
     assert_eq!(asked["remaining"], 0);
-    let third = order().await.expect("request");
+    let third = app.order("acme").await;
     assert_eq!(third.status(), 429);
     assert_eq!(header(&third, "retry-after"), "10");
 
@@ -87,7 +74,7 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
     // round trip would have failed open.
     server.stop().await;
     clock.advance(4_000);
-    let remembered = order().await.expect("request");
+    let remembered = app.order("acme").await;
     assert_eq!(remembered.status(), 429);
     assert_eq!(header(&remembered, "retry-after"), "6");
     assert_eq!(header(&remembered, "tollgate-degraded"), "");
@@ -96,7 +83,7 @@ async fn the_layer_and_v1_check_spend_one_budget_and_a_rejection_is_remembered()
     // At the retry time the client asks again, finds no server, and the
     // policy's failure mode answers.
     clock.advance(6_000);
-    let degraded = order().await.expect("request");
+    let degraded = app.order("acme").await;
     assert_eq!(degraded.status(), 200);
     assert_eq!(header(&degraded, "tollgate-degraded"), "fail_open");
     assert_eq!(header(&degraded, "ratelimit"), "\"write-api\";r=0;t=0");
@@ -112,24 +99,11 @@ async fn a_stopped_remote_answers_by_each_policys_failure_mode_and_recovers() {
         reads(),
     ];
     let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
-    let client = reqwest::Client::new();
-    let order = || {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
-    let read = || {
-        client
-            .get(app.url("/items"))
-            .header("X-Tenant", "acme")
-            .send()
-    };
-    assert_eq!(order().await.expect("request").status(), 200);
-    assert_eq!(read().await.expect("request").status(), 200);
+    assert_eq!(app.order("acme").await.status(), 200);
+    assert_eq!(app.read("acme").await.status(), 200);
 
     server.stop().await;
-    let closed = order().await.expect("request");
+    let closed = app.order("acme").await;
     assert_eq!(closed.status(), 429);
     assert_eq!(header(&closed, "tollgate-degraded"), "fail_closed");
     assert_eq!(header(&closed, "retry-after"), "1");
@@ -142,14 +116,14 @@ async fn a_stopped_remote_answers_by_each_policys_failure_mode_and_recovers() {
         problem["violated-policies"],
         serde_json::json!(["write-api"])
     );
-    let open = read().await.expect("request");
+    let open = app.read("acme").await;
     assert_eq!(open.status(), 200);
     assert_eq!(header(&open, "tollgate-degraded"), "fail_open");
 
     // Back on the same address: decided remotely again, exactly.
     let server = Tollgate::start(CONFIG, clock.clone(), &addr.to_string()).await;
     clock.advance(1_000);
-    let back = order().await.expect("request");
+    let back = app.order("acme").await;
     assert_eq!(back.status(), 200);
     assert_eq!(header(&back, "tollgate-degraded"), "");
     assert_eq!(header(&back, "ratelimit"), "\"write-api\";r=1;t=10");
@@ -199,20 +173,66 @@ async fn a_batch_is_all_or_nothing_on_the_remote() {
         shared,
     ];
     let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
-    let client = reqwest::Client::new();
-    let order = |tenant: &'static str| {
-        client
-            .post(app.url("/orders"))
-            .header("X-Tenant", tenant)
-            .send()
-    };
-    assert_eq!(order("a").await.expect("request").status(), 200);
-    assert_eq!(order("b").await.expect("request").status(), 200);
+    assert_eq!(app.order("a").await.status(), 200);
+    assert_eq!(app.order("b").await.status(), 200);
     // The shared key is spent; c's own budget is untouched by the refusal.
-    assert_eq!(order("c").await.expect("request").status(), 429);
+    assert_eq!(app.order("c").await.status(), 429);
     let c = server
         .check(r#"{"policy":"write-api","key":{"x-tenant":"c"},"cost":0}"#)
         .await;
     assert_eq!(c["remaining"], 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn rules_from_the_file_tollgate_serve_serves_spend_its_budget_whichever_is_asked() {
+    let dir = support::temp_dir();
+    let path = support::write_config(
+        &dir.0,
+        "policies:\n  - {name: orders, algorithm: token_bucket, capacity: 10, refill: {tokens: 1, per: 1h}, match: {methods: [POST], path_prefix: /orders}, identity: [{header: X-Tenant}], cost: {header: X-Cost, max: 10}}\n",
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let server = Tollgate::start_file(&path, clock.clone(), "127.0.0.1:0").await;
+    // The layer's identity, match and cost are the file's, read as the
+    // server reads it.
+    let config = tollgate_config::Config::load(&path, |_| None).expect("config loads");
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = tollgate_limiter::LimiterMetrics::register(&mut registry, clock.clone());
+    let rules = tollgate_tower::rules_of(&config, &metrics);
+    let app = serve_layered(RateLimitLayer::new(remote(&server.base, &clock), rules)).await;
+    let client = reqwest::Client::new();
+    let order = |tenant: &'static str, cost: Option<&'static str>| {
+        let request = client.post(app.url("/orders")).header("X-Tenant", tenant);
+        match cost {
+            Some(cost) => request.header("X-Cost", cost),
+            None => request,
+        }
+        .send()
+    };
+
+    let first = order("acme", Some("4")).await.expect("request");
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "ratelimit"), "\"orders\";r=6;t=14400");
+    let asked = server
+        .check(r#"{"policy":"orders","key":{"x-tenant":"acme"},"cost":3}"#)
+        .await;
+    assert_eq!(asked["allowed"], true);
+    assert_eq!(asked["remaining"], 3);
+    let over = order("acme", Some("4")).await.expect("request");
+    assert_eq!(over.status(), 429);
+    assert_eq!(header(&over, "retry-after"), "3600");
+    assert_eq!(header(&over, "ratelimit"), "\"orders\";r=3;t=25200");
+
+    // No X-Cost: the file's default, 1; a GET matches no policy.
+    let globex = order("globex", None).await.expect("request");
+    assert_eq!(header(&globex, "ratelimit"), "\"orders\";r=9;t=3600");
+    let peek = server
+        .check(r#"{"policy":"orders","key":{"x-tenant":"globex"},"cost":0}"#)
+        .await;
+    assert_eq!(peek["remaining"], 9);
+    let read = app.read("acme").await;
+    assert_eq!(read.status(), 200);
+    assert_eq!(header(&read, "ratelimit"), "");
+    assert_eq!(app.handled(), 3);
     server.stop().await;
 }

@@ -30,17 +30,9 @@ pub(super) fn parse_doc(
     let fields = ServerFields {
         identity_key_env: server.identity_key_env.clone(),
         shadow_mode: server.shadow_mode,
+        request: server.request(),
     };
-    let Config {
-        stores,
-        deployment,
-        store_hash,
-        policies,
-        set,
-        hash,
-        hasher,
-        shadow_mode: _,
-    } = Config::read(
+    let shared = Config::read(
         text,
         top,
         &env,
@@ -57,14 +49,8 @@ pub(super) fn parse_doc(
     let decision_sampling = decision_sampling(&server, identity_key.as_deref())?;
     let trace_identity = trace_identity(&server, identity_key.as_deref())?;
     Ok(ServeConfig {
+        shared,
         server,
-        stores,
-        deployment,
-        store_hash,
-        policies,
-        set,
-        hash,
-        hasher,
         envoy_ratelimit_configs,
         envoy: Arc::new(EnvoyRules::default()),
         tokens,

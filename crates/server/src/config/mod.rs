@@ -17,17 +17,18 @@ pub use server::{
 };
 // The shared part's types, which a `ServeConfig`'s fields are made of.
 pub use tollgate_config::{
-    CostRule, Deployment, IdentityPart, REGION_ENV, ServePolicy, StoreSettings, Stores,
+    CostRule, Deployment, IdentityPart, REGION_ENV, ServePolicy, StoreSettings,
 };
 // Named by tests only: the server reaches it through `IdentityPart::ClientIp`.
 #[cfg(test)]
 pub(crate) use tollgate_config::ClientNetworks;
 
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tollgate_config::{Matcher, replace_store};
-use tollgate_core::{ConfigError, PolicySet, SecretHasher, parse_yaml, parse_yaml_named};
+use tollgate_config::{Config, LoadError, Matcher, replace_store};
+use tollgate_core::{ConfigError, PolicySet, parse_yaml, parse_yaml_named};
 
 use crate::envoy_rules::{EnvoyRules, RuleKind};
 use crate::limiter::MAX_REPLAYS;
@@ -40,22 +41,10 @@ use tollgate_limiter::{DecisionSampling, HotSeries};
 /// Why a config file was not loaded; every message starts with the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigLoadError {
-    /// The file could not be read.
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        /// The config file.
-        path: String,
-        /// Why it could not be read.
-        source: std::io::Error,
-    },
-    /// The file is not a valid config.
-    #[error("{path}: {source}")]
-    Invalid {
-        /// The config file.
-        path: String,
-        /// What is wrong, and where.
-        source: ConfigError,
-    },
+    /// The file could not be read, or is not a valid config (as every
+    /// door reads it: tollgate-config's [`LoadError`]).
+    #[error(transparent)]
+    Load(#[from] LoadError),
     /// `server.tls`'s certificate or key could not be used.
     #[error("{path}: {source}")]
     Tls {
@@ -80,25 +69,16 @@ pub enum ConfigLoadError {
 #[error("server.tls is set but its files were not read (load the config from its file)")]
 pub struct TlsNotLoaded;
 
-/// A whole, validated config.
+/// A whole, validated config: the part every door reads
+/// (tollgate-config's [`Config`]: stores, region, policies, hashes, the
+/// identity hasher), which it reads as (`config.policies`), and what only
+/// the server reads.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// The part every door reads.
+    pub shared: Config,
     /// The `server` section.
     pub server: ServerSettings,
-    /// The stores by role (`store:` alone is one of them).
-    pub stores: Stores,
-    /// This instance's region and the regions there are.
-    pub deployment: Deployment,
-    /// A hash of the stores and the region: a reload may not change them.
-    pub store_hash: String,
-    /// The policies as the server applies them, in the file's order.
-    pub policies: Vec<ServePolicy>,
-    /// The policies as declared, as one core set.
-    pub set: PolicySet,
-    /// A short hash of the config text, to tell which config an instance runs.
-    pub hash: String,
-    /// Present when some policy hashes an API key or bearer token.
-    pub hasher: Option<SecretHasher>,
     /// `envoy_ratelimit_configs`: envoyproxy/ratelimit files or directories,
     /// as written (relative to the config file's directory).
     pub envoy_ratelimit_configs: Vec<PathBuf>,
@@ -116,6 +96,22 @@ pub struct ServeConfig {
     pub decision_sampling: DecisionSampling,
     /// How `server.trace` names identities: hashed (off without a trace).
     pub trace_identity: HotSeries,
+}
+
+/// A `ServeConfig` is the shared config and more: `config.policies`,
+/// `config.stores`, `config.hash` are the shared part's.
+impl Deref for ServeConfig {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.shared
+    }
+}
+
+impl DerefMut for ServeConfig {
+    fn deref_mut(&mut self) -> &mut Config {
+        &mut self.shared
+    }
 }
 
 impl ServeConfig {
@@ -143,6 +139,7 @@ impl ServeConfig {
         )?;
         if let Some(shadow_mode) = overrides.shadow_mode {
             config.server.shadow_mode = shadow_mode;
+            config.shared.shadow_mode = shadow_mode;
         }
         Ok(config)
     }
@@ -161,7 +158,7 @@ impl ServeConfig {
         store: Option<&str>,
     ) -> Result<Self, ConfigLoadError> {
         let shown = || path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigLoadError::Read {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
             path: shown(),
             source,
         })?;
@@ -171,7 +168,7 @@ impl ServeConfig {
             }
             parse_doc(&text, doc, env)
         });
-        let mut config = parsed.map_err(|source| ConfigLoadError::Invalid {
+        let mut config = parsed.map_err(|source| LoadError::Invalid {
             path: shown(),
             source: source.locate(&text, &shown()),
         })?;

@@ -9,7 +9,7 @@ use hyper::http::HeaderName;
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
-use tollgate_config::{DEFAULT_IDENTITY_KEY_ENV, deserialize_at};
+use tollgate_config::{DEFAULT_IDENTITY_KEY_ENV, RequestSettings, deserialize_at};
 use tollgate_core::{ConfigError, describe, node_path};
 pub use tollgate_http::ForwardAuth;
 
@@ -49,9 +49,9 @@ pub struct ServerSettings {
     /// back into the 429 contract (see examples/nginx.conf).
     pub deny_status: u16,
     /// Peers whose `X-Forwarded-For` / `X-Real-IP`, and whose description
-    /// of the original request (`forward_auth`), are believed: CIDR networks
-    /// or single addresses.
-    #[serde(deserialize_with = "networks")]
+    /// of the original request (`forward_auth`), are believed
+    /// ([`RequestSettings::trusted_proxies`], as every door reads it).
+    #[serde(deserialize_with = "tollgate_config::trusted_proxies")]
     pub trusted_proxies: Vec<IpNet>,
     /// Which headers describe the original request to `/v1/authorize`:
     /// `nginx` (the default), `traefik`, `envoy`, or `{method, uri, host}`.
@@ -68,7 +68,8 @@ pub struct ServerSettings {
     pub identity_key_env: String,
     /// Largest request body accepted by `/v1/check`.
     pub max_body_bytes: usize,
-    /// Largest encoded identity accepted.
+    /// Largest encoded identity accepted
+    /// ([`RequestSettings::max_key_bytes`]).
     pub max_key_bytes: usize,
     /// Largest number of checks in one `/v1/check` batch.
     pub max_checks: usize,
@@ -114,12 +115,9 @@ pub struct ServerSettings {
     /// TLS for both listeners: PEM certificate and key files, relative to
     /// the config file. Read at start.
     pub tls: Option<TlsPaths>,
-    /// The header carrying a request id on `/v1/authorize` (e.g.
-    /// draft-ietf-httpapi-idempotency-key-header's `Idempotency-Key`): a
-    /// retry under the same id is charged once. Off unless named: on forward
-    /// auth the id is the *client's* header, and a client reusing one id is
-    /// admitted for one charge unless the application behind honours it.
-    #[serde(deserialize_with = "header_name")]
+    /// The header carrying a request id on `/v1/authorize`
+    /// ([`RequestSettings::request_id_header`]).
+    #[serde(deserialize_with = "tollgate_config::request_id_header")]
     pub request_id_header: Option<HeaderName>,
     /// Endpoint groups (`check`, `admin`, `metrics`) that must have a
     /// token: without its variable the config is refused, so a deployment
@@ -189,16 +187,21 @@ pub enum HotIdentityMetrics {
 
 impl Default for ServerSettings {
     fn default() -> Self {
+        let RequestSettings {
+            trusted_proxies,
+            max_key_bytes,
+            request_id_header,
+        } = RequestSettings::default();
         Self {
             listen: ListenAddress::from(SocketAddr::from(([127, 0, 0, 1], 8080))),
             deny_status: 429,
-            trusted_proxies: Vec::new(),
+            trusted_proxies,
             forward_auth: ForwardAuth::nginx(),
             max_headers: DEFAULT_MAX_HEADERS,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             identity_key_env: DEFAULT_IDENTITY_KEY_ENV.to_owned(),
             max_body_bytes: 64 * 1024,
-            max_key_bytes: 1024,
+            max_key_bytes,
             max_checks: 16,
             watch_interval_ms: 1000,
             grpc_listen: None,
@@ -212,7 +215,7 @@ impl Default for ServerSettings {
             proxy_socket: None,
             request_timeout_ms: 30_000,
             tls: None,
-            request_id_header: None,
+            request_id_header,
             require_tokens: Vec::new(),
             hot_identity_metrics: HotIdentityMetrics::default(),
             shadow_mode: false,
@@ -242,18 +245,18 @@ impl ServerSettings {
             ))
             .at(node_path!["server", "http_workers"]));
         }
-        for (name, value) in [
-            ("max_body_bytes", self.max_body_bytes),
-            ("max_key_bytes", self.max_key_bytes),
-            ("max_checks", self.max_checks),
-        ] {
+        let positive = |name: &'static str, value: usize| {
             if value == 0 {
                 return Err(
                     ConfigError::Document(format!("server: {name} must be positive"))
                         .at(node_path!["server", name]),
                 );
             }
-        }
+            Ok(())
+        };
+        positive("max_body_bytes", self.max_body_bytes)?;
+        self.request().validate()?;
+        positive("max_checks", self.max_checks)?;
         if let Some(log) = self.decision_log
             && !(0.0..=100.0).contains(&log.sample_percent)
         {
@@ -311,6 +314,15 @@ impl ServerSettings {
             .at(node_path!["server", "deny_status"]));
         }
         Ok(())
+    }
+
+    /// How every door reads a request, as this section states it.
+    pub fn request(&self) -> RequestSettings {
+        RequestSettings {
+            trusted_proxies: self.trusted_proxies.clone(),
+            max_key_bytes: self.max_key_bytes,
+            request_id_header: self.request_id_header.clone(),
+        }
     }
 
     /// The start-only settings that `new` changes from these running ones,
@@ -429,15 +441,6 @@ fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D
     }
 }
 
-fn header_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<HeaderName>, D::Error> {
-    let text = String::deserialize(d)?;
-    HeaderName::from_bytes(text.as_bytes())
-        .map(Some)
-        .map_err(|_| {
-            serde::de::Error::custom(format!("request_id_header: {text:?} is not a header name"))
-        })
-}
-
 fn token_groups<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Guarded>, D::Error> {
     let names = Vec::<String>::deserialize(d)?;
     let mut groups = Vec::with_capacity(names.len());
@@ -467,22 +470,6 @@ fn grpc_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ListenAd
     text.parse()
         .map(Some)
         .map_err(|e| serde::de::Error::custom(format!("grpc_listen: {e}")))
-}
-
-fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
-    let texts = Vec::<String>::deserialize(d)?;
-    texts
-        .iter()
-        .map(|t| {
-            t.parse::<IpNet>()
-                .or_else(|_| t.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map_err(|_| {
-                    serde::de::Error::custom(format!(
-                        "trusted_proxies: {t:?} is not an IP address or CIDR network"
-                    ))
-                })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -218,3 +218,23 @@ fn client_ip_prefixes_outside_their_range_are_refused_with_the_field_named() {
         assert!(message.contains(words), "{identity}: {message}");
     }
 }
+
+#[test]
+fn the_server_reads_a_request_by_the_settings_every_door_reads() {
+    let yaml = "server: {trusted_proxies: [10.0.0.0/24, 192.168.1.9], max_key_bytes: 64, request_id_header: Idempotency-Key, listen: 127.0.0.1:9000}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s}\n";
+    let served = ServeConfig::parse(yaml, |_| None).expect("valid");
+    let shared = Config::parse(yaml, |_| None).expect("valid");
+    assert_eq!(served.server.request(), shared.request);
+    assert_eq!(served.request, shared.request);
+    assert_eq!(shared.request.max_key_bytes, 64);
+    assert_eq!(shared.request.trusted_proxies.len(), 2);
+    let defaults = ServeConfig::parse(
+        "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s}\n",
+        |_| None,
+    )
+    .expect("valid");
+    assert_eq!(
+        defaults.server.request(),
+        tollgate_config::RequestSettings::default()
+    );
+}

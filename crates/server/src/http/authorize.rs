@@ -2,18 +2,16 @@
 //! ForwardAuth and Envoy ext_authz: the forwarded request's matching
 //! policies, decided by the limiter, answered by status and header fields.
 
-use crate::limiter::DecidedBy;
 use axum::body::Body;
-use axum::http::{self, HeaderMap, HeaderName, Method, StatusCode};
+use axum::http::{self, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tollgate_core::Identity;
 use tollgate_http::{
-    Forwarded, PROBLEM_HEADER, Peer, Problem, RequestFault, degraded_header, policy_check,
-    problem_header, ratelimit_headers, rejection, replayed_header,
+    Answer, Forwarded, Matched, PROBLEM_HEADER, Peer, Problem, RequestFault, policy_check,
+    problem_header, request_id_from_header,
 };
 
-use super::request_id;
-use super::{refuse, replayed, unauthorized};
+use super::{refuse, unauthorized};
 use crate::app::App;
 use crate::config::ServerSettings;
 use crate::limiter::{Check, Decided};
@@ -98,7 +96,7 @@ pub(super) async fn authorize_request<B>(app: &App, peer: Peer, req: http::Reque
         .request_id_header
         .as_ref()
         .filter(|_| honoured)
-        .map(|name| request_id::from_header(&parts.headers, name))
+        .map(|name| request_id_from_header(&parts.headers, name))
         .transpose()
     {
         Ok(id) => id.flatten(),
@@ -117,68 +115,32 @@ pub(super) async fn authorize_request<B>(app: &App, peer: Peer, req: http::Reque
         .limiter
         .decide_request(&checks, id.as_ref(), shape.as_deref())
         .await;
-    let replayed = match replayed(&decided.replay) {
-        Ok(replayed) => replayed,
-        Err(problem) => return client_problem(app, problem),
-    };
-    answer(settings, &matched, &decided, replayed)
+    answer(settings, &matched, &decided).unwrap_or_else(|problem| client_problem(app, problem))
 }
 
 /// The answer to a decided forward auth request: 200 when every matching
-/// policy admits, else the deny status with the rejection's problem.
+/// policy admits, else the deny status with the rejection's problem; a
+/// request id sent with another request is the client's fault.
 fn answer(
     settings: &ServerSettings,
     matched: &[(&LivePolicy, Identity, u64)],
     decided: &Decided,
-    replayed: bool,
-) -> Response {
-    let decisions = decided.decisions.as_slice();
-    let mut headers = HeaderMap::new();
-    if replayed {
-        replayed_header(&mut headers);
-    }
-    if decided.by.is_degraded() {
-        degraded_header(&mut headers, decided.by.name());
-    }
-    // A shadow-mode policy never answers: no RateLimit fields, no veto.
-    let enforced = || {
-        matched
-            .iter()
-            .zip(decisions)
-            .filter(|((live, _, _), _)| !live.plan.shadow())
-    };
-    ratelimit_headers(
-        &mut headers,
-        enforced().map(|((live, _, _), d)| (live.policy_item.as_str(), &live.serve.policy, d)),
-    );
-    if enforced().all(|(_, d)| d.allowed) {
-        return (StatusCode::OK, headers).into_response();
-    }
-    let violated = enforced()
-        .filter(|(_, d)| !d.allowed)
-        .map(|((live, _, _), d)| (&live.serve.policy, d));
-    // The store's own error goes to the log and the metrics (`decide`),
-    // never to the client.
-    let cause = (decided.by == DecidedBy::FailClosed).then(|| {
-        "the limiter could not decide: its shared store is unavailable, and a matching policy fails closed".to_owned()
+) -> Result<Response, Problem> {
+    let answered = matched.iter().map(|(live, _, cost)| Matched {
+        policy_item: &live.policy_item,
+        policy: &live.serve.policy,
+        shadow: live.plan.shadow(),
+        cost: *cost,
     });
-    let reject = rejection(
-        violated,
-        |policy| {
-            matched
-                .iter()
-                .find(|(live, _, _)| live.serve.policy.name() == policy.name())
-                .map_or(0, |(_, _, cost)| *cost)
-        },
-        cause,
-    );
-    // auth_request drops the body; nginx relays the problem from this header.
-    if let Some(v) = problem_header(&reject.body) {
-        headers.insert(HeaderName::from_static(PROBLEM_HEADER), v);
-    }
-    let status =
-        StatusCode::from_u16(settings.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    reject.response(status, headers).map(Body::from)
+    let deny = StatusCode::from_u16(settings.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    Ok(match tollgate_http::answer(answered, decided, deny)? {
+        Answer::Admit(admission) => {
+            let mut response = StatusCode::OK.into_response();
+            admission.write_headers(response.headers_mut());
+            response
+        }
+        Answer::Deny(response) => response.map(Body::from),
+    })
 }
 
 /// A 400 for what the client sent (a missing or ambiguous identity part, a

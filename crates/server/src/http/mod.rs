@@ -226,7 +226,7 @@ fn replayed(replay: &Replay) -> Result<bool, Problem> {
     match replay {
         Replay::Fresh => Ok(false),
         Replay::Replayed => Ok(true),
-        Replay::Mismatch => Err(request_id::mismatch()),
+        Replay::Mismatch => Err(tollgate_http::request_id_mismatch()),
     }
 }
 

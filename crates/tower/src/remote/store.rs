@@ -12,6 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tollgate_core::Decision;
+use tollgate_http::request_id_mismatch;
 use tollgate_store::{Check, Replay, Retried, Retry, Store, StoreError};
 
 use super::wire;
@@ -81,6 +82,14 @@ impl RemoteStore {
         let (status, body) = tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| StoreError::Timeout { timeout_ms })??;
+        if status == StatusCode::UNPROCESSABLE_ENTITY && is_mismatch(&body) {
+            // The id was first sent with another request: the client's
+            // fault, answered as the server answers it, not a store fault.
+            return Ok(Retried {
+                decisions: Vec::new(),
+                replay: Replay::Mismatch,
+            });
+        }
         if status != StatusCode::OK {
             return Err(refused(status, &body));
         }
@@ -96,16 +105,25 @@ impl RemoteStore {
     }
 }
 
+/// Whether a 422 refuses a request id sent with another request.
+fn is_mismatch(body: &[u8]) -> bool {
+    detail(body) == request_id_mismatch().detail
+}
+
+/// A problem's `detail` ("" when there is none).
+fn detail(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("detail").and_then(|d| d.as_str()).map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// A status other than 200, as the store error it is: the server's own
 /// outage (5xx) fails over like an unreachable one; a refused token or an
 /// unknown policy is a configuration fault, failed over all the same (the
 /// client has no other answer) and named in the log.
 fn refused(status: StatusCode, body: &[u8]) -> StoreError {
-    let detail = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("detail").and_then(|d| d.as_str()).map(str::to_owned))
-        .unwrap_or_default();
-    let said = format!("/v1/check answered {status}: {detail}");
+    let said = format!("/v1/check answered {status}: {}", detail(body));
     match status {
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => StoreError::Auth(said),
         s if s.is_server_error() => StoreError::Unavailable(said),

@@ -3,9 +3,10 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -13,9 +14,10 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tollgate::{App, ServeConfig, serve_app};
-use tollgate_core::{Clock, Identity};
-use tollgate_limiter::{Backend, Decider, Limiter, LimiterMetrics};
-use tollgate_tower::{RateLimitLayer, Rule};
+use tollgate_core::{Clock, Identity, Limits, Policy, Rate};
+use tollgate_limiter::{Backend, Decider, Limiter, LimiterMetrics, Plan};
+use tollgate_store::OnStoreFailure;
+use tollgate_tower::{RateLimitLayer, RemoteConfig, RemoteTollgate, Rule};
 
 /// The Unix time tests start at.
 pub const T0: u64 = 1_700_000_000_000;
@@ -30,6 +32,24 @@ pub struct Served {
 impl Served {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+    /// `POST /orders` as `tenant` (`X-Tenant`).
+    pub async fn order(&self, tenant: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(self.url("/orders"))
+            .header("X-Tenant", tenant)
+            .send()
+            .await
+            .expect("request")
+    }
+    /// `GET /items` as `tenant` (`X-Tenant`).
+    pub async fn read(&self, tenant: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .get(self.url("/items"))
+            .header("X-Tenant", tenant)
+            .send()
+            .await
+            .expect("request")
     }
     pub fn handled(&self) -> usize {
         self.handled.load(Ordering::SeqCst)
@@ -93,6 +113,57 @@ pub fn memory_limiter(clock: Arc<dyn Clock>) -> Limiter {
     )
 }
 
+/// Policy `name` as a token bucket of 2, refilled 1 each 10 s, failing as
+/// `on_failure` says.
+pub fn two_per_ten_seconds(name: &str, on_failure: OnStoreFailure) -> Plan {
+    let rate = Rate::new(2, 1, 10_000).expect("valid rate");
+    Plan::new(Policy::new(name, Limits::TokenBucket(rate)), 0).with_failure_mode(on_failure)
+}
+
+/// A client of the tollgate at `base`, with time to spare on a loaded test
+/// machine: a first call that times out would be decided by the failure
+/// mode.
+pub fn remote(base: &str, clock: Arc<dyn Clock>) -> RemoteTollgate {
+    let config = RemoteConfig {
+        timeout: Duration::from_secs(5),
+        ..RemoteConfig::new(base)
+    };
+    RemoteTollgate::new(&config, clock).expect("valid url")
+}
+
+/// A fresh directory, removed when dropped.
+pub fn temp_dir() -> tempdir::Dir {
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-tower-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    tempdir::Dir(dir)
+}
+
+/// Writes `yaml` as `dir`'s `tollgate.yaml`, and says where.
+pub fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("tollgate.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    path
+}
+
+/// The limiter's `tollgate_store_keys` series as `registry` reads now:
+/// keys held by each store, in the config's order.
+pub fn store_keys(limiter: &Limiter, registry: &Registry) -> Vec<u64> {
+    limiter.maintain_gauges();
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("encodes");
+    text.lines()
+        .filter(|line| line.starts_with("tollgate_store_keys{"))
+        .map(|line| {
+            let value = line.rsplit(' ').next().expect("a value");
+            value.parse().expect("a count")
+        })
+        .collect()
+}
+
 /// Writes keyed as `tollgate serve` keys `identity: [{header: X-Tenant}]`.
 pub fn by_tenant(parts: &http::request::Parts) -> Option<Identity> {
     let tenant = parts.headers.get("x-tenant")?.to_str().ok()?;
@@ -131,16 +202,22 @@ pub mod tempdir {
 impl Tollgate {
     /// `yaml` served on `addr` (port 0: any), its stores on `clock`.
     pub async fn start(yaml: &str, clock: Arc<dyn Clock>, addr: &str) -> Self {
-        let config = ServeConfig::parse(yaml, |_| None).expect("test config is valid");
-        let dir = std::env::temp_dir().join(format!(
-            "tollgate-tower-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path: PathBuf = dir.join("tollgate.yaml");
-        std::fs::write(&path, yaml).expect("write config");
-        let app = Arc::new(App::open(config, path, clock).await.expect("store opens"));
+        let dir = temp_dir();
+        let path = write_config(&dir.0, yaml);
+        let mut served = Self::start_file(&path, clock, addr).await;
+        served._dir = Some(dir);
+        served
+    }
+
+    /// The config file at `path` served as `tollgate serve --config` serves
+    /// it (loaded, and reloaded, from that file) on `addr`.
+    pub async fn start_file(path: &Path, clock: Arc<dyn Clock>, addr: &str) -> Self {
+        let config = ServeConfig::load_with_env(path, |_| None).expect("test config is valid");
+        let app = Arc::new(
+            App::open(config, path.to_owned(), clock)
+                .await
+                .expect("store opens"),
+        );
         let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel();
@@ -151,7 +228,7 @@ impl Tollgate {
             base: format!("http://{addr}"),
             app,
             addr,
-            _dir: Some(tempdir::Dir(dir)),
+            _dir: None,
             shutdown: Some(tx),
             task: Some(task),
         }
