@@ -27,7 +27,7 @@ use crate::check::Check;
 use crate::error::StoreError;
 use crate::fallback::{GuardedCheck, GuardedDecisions};
 use crate::lease::{LeaseAsk, LeaseGrant};
-use crate::request_id::{RequestId, Retried, Retry};
+use crate::request_id::{Replay, RequestId, Retried, Retry};
 
 /// Somewhere decisions are made atomically, on the store's own clock.
 pub trait Store: Send + Sync + 'static {
@@ -68,6 +68,30 @@ pub trait Store: Send + Sync + 'static {
         checks: &[Check<'_>],
         retry: Retry<'_>,
     ) -> impl Future<Output = Result<Retried, StoreError>> + Send;
+}
+
+/// A request's checks decided by `store` itself, as a [`Decide`] asks:
+/// one alone, more all-or-nothing, under the request id when there is one.
+/// A failure is the caller's (its failure modes answer).
+pub(crate) async fn decide_checks<S: Store>(
+    store: &S,
+    checks: &[GuardedCheck<'_>],
+    retry: Option<Retry<'_>>,
+) -> Result<(Vec<Decision>, Replay), StoreError> {
+    if let ([one], None) = (checks, retry) {
+        return store
+            .decide(one.check)
+            .await
+            .map(|d| (vec![d], Replay::Fresh));
+    }
+    let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
+    match retry {
+        None => store.decide_all(&plain).await.map(|d| (d, Replay::Fresh)),
+        Some(retry) => store
+            .decide_once(&plain, retry)
+            .await
+            .map(|r| (r.decisions, r.replay)),
+    }
 }
 
 /// Deciding: every store decides a request's checks all-or-nothing, under

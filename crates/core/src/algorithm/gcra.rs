@@ -67,6 +67,26 @@ pub(super) fn decide(
     }
 }
 
+/// The first ms at which a request of cost 1 would be admitted, read off
+/// the state: ⌈(tat + p − C·p) / n⌉, or `now_ms` when that is earlier —
+/// what a cost-1 probe's `retry_after_ms` says, without a decision (the
+/// store's eviction marks ask it after every admission that spends the
+/// last token). `None` under another scale: the probe answers then.
+pub(super) fn admits_one_from_ms(rate: &Rate, s: &GcraState, now_ms: u64) -> Option<u64> {
+    if s.units_per_ms != rate.units_per_ms()
+        || s.units_per_token != rate.units_per_token()
+        || s.capacity != rate.capacity()
+    {
+        return None;
+    }
+    let p = u128::from(rate.units_per_token());
+    let over = s
+        .tat
+        .saturating_add(p)
+        .saturating_sub(rate.capacity_units());
+    Some(now_ms.max(saturate(div_ceil(over, rate.units_per_ms()))))
+}
+
 /// The debt at `now_ms` in the current scale. Under a changed policy the
 /// tokens left are preserved (rounded down, capped at the new capacity).
 fn carried_debt(s: &GcraState, rate: &Rate, now_ms: u64) -> u128 {
@@ -90,6 +110,7 @@ fn carried_debt(s: &GcraState, rate: &Rate, now_ms: u64) -> u128 {
 
 /// floor((full − debt) / p), which is negative when a clock stepped back
 /// and the debt looks larger than the bucket.
+#[inline]
 fn floor_units(full: u128, debt: u128, p: u64) -> i64 {
     let clamp = |x: u128| i64::try_from(x).unwrap_or(i64::MAX);
     if debt <= full {
@@ -139,4 +160,40 @@ pub(super) fn refund(rate: &Rate, s: &mut GcraState, now_ms: u64, units: u64) ->
     let back = debt.min(u128::from(units) * p);
     s.tat -= back;
     saturate(back.div_ceil(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GcraState, admits_one_from_ms, decide};
+    use crate::policy::Rate;
+
+    #[test]
+    fn the_arrival_time_names_what_a_cost_one_probe_would() {
+        let rates = [
+            (1, 1, 1),
+            (100, 1, 1),
+            (20, 5, 1_000),
+            (7, 100, 60_000),
+            (3, 7, 3),
+        ];
+        for (capacity, tokens, per_ms) in rates {
+            let rate = Rate::new(capacity, tokens, per_ms).expect("a rate");
+            let full = rate.capacity_units();
+            let now_ms = 1_767_225_600_000u64;
+            let n_now = u128::from(rate.units_per_ms()) * u128::from(now_ms);
+            for debt in [0, 1, full / 2, full - 1, full, full + 1, 3 * full + 5] {
+                let state = GcraState {
+                    tat: n_now + debt,
+                    units_per_ms: rate.units_per_ms(),
+                    units_per_token: rate.units_per_token(),
+                    capacity: rate.capacity(),
+                };
+                for now in [now_ms - 1_000, now_ms, now_ms + 1, now_ms + 10_000_000] {
+                    let wait = decide(&rate, &mut Some(state), now, 1, false).retry_after_ms;
+                    let probed = wait.map_or(u64::MAX, |w| now.saturating_add(w));
+                    assert_eq!(admits_one_from_ms(&rate, &state, now), Some(probed));
+                }
+            }
+        }
+    }
 }

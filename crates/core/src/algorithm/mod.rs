@@ -110,7 +110,33 @@ impl Limits {
         intent: Intent,
     ) -> Decision {
         let consume = intent == Intent::Consume;
-        on_own_state!(self, state, decide(now_ms, cost, consume))
+        // A Copy state is decided where it lies: copied out of its variant
+        // and back, not the whole `State` moved out of the store's slot and
+        // in again. The log, which is not Copy, is moved.
+        macro_rules! in_place {
+            ($variant:ident, $module:ident, $params:expr) => {{
+                if let Some(State::$variant(s)) = state {
+                    let mut own = Some(*s);
+                    let out = $module::decide($params, &mut own, now_ms, cost, consume);
+                    match own {
+                        Some(own) => *s = own,
+                        None => *state = None,
+                    }
+                    out
+                } else {
+                    on_own_state!(@ state, $variant, $module, decide, $params, now_ms, cost, consume)
+                }
+            }};
+        }
+        match self {
+            Limits::TokenBucket(p) => in_place!(TokenBucket, token_bucket, p),
+            Limits::Gcra(p) => in_place!(Gcra, gcra, p),
+            Limits::FixedWindow(p) => in_place!(FixedWindow, fixed_window, p),
+            Limits::SlidingWindow(p) => in_place!(SlidingWindow, sliding_window, p),
+            Limits::SlidingLog(p) => {
+                on_own_state!(@ state, SlidingLog, sliding_log, decide, p, now_ms, cost, consume)
+            }
+        }
     }
 
     /// The first ms at which a request of cost 1 would be admitted if
@@ -121,14 +147,16 @@ impl Limits {
     /// identity back a quota it has spent — without the policy at hand.
     pub fn admits_one_from_ms(&self, state: &State, now_ms: u64) -> u64 {
         // A cost-1 probe on a copy (these states are Copy) is the exact
-        // answer; the log, which is not, has its own read-only count.
+        // answer; gcra reads it off its arrival time, and the log, which
+        // is not Copy, has its own read-only count.
         let wait = match (self, state) {
             (Limits::TokenBucket(r), State::TokenBucket(s)) => {
                 token_bucket::decide(r, &mut Some(*s), now_ms, 1, false).retry_after_ms
             }
-            (Limits::Gcra(r), State::Gcra(s)) => {
-                gcra::decide(r, &mut Some(*s), now_ms, 1, false).retry_after_ms
-            }
+            (Limits::Gcra(r), State::Gcra(s)) => match gcra::admits_one_from_ms(r, s, now_ms) {
+                Some(from) => return from,
+                None => gcra::decide(r, &mut Some(*s), now_ms, 1, false).retry_after_ms,
+            },
             (Limits::FixedWindow(w), State::FixedWindow(s)) => {
                 fixed_window::decide(w, &mut Some(*s), now_ms, 1, false).retry_after_ms
             }

@@ -8,11 +8,11 @@ use tollgate_core::{Decision, Identity, Policy, Taken};
 
 use super::MemoryStore;
 use crate::check::Check;
-use crate::contract::{Admin, Blocks, Decide, Ledger, Store, StoreStats};
+use crate::contract::{self, Admin, Blocks, Decide, Ledger, Store, StoreStats};
 use crate::error::StoreError;
 use crate::fallback::{self, GuardedCheck, GuardedDecisions};
 use crate::lease::{LeaseAsk, LeaseGrant};
-use crate::request_id::{Replay, RequestId, Retried, Retry};
+use crate::request_id::{RequestId, Retried, Retry};
 
 impl Store for MemoryStore {
     fn decide(
@@ -44,18 +44,7 @@ impl Decide for MemoryStore {
         checks: &[GuardedCheck<'_>],
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
-        let result = match (checks, retry) {
-            ([one], None) => self.decide_now(one.check).map(|d| (vec![d], Replay::Fresh)),
-            (_, None) => {
-                let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-                self.decide_all_now(&plain).map(|d| (d, Replay::Fresh))
-            }
-            (_, Some(retry)) => {
-                let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-                self.decide_once_now(&plain, retry)
-                    .map(|r| (r.decisions, r.replay))
-            }
-        };
+        let result = contract::decide_checks(self, checks, retry).await;
         match result {
             // Full (memory/full.rs): the failure modes answer, and a
             // `local` policy's identities without room share one budget.

@@ -2,17 +2,18 @@
 //! `TIME`: replay, whose events carry their own times. Unguarded: a replay
 //! stops at a store error rather than inventing decisions.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
 
 use super::RedisStore;
 use crate::check::Check;
-use crate::contract::{Admin, Blocks, Decide, Ledger, StoreStats};
+use crate::contract::{self, Admin, Blocks, Decide, Ledger, Store, StoreStats};
 use crate::error::StoreError;
 use crate::fallback::{self, GuardedCheck, GuardedDecisions};
 use crate::lease::{LeaseAsk, LeaseGrant};
-use crate::request_id::{Replay, RequestId, Retry};
+use crate::request_id::{RequestId, Retried, Retry};
 
 /// A Redis store deciding at `clock`'s time instead of its own `TIME`:
 /// replay, whose events carry their own times. Unguarded: a replay stops
@@ -29,37 +30,41 @@ impl AtClock {
     }
 }
 
+/// Decides at `clock`'s time, read once a call.
+impl Store for AtClock {
+    fn decide(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        self.store.decide_at(check, self.clock.now_ms())
+    }
+
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        self.store.decide_all_at(checks, self.clock.now_ms())
+    }
+
+    fn decide_once(
+        &self,
+        checks: &[Check<'_>],
+        retry: Retry<'_>,
+    ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
+        self.store
+            .decide_once_at(checks, retry, self.clock.now_ms())
+    }
+}
+
 impl Decide for AtClock {
     async fn decide(
         &self,
         checks: &[GuardedCheck<'_>],
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
-        let now_ms = self.clock.now_ms();
         // Boxed: replay's futures would otherwise widen every decision's
         // future, and the hot paths move it.
-        let result = Box::pin(async {
-            let plain: Vec<_> = checks.iter().map(|g| g.check).collect();
-            match (checks, retry) {
-                ([one], None) => self
-                    .store
-                    .decide_at(one.check, now_ms)
-                    .await
-                    .map(|d| (vec![d], Replay::Fresh)),
-                (_, None) => self
-                    .store
-                    .decide_all_at(&plain, now_ms)
-                    .await
-                    .map(|d| (d, Replay::Fresh)),
-                (_, Some(retry)) => self
-                    .store
-                    .decide_once_at(&plain, retry, now_ms)
-                    .await
-                    .map(|r| (r.decisions, r.replay)),
-            }
-        })
-        .await;
-        fallback::shared(result)
+        fallback::shared(Box::pin(contract::decide_checks(self, checks, retry)).await)
     }
 }
 
