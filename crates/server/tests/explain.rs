@@ -331,3 +331,54 @@ policies:
   - {name: hot, algorithm: sliding_window, limit: 1000, window: 1s, scope: global, hot_lease: {above: 50, term: 200ms}}
   - {name: matched, algorithm: token_bucket, capacity: 10, refill: {tokens: 1, per: 1s}, scope: region, match: {methods: [GET, POST, PUT, PATCH, DELETE], path_prefix: /a/very/long/path/prefix/that/goes/on, host: api.example.com}, identity: [{header: X-Tenant}, {header: X-Api-Key-Of-Some-Length}, client_ip]}
 "#;
+
+/// Units of cost 1 the core admits at `now_ms` until it rejects one.
+fn admit_all(
+    limits: &tollgate_core::Limits,
+    state: &mut Option<tollgate_core::State>,
+    now_ms: u64,
+) -> u64 {
+    let mut admitted = 0;
+    while limits.decide(state, now_ms, 1).allowed {
+        admitted += 1;
+    }
+    admitted
+}
+
+/// Each figure `explain --json` states is reached by the core's own
+/// decisions, at the schedule the figure names: a window's limit in its
+/// last ms and all the next admits before the span ends; a bucket's burst,
+/// then every unit as it refills, up to T later.
+#[test]
+fn the_core_admits_exactly_the_span_bound_explain_states() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(&config, EVERY_ALGORITHM).expect("write");
+    let out = tollgate(&["explain", "--json"], &config, dir.path());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let loaded = tollgate::ServeConfig::parse(EVERY_ALGORITHM, |_| None).expect("valid");
+    let boundary = 1_700_000_040_000; // a multiple of 1m and of 1s
+    for (i, serve) in loaded.policies.iter().enumerate().take(7) {
+        let limits = serve.declared.limits();
+        let span = &v["policies"][i]["scope"]["bound"]["span"];
+        let mut state = None;
+        let admitted = if let Some(window_ms) = span["window_ms"].as_u64() {
+            // From a window's last ms, to the end of a span of W.
+            let start = boundary - 1;
+            (start..start + window_ms)
+                .map(|t| admit_all(limits, &mut state, t))
+                .sum::<u64>()
+        } else {
+            // From an instant to one refill period later, both included.
+            let per = span["refill_per_ms"].as_u64().expect("a bucket");
+            (boundary..=boundary + per)
+                .map(|t| admit_all(limits, &mut state, t))
+                .sum::<u64>()
+        };
+        let stated = span["any_window_span_at_most"]
+            .as_u64()
+            .or(span["within_refill_period_at_most"].as_u64())
+            .expect("a figure");
+        assert_eq!(admitted, stated, "{}", serve.declared.name());
+    }
+}
