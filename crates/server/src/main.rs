@@ -101,7 +101,8 @@ enum Command {
         strict: bool,
     },
     /// Print, for each policy, its scope, the bound it gives across tollgate
-    /// processes and its failure mode; exit 1 when the config is invalid.
+    /// processes and over any span of time, and its failure mode; exit 1
+    /// when the config is invalid.
     Explain {
         #[command(flatten)]
         load: Load,
