@@ -16,12 +16,17 @@ use tollgate_store::local_policy;
 use crate::limiter::{MAX_REPLAYS, OnStoreFailure, RedisConfig};
 
 use crate::config::{CostRule, ServeConfig, ServePolicy, StoreSettings};
-use crate::envoy_rules::{EnvoyRules, Rule, RuleKind};
 use tollgate_config::Stores;
 
+mod envoy;
 mod leased_identities;
+mod lines;
 mod matching;
 mod scope;
+mod span;
+
+pub use envoy::envoy_rules_json;
+pub use lines::WIDTH as EXPLAIN_WIDTH;
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.
 pub fn describe_policy(policy: &Policy) -> String {
@@ -30,10 +35,74 @@ pub fn describe_policy(policy: &Policy) -> String {
 
 /// `tollgate explain`: for each policy its limits, its scope and the bound
 /// that scope gives as a number in the policy's units (given the regions
-/// and instances `regions:` describes), what it does when its store fails,
-/// the keys it writes and what an identity costs. The text a reviewer reads
-/// before approving a config change.
+/// and instances `regions:` describes) and over a span of time, what it
+/// does when its store fails, the keys it writes and what an identity
+/// costs. The text a reviewer reads before approving a config change, in
+/// lines of at most [`EXPLAIN_WIDTH`] characters.
 pub fn explain(config: &ServeConfig, path: &str) -> String {
+    lines::wrap(&explain_text(
+        config,
+        path,
+        &config.policies.iter().collect::<Vec<_>>(),
+        true,
+    ))
+}
+
+/// `tollgate explain --policy NAME`: the config's header and that policy
+/// alone (no envoyproxy/ratelimit rules), as text or JSON.
+pub fn explain_one(
+    config: &ServeConfig,
+    path: &str,
+    name: &str,
+    as_json: bool,
+) -> Result<String, UnknownPolicy> {
+    let Some(serve) = config.policies.iter().find(|p| p.declared.name() == name) else {
+        return Err(UnknownPolicy {
+            name: name.to_owned(),
+            known: config
+                .policies
+                .iter()
+                .map(|p| p.declared.name().to_owned())
+                .collect(),
+        });
+    };
+    Ok(if as_json {
+        let mut v = explain_json_of(config, path, &[serve]);
+        v["envoy_rules"] = json!([]);
+        format!("{v}\n")
+    } else {
+        lines::wrap(&explain_text(config, path, &[serve], false))
+    })
+}
+
+/// A name `explain --policy` was given that the config has no policy of.
+#[derive(Debug)]
+pub struct UnknownPolicy {
+    name: String,
+    known: Vec<String>,
+}
+
+impl std::fmt::Display for UnknownPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--policy: no policy named {:?}; ", self.name)?;
+        if self.known.is_empty() {
+            write!(f, "the config has no policies")
+        } else {
+            write!(f, "the config's policies: {}", self.known.join(", "))
+        }
+    }
+}
+
+impl std::error::Error for UnknownPolicy {}
+
+/// The text of `policies`, after the config's header; the envoy rules
+/// too when `rules`.
+fn explain_text(
+    config: &ServeConfig,
+    path: &str,
+    policies: &[&ServePolicy],
+    rules: bool,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "config {path} (hash {})", config.hash);
     let deployment = &config.deployment;
@@ -70,7 +139,7 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
             "shadow mode: every policy and envoy rule is decided and counted but never rejects (server.shadow_mode)"
         );
     }
-    for serve in &config.policies {
+    for serve in policies {
         let e = explain_policy(config, serve);
         let _ = writeln!(out, "\n{}", describe_policy(&serve.declared));
         let _ = writeln!(out, "  match: {}", matching::match_text(&serve.matcher));
@@ -84,11 +153,15 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
         }
         let _ = writeln!(out, "  scope: {}", e.scope_text);
         let _ = writeln!(out, "  bound: {}", e.bound_text);
+        let _ = writeln!(out, "  span: {}", e.span_text);
         if let Some(split) = &e.split_text {
             let _ = writeln!(out, "  split: {split}");
         }
         if let Some(lease) = &e.lease_text {
-            let _ = writeln!(out, "  lease: {lease}");
+            let _ = writeln!(out, "  lease:");
+            for item in lease {
+                let _ = writeln!(out, "    {item}");
+            }
         }
         if let Some(shards) = &e.shards_text {
             let _ = writeln!(out, "  shards: {shards}");
@@ -103,7 +176,7 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
         let _ = writeln!(out, "  state: {}", e.state_text);
         let _ = writeln!(out, "  request ids: {}", e.ids_text);
     }
-    if !config.envoy_ratelimit_configs.is_empty() {
+    if rules && !config.envoy_ratelimit_configs.is_empty() {
         let _ = writeln!(
             out,
             "\nenvoy_ratelimit_configs: {} file(s), decided on the {} store",
@@ -116,7 +189,7 @@ pub fn explain(config: &ServeConfig, path: &str) -> String {
                 "  envoy rule {} {}: {}",
                 rule.domain,
                 rule.key,
-                envoy_limit_text(rule)
+                envoy::limit_text(rule)
             );
         }
     }
@@ -132,72 +205,14 @@ fn shadow_text(serve: &ServePolicy) -> &'static str {
     }
 }
 
-/// An envoyproxy/ratelimit rule's limit in words: what `current_limit`
-/// reports, and the algorithm or policy deciding it.
-fn envoy_limit_text(rule: &Rule) -> String {
-    let shadow = match (rule.shadow_mode, rule.quota_mode) {
-        (true, true) => ", shadow mode, quota mode",
-        (true, false) => ", shadow mode",
-        (false, true) => ", quota mode",
-        (false, false) => "",
-    };
-    match &rule.kind {
-        RuleKind::Unlimited => format!("unlimited{shadow}"),
-        RuleKind::Blocked { unit } => format!("0 per {}: blocked{shadow}", unit.name()),
-        RuleKind::Limited { policy, bound } => format!(
-            "{} per {} ({}{}){shadow}",
-            rule.requests_per_unit,
-            rule.unit.name(),
-            policy.algorithm(),
-            bound
-                .as_deref()
-                .map(|b| format!(", policy {b}"))
-                .unwrap_or_default()
-        ),
-    }
-}
-
-/// The envoyproxy/ratelimit rules a config serves (RLS), for
-/// `/v1/policies` and `explain --json`: domain, key path and limit.
-pub fn envoy_rules_json(rules: &EnvoyRules) -> Value {
-    Value::Array(
-        rules
-            .rules
-            .iter()
-            .map(|rule| {
-                let mut v = json!({
-                    "domain": rule.domain,
-                    "key": rule.key,
-                    "limit": envoy_limit_text(rule),
-                    "requests_per_unit": rule.requests_per_unit,
-                    "unit": rule.unit.name(),
-                });
-                match &rule.kind {
-                    RuleKind::Unlimited => v["unlimited"] = json!(true),
-                    RuleKind::Blocked { .. } => {}
-                    RuleKind::Limited { policy, bound } => {
-                        v["algorithm"] = json!(policy.algorithm().as_str());
-                        if let Some(bound) = bound {
-                            v["policy"] = json!(bound);
-                        }
-                    }
-                }
-                if rule.shadow_mode {
-                    v["shadow_mode"] = json!(true);
-                }
-                if rule.quota_mode {
-                    v["quota_mode"] = json!(true);
-                }
-                v
-            })
-            .collect(),
-    )
-}
-
 /// `tollgate explain --json`: the same, for CI to diff.
 pub fn explain_json(config: &ServeConfig, path: &str) -> Value {
-    let policies: Vec<Value> = config
-        .policies
+    explain_json_of(config, path, &config.policies.iter().collect::<Vec<_>>())
+}
+
+/// The JSON of `policies`, with the config's header and envoy rules.
+fn explain_json_of(config: &ServeConfig, path: &str, policies: &[&ServePolicy]) -> Value {
+    let policies: Vec<Value> = policies
         .iter()
         .map(|serve| {
             let e = explain_policy(config, serve);
@@ -244,8 +259,9 @@ fn store_text(settings: &StoreSettings) -> String {
 struct Explained {
     scope_text: String,
     bound_text: String,
+    span_text: String,
     split_text: Option<String>,
-    lease_text: Option<String>,
+    lease_text: Option<Vec<String>>,
     shards_text: Option<String>,
     hot_lease_text: Option<String>,
     log_text: Option<String>,
@@ -268,6 +284,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
     let promise = scope::promise(config, serve, role, redis);
     let (split_text, json_split) = promise.split;
     let (lease_text, json_lease) = promise.lease;
+    let (span_text, json_span) = span::span(serve, &config.deployment);
     let (shards_text, json_shards) = shards(serve);
     let (hot_lease_text, json_hot_lease) = hot_lease(serve, config.deployment.instances());
     let (log_text, json_log) = log_bound(declared);
@@ -282,6 +299,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
             "window_ms": declared.limits().window_ms(),
             "admitted_at_most": promise.at_most,
             "text": promise.bound_text,
+            "span": json_span,
         },
         "split": json_split,
         "lease": json_lease,
@@ -294,6 +312,7 @@ fn explain_policy(config: &ServeConfig, serve: &ServePolicy) -> Explained {
     Explained {
         scope_text: promise.scope_text,
         bound_text: promise.bound_text,
+        span_text,
         split_text,
         lease_text,
         shards_text,

@@ -69,7 +69,9 @@ mod workers;
 pub use config::{ConfigLoadError, Overrides, ServeConfig};
 pub use descriptors::{DescriptorError, Descriptors, raise_descriptor_limit};
 pub use error::ServeError;
-pub use explain::{describe_policy, explain, explain_json};
+pub use explain::{
+    EXPLAIN_WIDTH, UnknownPolicy, describe_policy, explain, explain_json, explain_one,
+};
 pub use listen::ListenAddress;
 pub use replay::{
     REPLAY_PREFIX, ReplayError, ReplayFormat, ReplayOptions, ReplayStore, Replayed, replay_trace,

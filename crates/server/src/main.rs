@@ -101,13 +101,18 @@ enum Command {
         strict: bool,
     },
     /// Print, for each policy, its scope, the bound it gives across tollgate
-    /// processes and its failure mode; exit 1 when the config is invalid.
+    /// processes and over any span of time, and its failure mode; exit 1
+    /// when the config is invalid.
     Explain {
         #[command(flatten)]
         load: Load,
         /// JSON instead of text, for CI to diff.
         #[arg(long)]
         json: bool,
+        /// Only the policy of this name (an unknown name fails, listing the
+        /// config's policies).
+        #[arg(long, value_name = "NAME")]
+        policy: Option<String>,
     },
 }
 
@@ -223,7 +228,7 @@ fn main() -> ExitCode {
             replay_command(&config, max_keys, &target, options, summary)
         }
         Command::Validate { load, strict } => validate_command(&load, strict),
-        Command::Explain { load, json } => explain_command(&load, json),
+        Command::Explain { load, json, policy } => explain_command(&load, json, policy.as_deref()),
     }
 }
 
@@ -322,15 +327,20 @@ fn validate_command(load: &Load, strict: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `tollgate explain`: each policy's scope, bound and failure mode, as
-/// text or JSON.
-fn explain_command(load: &Load, json: bool) -> ExitCode {
+/// `tollgate explain`: each policy's scope, bound and failure mode (or
+/// one policy's), as text or JSON.
+fn explain_command(load: &Load, json: bool, policy: Option<&str>) -> ExitCode {
     let loaded = match load.load() {
         Ok(loaded) => loaded,
         Err(message) => return fail(&message, 1),
     };
     let path = load.config.display().to_string();
-    let text = if json {
+    let text = if let Some(name) = policy {
+        match tollgate::explain_one(&loaded, &path, name, json) {
+            Ok(text) => text,
+            Err(unknown) => return fail(&format_args!("{path}: {unknown}"), 1),
+        }
+    } else if json {
         let mut text = tollgate::explain_json(&loaded, &path).to_string();
         text.push('\n');
         text

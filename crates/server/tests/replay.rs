@@ -217,6 +217,83 @@ fn validate_prints_each_policy_of_a_valid_config() {
     assert_eq!(text(&validate(&config).stdout), stdout);
 }
 
+/// What `explain` says of a gcra policy on the memory store, after its
+/// header line.
+const MEMORY_EXPLAINED: &str = r#"store local: memory, inside each tollgate process (at most 1000000 keys)
+
+api: gcra capacity 10 refill 1 per 1s
+  match: every request
+  identity: one budget per client_ip
+  scope: instance: each tollgate process decides alone, on its memory store.
+  bound: at most N × the limit (a burst of 10 then 1 per 1s) for N tollgate processes (list
+      `regions:` with their instances to state N).
+  span: each process: a burst, then a rate: from any instant to T later (both included), at most
+      10 + ⌊1 × T / 1s⌋, the full burst then the refill: 11 within 1s. For N tollgate processes,
+      N × each figure.
+  on store failure: nothing can fail; the store is in the process.
+  state: one slot of the memory store per identity (128 bytes), forgotten once idle past its reset.
+  request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity, each
+      counted as a key toward max_keys.
+"#;
+
+/// What `explain` says of three policies on one Redis, after its header.
+const REDIS_EXPLAINED: &str = r#"store global: redis standalone, shared by every tollgate process that names it, prefix "rl" (timeout
+    250ms)
+
+login: sliding_log limit 5 per 10m
+  match: every request
+  identity: one budget per client_ip
+  scope: global: every decision on the global store (global, redis standalone).
+  bound: the limit, 5 per 10m, exact: one Redis decides every request, atomically on its own clock
+      (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).
+  span: exact over any span: any 10m span sees at most 5, wherever it starts.
+  log: at most 129 entries per identity: exact while an identity's log holds fewer than 64; beyond,
+      a request is logged at the end of its 9375ms bucket (the window / 64, rounded up), so a unit
+      counts up to 9374ms longer than exact: never more than the limit in any 10m, a rejection's
+      Retry-After up to 9374ms late.
+  on store failure: fail_closed (its global store down, or slower than 250ms): every request is
+      rejected (429) while the shared store is down.
+  state: key rl:login:sliding_log:{<identity>} with a TTL of the time to refill/forget it + 1s;
+      about 120 bytes per identity in Redis, plus each logged entry (at most 129, about 10 bytes
+      each).
+  request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity in
+      key rl:login:sliding_log:{<identity>}:ids with a TTL of 1m, about 170 bytes with one id and 57
+      for each more.
+
+api: gcra capacity 100 refill 100 per 1s
+  match: every request
+  identity: one budget per client_ip
+  scope: global: every decision on the global store (global, redis standalone).
+  bound: the limit, a burst of 100 then 100 per 1s, exact: one Redis decides every request,
+      atomically on its own clock (while it keeps its data: one restarted empty forgets what was
+      spent, up to one more limit).
+  span: a burst, then a rate: from any instant to T later (both included), at most
+      100 + ⌊100 × T / 1s⌋, the full burst then the refill: 200 within 1s.
+  on store failure: local (its global store down, or slower than 250ms): each instance enforces 25
+      per 1s alone: at most instances × 25 while the shared store is down.
+  state: key rl:api:gcra:{<identity>} with a TTL of the time to refill/forget it + 1s; about 72
+      bytes per identity in Redis.
+  request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity in
+      key rl:api:gcra:{<identity>}:ids with a TTL of 1m, about 170 bytes with one id and 57 for each
+      more.
+
+search: fixed_window limit 10 per 1s
+  match: every request
+  identity: one budget per client_ip
+  scope: global: every decision on the global store (global, redis standalone).
+  bound: the limit, 10 per 1s, exact: one Redis decides every request, atomically on its own clock
+      (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).
+  span: exact per window (windows aligned to the Unix epoch), yet any 1s span can see up to 20: 10
+      either side of a boundary.
+  on store failure: fail_open (its global store down, or slower than 250ms): every request is
+      admitted: no limit while the shared store is down.
+  state: key rl:search:fixed_window:{<identity>} with a TTL of the time to refill/forget it + 1s;
+      about 120 bytes per identity in Redis.
+  request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity in
+      key rl:search:fixed_window:{<identity>}:ids with a TTL of 1m, about 170 bytes with one id and
+      57 for each more.
+"#;
+
 fn explain(config: &Path) -> Output {
     run_on_config("explain", config)
 }
@@ -237,19 +314,7 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
     assert_eq!(out.status.code(), Some(0));
     let stdout = text(&out.stdout);
     let body = stdout.split_once('\n').expect("a header line").1;
-    assert_eq!(
-        body,
-        "store local: memory, inside each tollgate process (at most 1000000 keys)\n\
-         \n\
-         api: gcra capacity 10 refill 1 per 1s\n  \
-         match: every request\n  \
-         identity: one budget per client_ip\n  \
-         scope: instance: each tollgate process decides alone, on its memory store.\n  \
-         bound: at most N × the limit (a burst of 10 then 1 per 1s) for N tollgate processes (list `regions:` with their instances to state N).\n  \
-         on store failure: nothing can fail; the store is in the process.\n  \
-         state: one slot of the memory store per identity (128 bytes), forgotten once idle past its reset.\n  \
-         request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity, each counted as a key toward max_keys.\n"
-    );
+    assert_eq!(body, MEMORY_EXPLAINED);
     let redis = dir.path().join("redis.yaml");
     std::fs::write(
         &redis,
@@ -268,47 +333,7 @@ fn explain_states_each_policys_scope_bound_and_failure_mode() {
         first.starts_with(&format!("config {} (hash ", redis.display())),
         "{first}"
     );
-    let global =
-        "  scope: global: every decision on the global store (global, redis standalone).\n";
-    let every = "  match: every request\n  identity: one budget per client_ip\n";
-    let exact = |what: &str| {
-        format!(
-            "  bound: the limit, {what}, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).\n"
-        )
-    };
-    let key = |name: &str, algorithm: &str, bytes: u32, more: &str| {
-        format!(
-            "  state: key rl:{name}:{algorithm}:{{<identity>}} with a TTL of the time to refill/forget it + 1s; about {bytes} bytes per identity in Redis{more}.\n  \
-             request ids: a retry inside 1m of its admission is charged once; at most 64 ids per identity in key rl:{name}:{algorithm}:{{<identity>}}:ids with a TTL of 1m, about 170 bytes with one id and 57 for each more.\n"
-        )
-    };
-    assert_eq!(
-        body,
-        format!(
-            "store global: redis standalone, shared by every tollgate process that names it, prefix \"rl\" (timeout 250ms)\n\
-             \n\
-             login: sliding_log limit 5 per 10m\n{every}{global}{}  \
-             log: at most 129 entries per identity: exact while an identity's log holds fewer than 64; beyond, a request is logged at the end of its 9375ms bucket (the window / 64, rounded up), so a unit counts up to 9374ms longer than exact: never more than the limit in any 10m, a rejection's Retry-After up to 9374ms late.\n  \
-             on store failure: fail_closed (its global store down, or slower than 250ms): every request is rejected (429) while the shared store is down.\n{}\
-             \n\
-             api: gcra capacity 100 refill 100 per 1s\n{every}{global}{}  \
-             on store failure: local (its global store down, or slower than 250ms): each instance enforces 25 per 1s alone: at most instances × 25 while the shared store is down.\n{}\
-             \n\
-             search: fixed_window limit 10 per 1s\n{every}{global}{}  \
-             on store failure: fail_open (its global store down, or slower than 250ms): every request is admitted: no limit while the shared store is down.\n{}",
-            exact("5 per 10m"),
-            key(
-                "login",
-                "sliding_log",
-                120,
-                ", plus each logged entry (at most 129, about 10 bytes each)"
-            ),
-            exact("a burst of 100 then 100 per 1s"),
-            key("api", "gcra", 72, ""),
-            exact("10 per 1s"),
-            key("search", "fixed_window", 120, ""),
-        )
-    );
+    assert_eq!(body, REDIS_EXPLAINED);
     std::fs::write(&redis, "policies: []\n").expect("write");
     let out = explain(&redis);
     assert_eq!(out.status.code(), Some(1));
@@ -335,10 +360,22 @@ fn explain_states_a_sliding_logs_bound_its_bucket_and_its_error() {
     );
     let out = explain(&config);
     assert_eq!(text(&out.stderr), "");
-    let logs: Vec<&str> = text(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("  log: "))
-        .collect();
+    // Each `log:` field, its wrapped lines joined as they were broken.
+    let stdout = text(&out.stdout);
+    let mut logs: Vec<String> = Vec::new();
+    let mut inside = false;
+    for line in stdout.lines() {
+        let rest = line.strip_prefix("      ");
+        if line.starts_with("  log: ") {
+            logs.push(line.to_owned());
+            inside = true;
+        } else if let (true, Some(log), Some(rest)) = (inside, logs.last_mut(), rest) {
+            log.push(' ');
+            log.push_str(rest);
+        } else {
+            inside = false;
+        }
+    }
     assert_eq!(
         logs,
         vec![

@@ -335,19 +335,59 @@ fn the_shipped_regions_example_is_explained_with_numbers() {
         .expect("tollgate explain runs");
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).expect("UTF-8");
-    for line in [
+    // Each field whole, its wrapped lines included.
+    for block in [
         "region: us; regions: ap (1 instance), eu (2 instances), us (2 instances)",
-        "  bound: the limit, 5 per 10m, exact: one Redis decides every request, atomically on its own clock (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).",
-        "  bound: at most 3 × the limit: a burst of 300 then 300 per 1s, across the 3 regions `regions:` lists.",
-        "  split: shares of 100: ap 34, eu 33, us 33 (largest remainder, ties to the first region by name; they sum to 100; a bucket's refill splits exactly by weight); this instance (us) enforces a burst of 33 then 5 per 3s. With all traffic in one region at most its share is admitted: at least 66 of the 100 strands in the quiet regions (what a busy region's share turns away: tollgate_split_turned_away_units_total).",
-        "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h. With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in the quiet regions (what a busy region's share turns away: tollgate_split_turned_away_units_total).",
+        "  bound: the limit, 5 per 10m, exact: one Redis decides every request, atomically on its own clock\n      \
+        (while it keeps its data: one restarted empty forgets what was spent, up to one more limit).",
+        "  bound: at most 3 × the limit: a burst of 300 then 300 per 1s, across the 3 regions `regions:`\n      \
+        lists.",
+        "  split: shares of 100: ap 34, eu 33, us 33 (largest remainder, ties to the first region by name;\n      \
+        they sum to 100; a bucket's refill splits exactly by weight); this instance (us) enforces a\n      \
+        burst of 33 then 5 per 3s. With all traffic in one region at most its share is admitted: at\n      \
+        least 66 of the 100 strands in the quiet regions (what a busy region's share turns away:\n      \
+        tollgate_split_turned_away_units_total).",
+        "  split: shares of 10: ap 3, eu 5, us 2 (largest remainder, ties to the first region by name; they\n      \
+        sum to 10; a bucket's refill splits exactly by weight); this instance (us) enforces 2 per 1h.\n      \
+        With all traffic in one region at most its share is admitted: at least 5 of the 10 strands in\n      \
+        the quiet regions (what a busy region's share turns away:\n      \
+        tollgate_split_turned_away_units_total).",
         "  bound: at most 5 × the limit: 250 per 1s, across the 5 instances `regions:` lists.",
-        "  bound: at most the limit, a burst of 600 then 10 per 1s: floors and live leases never sum above it, and units moving between regions rest first.",
-        "  lease: floors (50% of 600, by region weight; never leased away): ap 100, eu 100, us 100; spare 300 leased by demand from the ledger in the global store (standalone, keys tollgate:lease:{tollgate-lease}:search:<identity>), for a term of 10s, renewed every 2500ms; units one region lets go rest 1m (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within 77750ms of a shift in demand: term + rest + 3 × renew + a round trip to the global store (at most its timeout, 250ms). A renewal reports the period before it, so the quiet region is still granted up to 2 renewals after the shift (several instances a region: each keeps its last report until it renews); that grant runs a term and rests, and the busy region takes it at its next renewal. This instance (us) spends its floor 100 plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least 300 of the 600 unused). Per identity: every identity has its own floor in each region (ap 100, eu 100, us 100) and leases its own spare by its own demand, so the bound, at most the limit (600), holds for each identity, and a tenant busy in one region gets nearly its whole limit there whoever is busy elsewhere. Ledger cost: identities within their floor cost nothing; those wanting more are renewed together, 1 call per instance every 2500ms (0.4 calls/s per instance) carrying up to 100 identities, 10 calls every 2500ms (4 calls/s) at this instance's bound of 1000 leased identities (beyond it an identity spends its floor, counted); 2 calls/s for the 5 instances `regions:` lists while each has up to 100.",
+        "  bound: at most the limit, a burst of 600 then 10 per 1s: floors and live leases never sum above\n      \
+        it, and units moving between regions rest first.",
+        "  lease:\n    \
+        floors: 50% of 600, by region weight, never leased away: ap 100, eu 100, us 100.\n    \
+        spare: 300, leased by demand from the ledger in the global store (standalone, keys\n        \
+        tollgate:lease:{tollgate-lease}:search:<identity>).\n    \
+        term: 10s, renewed every 2500ms; units one region lets go rest 1m (the policy's time to forget a\n        \
+        use) before another may lease them.\n    \
+        converges: a busy region gets what a quiet one let go within 77750ms of a shift in demand:\n        \
+        term + rest + 3 × renew + a round trip to the global store (at most its timeout, 250ms). A\n        \
+        renewal reports the period before it, so the quiet region is still granted up to 2 renewals\n        \
+        after the shift (several instances a region: each keeps its last report until it renews);\n        \
+        that grant runs a term and rests, and the busy region takes it at its next renewal.\n    \
+        this instance (us): spends its floor 100 plus what it holds; cut off from the ledger it falls to\n        \
+        its floor at most a term after its last renewal.\n    \
+        a ledger restarted empty: grants nothing for a term and a rest (every region on its floor\n        \
+        meanwhile: at least 300 of the 600 unused).\n    \
+        per identity: every identity has its own floor in each region (ap 100, eu 100, us 100) and\n        \
+        leases its own spare by its own demand, so the bound, at most the limit (600), holds for\n        \
+        each identity, and a tenant busy in one region gets nearly its whole limit there whoever is\n        \
+        busy elsewhere.\n    \
+        ledger cost: identities within their floor cost nothing; those wanting more are renewed\n        \
+        together, 1 call per instance every 2500ms (0.4 calls/s per instance) carrying up to 100\n        \
+        identities, 10 calls every 2500ms (4 calls/s) at this instance's bound of 1000 leased\n        \
+        identities (beyond it an identity spends its floor, counted); 2 calls/s for the 5 instances\n        \
+        `regions:` lists while each has up to 100.",
+        "  span: each process: exact per window (windows aligned to the Unix epoch), yet any 1s span can see\n      \
+        up to 100: 50 either side of a boundary. Across the 5 instances `regions:` lists, 5 × each\n      \
+        figure.",
+        "  span: a burst, then a rate: from any instant to T later (both included), at most\n      \
+        600 + ⌊10 × T / 1s⌋, the full burst then the refill: 610 within 1s.",
     ] {
         assert!(
-            text.lines().any(|l| l == line),
-            "missing {line:?} in:\n{text}"
+            text.contains(&format!("{block}\n")),
+            "missing {block:?} in:\n{text}"
         );
     }
 }

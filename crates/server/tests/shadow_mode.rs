@@ -277,11 +277,18 @@ fn explain(dir: &Path, yaml: &str, env: &[(&str, &str)]) -> String {
 fn explain_says_which_policies_are_in_shadow_and_why() {
     let dir = tempfile::tempdir().expect("temp dir");
     let text = explain(dir.path(), CONFIG, &[]);
-    let modes: Vec<&str> = text.lines().filter(|l| l.starts_with("  mode: ")).collect();
+    // Each `mode:` field with its wrapped line.
+    let lines: Vec<&str> = text.lines().collect();
+    let modes: Vec<String> = lines
+        .windows(2)
+        .filter(|w| w[0].starts_with("  mode: "))
+        .map(|w| w.join("\n"))
+        .collect();
     assert_eq!(
         modes,
         [
-            "  mode: shadow (mode: shadow): decided, spent and counted, never rejects; its would-be rejections count under outcome=\"shadow\""
+            "  mode: shadow (mode: shadow): decided, spent and counted, never rejects; its would-be rejections\n      \
+             count under outcome=\"shadow\""
         ]
     );
     let path = dir.path().join("explain.yaml");
@@ -300,7 +307,8 @@ fn explain_says_which_policies_are_in_shadow_and_why() {
         &[],
     );
     assert!(text.contains(
-        "shadow mode: every policy and envoy rule is decided and counted but never rejects (server.shadow_mode)"
+        "shadow mode: every policy and envoy rule is decided and counted but never rejects\n    \
+         (server.shadow_mode)\n"
     ));
     assert_eq!(
         text.lines()

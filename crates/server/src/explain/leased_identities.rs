@@ -10,12 +10,13 @@ use tollgate_store::MAX_IDENTITIES_A_CALL;
 use crate::config::Deployment;
 use tollgate_config::Leased;
 
-/// The per-identity terms in words and JSON.
+/// The per-identity terms in words (the bound, then the ledger's cost)
+/// and JSON.
 pub(super) fn identity_terms(
     leased: &Leased,
     limit: u64,
     deployment: &Deployment,
-) -> (String, Value) {
+) -> (Vec<String>, Value) {
     let per_call = MAX_IDENTITIES_A_CALL as u64;
     let max = leased.max_identities as u64;
     let calls_at_bound = max.div_ceil(per_call);
@@ -26,9 +27,12 @@ pub(super) fn identity_terms(
         .iter()
         .map(|(r, f)| format!("{r} {f}"))
         .collect();
-    let text = format!(
-        "Per identity: every identity has its own floor in each region ({}) and leases its own spare by its own demand, so the bound, at most the limit ({limit}), holds for each identity, and a tenant busy in one region gets nearly its whole limit there whoever is busy elsewhere. Ledger cost: identities within their floor cost nothing; those wanting more are renewed together, 1 call per instance every {} ({} calls/s per instance) carrying up to {per_call} identities, {calls_at_bound} calls every {} ({} calls/s) at this instance's bound of {max} leased identities (beyond it an identity spends its floor, counted){}.",
+    let bound = format!(
+        "per identity: every identity has its own floor in each region ({}) and leases its own spare by its own demand, so the bound, at most the limit ({limit}), holds for each identity, and a tenant busy in one region gets nearly its whole limit there whoever is busy elsewhere.",
         floors.join(", "),
+    );
+    let cost = format!(
+        "ledger cost: identities within their floor cost nothing; those wanting more are renewed together, 1 call per instance every {} ({} calls/s per instance) carrying up to {per_call} identities, {calls_at_bound} calls every {} ({} calls/s) at this instance's bound of {max} leased identities (beyond it an identity spends its floor, counted){}.",
         format_duration_ms(leased.renew_ms),
         rate(per_second(1)),
         format_duration_ms(leased.renew_ms),
@@ -51,7 +55,7 @@ pub(super) fn identity_terms(
             "at_max_identities": per_second(calls_at_bound),
         },
     });
-    (text, json)
+    (vec![bound, cost], json)
 }
 
 /// Calls a second, without trailing zeros.

@@ -39,7 +39,7 @@ pub(super) struct Promise {
     pub bound_text: String,
     pub at_most: Option<u64>,
     pub split: (Option<String>, Value),
-    pub lease: (Option<String>, Value),
+    pub lease: (Option<Vec<String>>, Value),
 }
 
 impl Promise {
@@ -167,12 +167,13 @@ fn leased_promise(
 }
 
 /// A lease's terms: the floors, where the ledger is, how fast units move
-/// between regions and what this instance spends, in words and JSON.
+/// between regions and what this instance spends, in words (an item a
+/// line) and JSON.
 fn lease_terms(
     config: &ServeConfig,
     serve: &ServePolicy,
     leased: &Leased,
-) -> (Option<String>, Value) {
+) -> (Option<Vec<String>>, Value) {
     let declared = &serve.declared;
     let limit = declared.limits().limit();
     let deployment = &config.deployment;
@@ -197,19 +198,36 @@ fn lease_terms(
         ),
         _ => "the global store".to_owned(),
     };
-    let text = format!(
-        "floors ({}% of {limit}, by region weight; never leased away): {}; spare {} leased by demand from the ledger in the global store ({ledger}), for a term of {}, renewed every {}; units one region lets go rest {} (the policy's time to forget a use) before another may lease them. A busy region gets what a quiet one let go within {} of a shift in demand{}. This instance ({this}) spends its floor {} plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal; a ledger restarted empty grants nothing for a term and a rest (every region on its floor meanwhile: at least {} of the {limit} unused).",
-        leased.floor_percent,
-        floors.join(", "),
-        leased.spare,
-        format_duration_ms(leased.term_ms),
-        format_duration_ms(leased.renew_ms),
-        format_duration_ms(leased.rest_ms),
-        format_duration_ms(converge.ms),
-        converge.why,
-        leased.floor_of(this),
-        leased.spare,
-    );
+    let mut items = vec![
+        format!(
+            "floors: {}% of {limit}, by region weight, never leased away: {}.",
+            leased.floor_percent,
+            floors.join(", ")
+        ),
+        format!(
+            "spare: {}, leased by demand from the ledger in the global store ({ledger}).",
+            leased.spare
+        ),
+        format!(
+            "term: {}, renewed every {}; units one region lets go rest {} (the policy's time to forget a use) before another may lease them.",
+            format_duration_ms(leased.term_ms),
+            format_duration_ms(leased.renew_ms),
+            format_duration_ms(leased.rest_ms),
+        ),
+        format!(
+            "converges: a busy region gets what a quiet one let go within {} of a shift in demand{}.",
+            format_duration_ms(converge.ms),
+            converge.why,
+        ),
+        format!(
+            "this instance ({this}): spends its floor {} plus what it holds; cut off from the ledger it falls to its floor at most a term after its last renewal.",
+            leased.floor_of(this),
+        ),
+        format!(
+            "a ledger restarted empty: grants nothing for a term and a rest (every region on its floor meanwhile: at least {} of the {limit} unused).",
+            leased.spare,
+        ),
+    ];
     let json = json!({
         "floors": leased.floors.iter().map(|(r, f)| (r.clone(), json!(f))).collect::<serde_json::Map<_, _>>(),
         "floor_percent": leased.floor_percent,
@@ -221,12 +239,13 @@ fn lease_terms(
         "this_region": deployment.region,
         "floor_here": leased.floor_of(this),
     });
-    let (each_text, each_json) = identity_terms(leased, limit, deployment);
+    let (each_items, each_json) = identity_terms(leased, limit, deployment);
+    items.extend(each_items);
     let mut json = json;
     if let (Value::Object(all), Value::Object(each)) = (&mut json, each_json) {
         all.extend(each);
     }
-    (Some(format!("{text} {each_text}")), json)
+    (Some(items), json)
 }
 
 /// How long after a shift in demand a busy region holds what a quiet one
