@@ -12,8 +12,10 @@ use crate::plan::Check;
 
 /// Decides a request's checks, all or nothing: nothing is spent unless
 /// every check admits. A store that cannot decide answers by each plan's
-/// failure mode (marked in [`Decided::by`](tollgate_store::GuardedDecisions::by)),
-/// never by an error: the caller always has an answer to give.
+/// failure mode (marked in [`Decided::by`](tollgate_store::GuardedDecisions::by));
+/// a plan without one leaves the request unanswered (no decisions, the
+/// store's error kept), which the door answers as an error, never as an
+/// admission.
 pub trait Decider: Send + Sync + 'static {
     /// One decision per check, in the checks' order; under `id` (an
     /// `Idempotency-Key`), a retry of the same request inside its
