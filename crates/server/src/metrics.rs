@@ -322,7 +322,7 @@ impl RlsMetrics {
         let requests = Family::<RlsCodeLabels, Counter>::default();
         registry.register(
             "rls_requests",
-            "ShouldRateLimit calls by answer (ok, over_limit, invalid_argument, unavailable)",
+            "ShouldRateLimit calls by answer (ok, over_limit, refused, invalid_argument, unavailable)",
             requests.clone(),
         );
         let store_failures = Family::<RlsPathLabels, Counter>::default();
