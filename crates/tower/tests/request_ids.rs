@@ -223,3 +223,61 @@ policies:
     assert_eq!(handled.load(Ordering::SeqCst), 3);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn through_a_remote_tollgate_an_id_sent_with_another_cost_is_the_same_422() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let server = Tollgate::start(
+        r#"
+policies:
+  - name: write-api
+    algorithm: token_bucket
+    capacity: 2
+    refill: { tokens: 1, per: 10s }
+    identity: [{ header: X-Tenant }]
+"#,
+        clock.clone(),
+        "127.0.0.1:0",
+    )
+    .await;
+    let config = RemoteConfig {
+        timeout: std::time::Duration::from_secs(5),
+        ..RemoteConfig::new(&server.base)
+    };
+    let remote = RemoteTollgate::new(&config, clock.clone()).expect("valid url");
+    let costed = writes_by_tenant(write_api())
+        .with_client_request_ids()
+        .with_cost(|parts| {
+            let cost = parts.headers.get("x-cost").and_then(|v| v.to_str().ok());
+            cost.and_then(|c| c.parse().ok()).unwrap_or(1)
+        });
+    let (base, handled) = serve_with(remote, costed).await;
+
+    assert_eq!(post(&base, "/orders", Some("k")).await.status(), 200);
+    // The same id, method and path with another cost is another request.
+    let other = reqwest::Client::new()
+        .post(format!("{base}/orders"))
+        .header("X-Tenant", "acme")
+        .header("Idempotency-Key", "k")
+        .header("X-Cost", "2")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(other.status(), 422);
+    assert_eq!(header(&other, "content-type"), "application/problem+json");
+    let body: serde_json::Value = other.json().await.expect("problem+json");
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "type": "about:blank",
+            "title": "Unprocessable Content",
+            "status": 422,
+            "detail": "this request id was first admitted for a different request (other policies, identities, costs, or method and path): a retry must repeat its request, and a new request needs a new id",
+        })
+    );
+    // Nothing was charged for it: one token is left.
+    let next = post(&base, "/orders", Some("k2")).await;
+    assert_eq!(header(&next, "ratelimit"), "\"write-api\";r=0;t=20");
+    assert_eq!(handled.load(Ordering::SeqCst), 2);
+    server.stop().await;
+}
