@@ -14,19 +14,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::Router;
 use axum::routing;
 use http::HeaderName;
-use support::{T0, Tollgate, header, memory_limiter, writes_by_tenant};
+use support::{
+    T0, Tollgate, header, memory_limiter, remote, two_per_ten_seconds, writes_by_tenant,
+};
 use tokio::net::TcpListener;
-use tollgate_core::{Limits, ManualClock, Policy, Rate};
+use tollgate_core::ManualClock;
 use tollgate_limiter::{Decider, Plan};
 use tollgate_store::OnStoreFailure;
-use tollgate_tower::{RateLimitLayer, RemoteConfig, RemoteTollgate, Rule};
+use tollgate_tower::{RateLimitLayer, Rule};
 
 /// 2 a burst, 1 each 10 s.
 fn write_api() -> Plan {
-    let rate = Rate::new(2, 1, 10_000).expect("valid rate");
-    Plan::new(Policy::new("write-api", Limits::TokenBucket(rate)), 0)
-        .with_failure_mode(OnStoreFailure::FailClosed)
+    two_per_ten_seconds("write-api", OnStoreFailure::FailClosed)
 }
+
+/// [`write_api`] as the remote tollgate's config file says it.
+const WRITE_API: &str = r#"
+policies:
+  - name: write-api
+    algorithm: token_bucket
+    capacity: 2
+    refill: { tokens: 1, per: 10s }
+    identity: [{ header: X-Tenant }]
+"#;
 
 /// `POST /orders` and `POST /reports` behind a layer reading
 /// `Idempotency-Key`, limited by `rule` in process; its base URL and
@@ -182,24 +192,8 @@ async fn a_malformed_id_is_a_400_and_charges_nothing() {
 #[tokio::test]
 async fn through_a_remote_tollgate_a_retry_is_charged_once_and_another_path_is_not_replayed() {
     let clock = Arc::new(ManualClock::new(T0));
-    let server = Tollgate::start(
-        r#"
-policies:
-  - name: write-api
-    algorithm: token_bucket
-    capacity: 2
-    refill: { tokens: 1, per: 10s }
-    identity: [{ header: X-Tenant }]
-"#,
-        clock.clone(),
-        "127.0.0.1:0",
-    )
-    .await;
-    let config = RemoteConfig {
-        timeout: std::time::Duration::from_secs(5),
-        ..RemoteConfig::new(&server.base)
-    };
-    let remote = RemoteTollgate::new(&config, clock.clone()).expect("valid url");
+    let server = Tollgate::start(WRITE_API, clock.clone(), "127.0.0.1:0").await;
+    let remote = remote(&server.base, clock.clone());
     let (base, handled) = serve_with(
         remote,
         writes_by_tenant(write_api()).with_client_request_ids(),
@@ -227,24 +221,8 @@ policies:
 #[tokio::test]
 async fn through_a_remote_tollgate_an_id_sent_with_another_cost_is_the_same_422() {
     let clock = Arc::new(ManualClock::new(T0));
-    let server = Tollgate::start(
-        r#"
-policies:
-  - name: write-api
-    algorithm: token_bucket
-    capacity: 2
-    refill: { tokens: 1, per: 10s }
-    identity: [{ header: X-Tenant }]
-"#,
-        clock.clone(),
-        "127.0.0.1:0",
-    )
-    .await;
-    let config = RemoteConfig {
-        timeout: std::time::Duration::from_secs(5),
-        ..RemoteConfig::new(&server.base)
-    };
-    let remote = RemoteTollgate::new(&config, clock.clone()).expect("valid url");
+    let server = Tollgate::start(WRITE_API, clock.clone(), "127.0.0.1:0").await;
+    let remote = remote(&server.base, clock.clone());
     let costed = writes_by_tenant(write_api())
         .with_client_request_ids()
         .with_cost(|parts| {

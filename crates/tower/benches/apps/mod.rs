@@ -1,0 +1,68 @@
+//! The apps whose overhead is measured, shared by `benches/layer.rs`
+//! (criterion) and `examples/layer_bench.rs` (callgrind, wrk): `GET
+//! /items` answered by one handler, bare, behind tollgate's
+//! `RateLimitLayer` (embedded memory store, `SystemClock`, one rule keyed
+//! by `X-Tenant`) or behind `tower_governor` keyed by the same header,
+//! with limits no run reaches.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+use http::Request;
+use prometheus_client::registry::Registry;
+use tollgate_core::{Clock, Identity, Limits, Policy, Rate, SystemClock};
+use tollgate_limiter::{Backend, Limiter, LimiterMetrics, Plan};
+use tollgate_store::OnStoreFailure;
+use tollgate_tower::{RateLimitLayer, Rule};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::KeyExtractor;
+
+pub fn app() -> Router {
+    Router::new().route("/items", get(|| async { "{\"items\":[]}" }))
+}
+
+pub fn tollgate_app(max_keys: usize) -> Router {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let mut registry = Registry::default();
+    let metrics = Arc::new(LimiterMetrics::register(&mut registry, Arc::clone(&clock)));
+    let limiter = Limiter::new(
+        vec![Backend::memory(max_keys, Arc::clone(&clock))],
+        metrics,
+        clock,
+    );
+    let rate = Rate::new(1_000_000_000, 1_000_000_000, 1_000).unwrap_or_else(|| unreachable!());
+    let plan = Plan::new(Policy::new("reads", Limits::TokenBucket(rate)), 0)
+        .with_failure_mode(OnStoreFailure::FailOpen);
+    let rule = Rule::new(plan, |parts| {
+        let tenant = parts.headers.get("x-tenant")?.to_str().ok()?;
+        Identity::composite([("x-tenant", tenant)]).ok()
+    });
+    app().layer(RateLimitLayer::new(limiter, vec![rule]))
+}
+
+/// governor keyed as tollgate is: by the tenant header.
+#[derive(Clone)]
+struct Tenant;
+
+impl KeyExtractor for Tenant {
+    type Key = String;
+    fn extract<T>(&self, req: &Request<T>) -> Result<String, tower_governor::GovernorError> {
+        req.headers()
+            .get("x-tenant")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(tower_governor::GovernorError::UnableToExtractKey)
+    }
+}
+
+pub fn governor_app() -> Router {
+    let config = GovernorConfigBuilder::default()
+        .key_extractor(Tenant)
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .finish()
+        .unwrap_or_else(|| unreachable!());
+    app().layer(GovernorLayer::new(config))
+}
