@@ -32,8 +32,8 @@
 //! and TLS among them.
 //! A client of `/v1/check` alone (the wire types, the RateLimit fields, a
 //! rejection's reading) depends on this crate as it comes and compiles
-//! none of that (`tests/pure_client.rs` holds it to that); a door asks for
-//! `request`: the server, and `tollgate-tower`, whose config-driven layer
+//! none of that (tollgate-testkit's `tests/dependency_trees.rs` holds it
+//! to that); a door asks for `request`: the server, and `tollgate-tower`, whose config-driven layer
 //! reads requests as the server does (its remote client needs only the
 //! wire types, but the crate also opens the file's stores).
 

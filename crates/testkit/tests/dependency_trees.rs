@@ -1,0 +1,63 @@
+//! What a build that leaves a door out compiles, read from `cargo tree`:
+//! a memory-only limiter (`tollgate-limiter` without its default `redis`
+//! feature) names no Redis client, TLS or OpenSSL; a client of `/v1/check`
+//! alone (`tollgate-http` as it comes, without `request`) compiles the HTTP
+//! contract and nothing of a door: no config crate, store, limiter, Redis
+//! client or TLS.
+
+use std::path::Path;
+use std::process::Command;
+
+/// `cargo tree` of the normal dependencies, with `args` naming the
+/// package and its features.
+fn tree(args: &[&str]) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new(cargo)
+        .current_dir(&workspace)
+        .arg("tree")
+        .args(args)
+        .args(["-e", "normal", "--locked"])
+        .output()
+        .expect("cargo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "cargo tree failed: {stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The lines of `tree` that name any of `crates`.
+fn naming<'t>(tree: &'t str, crates: &[&str]) -> Vec<&'t str> {
+    tree.lines()
+        .filter(|line| crates.iter().any(|name| line.contains(name)))
+        .collect()
+}
+
+#[test]
+fn a_memory_only_limiter_depends_on_no_redis_tls_or_openssl_crate() {
+    let tree = tree(&["-p", "tollgate-limiter", "--no-default-features"]);
+    assert!(
+        tree.lines().any(|l| l.contains("tollgate-store")),
+        "the tree names the store it is built on:\n{tree}"
+    );
+    let named = naming(&tree, &["redis", "native-tls", "openssl"]);
+    assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
+}
+
+#[test]
+fn the_http_contract_alone_depends_on_no_config_store_redis_or_tls_crate() {
+    let tree = tree(&["-p", "tollgate-http"]);
+    assert!(
+        tree.lines().any(|l| l.contains("tollgate-core")),
+        "the tree names the core it is built on:\n{tree}"
+    );
+    let door = [
+        "tollgate-config",
+        "tollgate-store",
+        "tollgate-limiter",
+        "redis",
+        "native-tls",
+        "openssl",
+    ];
+    let named = naming(&tree, &door);
+    assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
+}
