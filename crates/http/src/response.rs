@@ -39,9 +39,8 @@ pub fn ratelimit_headers<'a>(
     headers: &mut HeaderMap,
     decided: impl Iterator<Item = (&'a str, &'a Policy, &'a Decision)>,
 ) {
-    if let Some((policy, state)) = ratelimit_values(decided) {
-        headers.insert(POLICY_FIELD, policy);
-        headers.insert(STATE_FIELD, state);
+    if let Some(values) = ratelimit_values(decided) {
+        write_ratelimit_values(headers, values);
     }
 }
 
