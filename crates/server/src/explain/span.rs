@@ -102,13 +102,7 @@ fn fixed_window(w: &Window) -> (String, Value) {
             limit,
         )
     };
-    let json = json!({
-        "window_ms": w.window_ms(),
-        "per_window_at_most": limit,
-        "any_window_span_at_most": across,
-        "exact_over_any_span": false,
-    });
-    (text, json)
+    (text, window_json(w, across, false))
 }
 
 /// At most L per aligned window, and the previous window weighted as if
@@ -136,13 +130,7 @@ fn sliding_window(w: &Window) -> (String, Value) {
              at most {limit}."
         )
     };
-    let json = json!({
-        "window_ms": w.window_ms(),
-        "per_window_at_most": limit,
-        "any_window_span_at_most": across,
-        "exact_over_any_span": false,
-    });
-    (text, json)
+    (text, window_json(w, across, false))
 }
 
 /// Never more than L in any span of W, wherever it starts (a long log's
@@ -151,13 +139,7 @@ fn sliding_log(w: &Window) -> (String, Value) {
     let (limit, window) = (w.limit(), format_duration_ms(w.window_ms()));
     let text =
         format!("exact over any span: any {window} span sees at most {limit}, wherever it starts.");
-    let json = json!({
-        "window_ms": w.window_ms(),
-        "per_window_at_most": limit,
-        "any_window_span_at_most": limit,
-        "exact_over_any_span": true,
-    });
-    (text, json)
+    (text, window_json(w, limit, true))
 }
 
 /// A bucket full at an instant admits its burst then what refills, to the
@@ -179,4 +161,15 @@ fn bucket(r: &Rate) -> (String, Value) {
         "within_refill_period_at_most": one_period,
     });
     (text, json)
+}
+
+/// A window's bound as `--json` states it: the window, its limit, the most
+/// any span of its length can see, and whether that is exact.
+fn window_json(w: &Window, any_span: u64, exact: bool) -> Value {
+    json!({
+        "window_ms": w.window_ms(),
+        "per_window_at_most": w.limit(),
+        "any_window_span_at_most": any_span,
+        "exact_over_any_span": exact,
+    })
 }
