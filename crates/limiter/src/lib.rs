@@ -76,6 +76,7 @@ mod metrics;
 mod plan;
 mod refund;
 mod sampled_log;
+mod spans;
 mod stores;
 mod trace;
 mod upkeep;
@@ -94,6 +95,7 @@ pub use metrics::{
 };
 pub use plan::{Check, Plan, RetryRule};
 pub use sampled_log::{DECISION_TARGET, DecisionSampling};
+pub use spans::{SPANS, set_spans, spans_on};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
 pub use trace::TraceSink;
 pub use upkeep::{KeptPlans, SWEEP_INTERVAL_MS, UpkeepHandle};

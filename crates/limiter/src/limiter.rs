@@ -22,6 +22,7 @@ use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::{Check, carried_checks, carried_keys};
 use crate::sampled_log::{DecisionSampling, Made, SampledLog};
+use crate::spans;
 use crate::stores::{StoreName, StoreWatch};
 use crate::trace::TraceSink;
 
@@ -193,7 +194,10 @@ impl Limiter {
         // Over every check, whichever store decides it: each store's record
         // answers only the whole request.
         let id = id.map(|id| (id, digest(checks, shape)));
-        let decided = if checks.iter().any(|c| c.plan.shadow()) {
+        // The traced path is boxed, so the untraced future is no larger.
+        let decided = if spans::spans_on() {
+            Box::pin(self.decide_traced(checks, id)).await
+        } else if checks.iter().any(|c| c.plan.shadow()) {
             Box::pin(self.decide_shadowed(checks, id)).await
         } else {
             self.decide_checks(checks, id).await
@@ -255,6 +259,19 @@ impl Limiter {
             self.decide_on(first, checks, id).await
         } else {
             Box::pin(self.decide_across(checks, id)).await
+        }
+    }
+
+    /// The checks decided, shadow-mode ones apart from the enforced.
+    pub(crate) async fn decide_any(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<(&RequestId, RequestDigest)>,
+    ) -> Decided {
+        if checks.iter().any(|c| c.plan.shadow()) {
+            Box::pin(self.decide_shadowed(checks, id)).await
+        } else {
+            self.decide_checks(checks, id).await
         }
     }
 
@@ -352,7 +369,11 @@ impl Limiter {
         } else {
             Vec::new()
         };
-        let mut decided = self.call(backend, checks, &picks, 0, retry).await;
+        let mut decided = if spans::spans_on() {
+            Box::pin(self.call_traced(store, backend, checks, &picks, retry)).await
+        } else {
+            self.call(backend, checks, &picks, 0, retry).await
+        };
         if decided.replay == Replay::Mismatch {
             // The client's fault, answered 422: no decision was made.
             self.observe_store(store, &decided);
@@ -462,7 +483,7 @@ impl Limiter {
     /// sharded ones on their pick's shard (`spill` shards further on), and
     /// each on the shard layouts its plan carries from before a reload
     /// (crate::carry), folded back into its decision.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         backend: &Backend,
         checks: &[Check<'_>],

@@ -48,6 +48,7 @@ mod connections;
 mod deadline;
 mod live;
 mod metrics;
+mod otlp;
 mod process_metrics;
 mod trace;
 use tollgate_limiter as limiter;
@@ -73,6 +74,9 @@ pub use explain::{
     EXPLAIN_WIDTH, UnknownPolicy, describe_policy, explain, explain_json, explain_one,
 };
 pub use listen::ListenAddress;
+pub use otlp::{
+    Exporter, Exporting, install as install_trace_export, resolve as resolve_trace_export,
+};
 pub use replay::{
     REPLAY_PREFIX, ReplayError, ReplayFormat, ReplayOptions, ReplayStore, Replayed, replay_trace,
 };

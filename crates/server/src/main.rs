@@ -7,9 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tollgate::{
-    ConfigLoadError, ListenAddress, Overrides, ReplayError, ReplayOptions, ReplayStore,
-    ServeConfig, ServeOptions,
+    ConfigLoadError, Exporter, Exporting, ListenAddress, Overrides, ReplayError, ReplayOptions,
+    ReplayStore, ServeConfig, ServeOptions,
 };
+use tollgate_limiter::SPANS;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::prelude::*;
 
 #[derive(Parser)]
 #[command(
@@ -167,21 +170,58 @@ enum LogFormat {
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`); colour only
-/// when stderr is a terminal.
-fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+/// when stderr is a terminal. With `exporting`, tollgate's spans are
+/// exported over OTLP too; otherwise their target is off, so a disabled
+/// span is all a decision pays for them. The logs never show those spans.
+fn init_logs(format: LogFormat, exporting: Option<&Exporting>) -> Result<Option<Exporter>, String> {
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(io::stderr);
-    match format {
-        LogFormat::Text => builder.with_ansi(io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder
+    if let Ok(spans_off) = format!("{SPANS}=off").parse() {
+        filter = filter.add_directive(spans_off);
+    }
+    let logs = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(io::stderr)
+            .with_ansi(io::stderr().is_terminal())
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(io::stderr)
             .json()
             .with_current_span(false)
             .with_span_list(false)
-            .init(),
+            .boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(logs.with_filter(filter));
+    let Some(exporting) = exporting else {
+        registry.init();
+        return Ok(None);
+    };
+    match tollgate::install_trace_export(exporting) {
+        Ok((spans, exporter)) => {
+            let only_spans = Targets::new().with_target(SPANS, tracing::Level::INFO);
+            registry.with(spans.with_filter(only_spans)).init();
+            tracing::info!(
+                endpoint = %exporting.endpoint,
+                protocol = exporting.protocol.name(),
+                service_name = %exporting.service_name,
+                "exporting traces over OTLP"
+            );
+            Ok(Some(exporter))
+        }
+        Err(message) => {
+            registry.init();
+            Err(message)
+        }
     }
+}
+
+/// What `server.otlp` and the OpenTelemetry environment ask to export. The
+/// file is read here only for that section: a file that does not load is
+/// reported by `serve` itself, as ever.
+fn trace_export(load: &Load) -> Result<Option<Exporting>, String> {
+    let file = load.load().ok();
+    let section = file.as_ref().and_then(|config| config.server.otlp.as_ref());
+    tollgate::resolve_trace_export(section, &|name| std::env::var(name).ok())
 }
 
 fn main() -> ExitCode {
@@ -192,7 +232,15 @@ fn main() -> ExitCode {
             grpc_listen,
             log_format,
         } => {
-            init_logs(log_format);
+            let exporting = match trace_export(&load) {
+                Ok(exporting) => exporting,
+                Err(message) => return fail(&format_args!("trace export: {message}"), 1),
+            };
+            // Kept to the end: dropping it flushes the spans still queued.
+            let _exporter = match init_logs(log_format, exporting.as_ref()) {
+                Ok(exporter) => exporter,
+                Err(message) => return fail(&format_args!("trace export: {message}"), 1),
+            };
             serve_command(ServeOptions {
                 overrides: load.overrides(),
                 config: load.config,

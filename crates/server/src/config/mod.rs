@@ -13,7 +13,8 @@ mod server;
 
 pub use document::Overrides;
 pub use server::{
-    DEFAULT_MAX_CONNECTIONS, HotIdentityMetrics, ProxySocket, ServerSettings, TraceSettings,
+    DEFAULT_MAX_CONNECTIONS, HotIdentityMetrics, OtlpFile, Protocol, ProxySocket, SamplerName,
+    ServerSettings, TraceSettings, sampler_ratio,
 };
 // The shared part's types, which a `ServeConfig`'s fields are made of.
 pub use tollgate_config::{

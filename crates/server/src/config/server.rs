@@ -20,8 +20,10 @@ use connections::{
     DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_PROXY_IDLE_TIMEOUT_MS,
 };
 pub use connections::{DEFAULT_MAX_CONNECTIONS, ProxySocket};
+pub use otlp::{OtlpFile, Protocol, SamplerName, sampler_ratio};
 
 mod connections;
+mod otlp;
 
 /// More HTTP workers than this is a typo, not a machine.
 const MAX_HTTP_WORKERS: usize = 1024;
@@ -136,6 +138,9 @@ pub struct ServerSettings {
     /// Trace capture: sampled decisions as `tollgate replay` input lines.
     /// Read at start.
     pub trace: Option<TraceSettings>,
+    /// Trace export over OTLP ([`OtlpFile`]); the OpenTelemetry
+    /// environment names the rest or overrides it. Read at start.
+    pub otlp: Option<OtlpFile>,
 }
 
 /// `server.trace`: where and how much of the decisions to capture.
@@ -221,6 +226,7 @@ impl Default for ServerSettings {
             shadow_mode: false,
             decision_log: None,
             trace: None,
+            otlp: None,
         }
     }
 }
@@ -280,6 +286,12 @@ impl ServerSettings {
                 )
                 .at(node_path!["server", "trace"]));
             }
+        }
+        if let Some(otlp) = &self.otlp {
+            otlp.validate().map_err(|fault| {
+                ConfigError::Document(format!("server: otlp: {fault}"))
+                    .at(node_path!["server", "otlp"])
+            })?;
         }
         if !MAX_HEADERS_RANGE.contains(&self.max_headers) {
             return Err(ConfigError::Document(format!(
@@ -369,7 +381,7 @@ macro_rules! start_only {
 /// The settings read once at start — listeners, workers, limits of a
 /// request's head, TLS — in the order a reload reports them. Both the
 /// report and the copy-back read this one list.
-const START_ONLY: [StartOnly; 14] = start_only![
+const START_ONLY: [StartOnly; 15] = start_only![
     listen,
     grpc_listen,
     proxy_socket,
@@ -384,6 +396,7 @@ const START_ONLY: [StartOnly; 14] = start_only![
     max_header_bytes,
     tls,
     trace,
+    otlp,
 ];
 
 fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D::Error> {

@@ -16,6 +16,7 @@ use tower::ServiceExt;
 
 use crate::app::App;
 use crate::metrics::{EndpointLabels, HttpLabels, RouteLabels, StatusLabels};
+use crate::otlp::request_span;
 use crate::tokens::{self, Guarded};
 use authorize::{AUTHORIZE_ALLOW, AUTHORIZE_METHODS, authorize_request, is_authorize_path};
 use check::{CHECK, CHECK_ALLOW, check_request};
@@ -100,14 +101,16 @@ async fn dispatch(
     let path = req.uri().path();
     if path == CHECK {
         return if req.method() == Method::POST {
-            check_request(app, req).await
+            let span = request_span("check", req.headers());
+            tollgate_limiter::within_span!(span, check_request(app, req))
         } else {
             method_not_allowed(CHECK_ALLOW)
         };
     }
     if is_authorize_path(path) {
         return if AUTHORIZE_METHODS.contains(req.method()) {
-            authorize_request(app, peer, req).await
+            let span = request_span("authorize", req.headers());
+            tollgate_limiter::within_span!(span, authorize_request(app, peer, req))
         } else {
             method_not_allowed(AUTHORIZE_ALLOW)
         };

@@ -25,6 +25,7 @@ use super::wire::{self, MAX_DESCRIPTORS, MAX_ENTRIES, RateLimitCall};
 use crate::app::App;
 use crate::limiter::{Check, Decided, StoreError};
 use crate::metrics::{EndpointLabels, RlsCodeLabels, RlsPathLabels};
+use crate::otlp::request_span;
 use crate::tokens::Guarded;
 
 /// The hot method's path.
@@ -52,7 +53,13 @@ pub(crate) fn route(
     request: hyper::Request<Incoming>,
 ) -> impl Future<Output = Result<hyper::Response<GrpcBody>, Infallible>> + Send {
     if request.uri().path() == SHOULD_RATE_LIMIT {
-        return Either::Left(async move { Ok(should_rate_limit(&app, request).await) });
+        let span = request_span("rls", request.headers());
+        return Either::Left(async move {
+            Ok(tollgate_limiter::within_span!(
+                span,
+                should_rate_limit(&app, request)
+            ))
+        });
     }
     // Boxed: the router's future is large and this path is cold.
     Either::Right(async move {
