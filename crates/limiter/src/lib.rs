@@ -76,6 +76,7 @@ mod metrics;
 mod plan;
 mod refund;
 mod sampled_log;
+mod shadow;
 mod stores;
 mod trace;
 mod upkeep;
@@ -93,7 +94,8 @@ pub use metrics::{
     LimiterMetrics, PolicyCounters, PolicyLabels,
 };
 pub use plan::{Check, Plan, RetryRule};
-pub use sampled_log::{DECISION_TARGET, DecisionSampling};
+pub use sampled_log::{DECISION_TARGET, DecisionSampling, SHADOW_ALLOWED, SHADOW_REJECTED};
+pub use shadow::{shadow_looked, would_allow};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
 pub use trace::TraceSink;
 pub use upkeep::{KeptPlans, SWEEP_INTERVAL_MS, UpkeepHandle};

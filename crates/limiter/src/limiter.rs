@@ -21,7 +21,8 @@ use crate::carry;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::{Check, carried_checks, carried_keys};
-use crate::sampled_log::{DecisionSampling, Made, SampledLog};
+use crate::sampled_log::{DecisionSampling, Made, SampledLog, Verdict};
+use crate::shadow::{shadow_looked, would_allow};
 use crate::stores::{StoreName, StoreWatch};
 use crate::trace::TraceSink;
 
@@ -224,6 +225,7 @@ impl Limiter {
             DecidedBy::Shared => "none",
             by => by.name(),
         };
+        let looked = shadow_looked(checks, decided);
         for (check, decision) in checks.iter().zip(&decided.decisions) {
             if !check.counted || !self.sampled_log.take() {
                 continue;
@@ -238,9 +240,12 @@ impl Limiter {
                 latency_us: took_us,
             };
             let policy = check.plan.policy().name();
-            let shadow = check.plan.shadow();
+            let verdict = match check.plan.shadow() {
+                true => Verdict::Shadow(would_allow(check, decision, looked)),
+                false => Verdict::Enforced(decision.allowed),
+            };
             self.sampled_log
-                .log(policy, shadow, check.identity, check.cost, decision, &made);
+                .log(policy, verdict, check.identity, check.cost, decision, &made);
         }
     }
 
@@ -265,6 +270,7 @@ impl Limiter {
     /// admitted a fresh request; otherwise they only peek (cost 0,
     /// uncounted), as enforcing them would have spent nothing of a
     /// rejected request, and a replayed one was charged the first time.
+    /// A look's would-be verdict is [`crate::would_allow`]'s.
     async fn decide_shadowed(
         &self,
         checks: &[Check<'_>],
@@ -551,6 +557,11 @@ impl Limiter {
             };
             if check.plan.shadow() {
                 count_shadow(counters, decision);
+                // A shadow plan's summaries are its own (`/v1/hot` lists
+                // its would-be rejections apart from anybody's rejections).
+                counters
+                    .hot
+                    .record(check.identity, decision.allowed, now_ms);
                 // A replay is an admission answered from its record, shadow
                 // or not: counted as such, so fresh ones can be told apart.
                 if replayed && decision.allowed {
@@ -659,7 +670,8 @@ fn note_rejections(checks: &[Check<'_>], decided: &Decided) {
 
 /// A shadow-mode check's outcome: `allowed` when it would have admitted,
 /// `shadow` when it would have rejected. Not a rejection anybody saw, so
-/// neither the hot identities nor the rejection log hear of it.
+/// the rejection log does not hear of it, and its hot identities are kept
+/// apart from the enforced policies' ([`LimiterMetrics::shadow_policy_counters`]).
 fn count_shadow(counters: &PolicyCounters, decision: &Decision) {
     if decision.allowed {
         counters.allowed.inc();

@@ -192,8 +192,9 @@ pub(super) async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) ->
 }
 
 /// The identities behind each policy's most decisions and rejections in
-/// the last whole window (admin token): who is hot, even under its limit.
-/// Secret identity parts show only as their keyed hash, as everywhere.
+/// the last whole window (admin token): who is hot, even under its limit,
+/// and whom a shadow-mode policy would have rejected. Secret identity
+/// parts show only as their keyed hash, as everywhere.
 pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let live_config = app.live.load();
     if let Some(refusal) = admin_refusal(&app, &live_config, &headers, "hot") {
@@ -218,7 +219,7 @@ pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Resp
             .collect()
     };
     let elapsed_ms = now_ms - started_ms;
-    let policies: Vec<serde_json::Value> = app
+    let mut policies: Vec<serde_json::Value> = app
         .metrics
         .limiter
         .hot
@@ -236,6 +237,35 @@ pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Resp
             })
         })
         .collect();
+    // Shadow-mode policies after them: their would-be rejections, each
+    // identity also as every log line names it (the keyed hash), so a
+    // decision log's `shadow_rejected` line finds its entry here.
+    let shadow = |entries: &[(Identity, u64)], what: &str, over_ms: u64| {
+        let mut listed = list(entries, what, over_ms);
+        for (entry, (identity, _)) in listed.iter_mut().zip(entries) {
+            entry["logged_as"] = app.limiter.log_name(identity).into();
+        }
+        listed
+    };
+    policies.extend(
+        app.metrics
+            .limiter
+            .shadow_hot
+            .report(now_ms)
+            .iter()
+            .map(|(policy, report)| {
+                serde_json::json!({
+                    "policy": policy,
+                    "mode": "shadow",
+                    "by_decisions": shadow(&report.decisions, "decisions", window_ms),
+                    "by_would_reject": shadow(&report.rejections, "would_reject", window_ms),
+                    "now": {
+                        "by_decisions": shadow(&report.current_decisions, "decisions", elapsed_ms),
+                        "by_would_reject": shadow(&report.current_rejections, "would_reject", elapsed_ms),
+                    },
+                })
+            }),
+    );
     let body = serde_json::json!({
         "window_ms": window_ms,
         "window_start_ms": started_ms.saturating_sub(window_ms),
