@@ -38,6 +38,9 @@ pub struct Config {
     pub set: PolicySet,
     /// A short hash of the config text, to tell which config an instance runs.
     pub hash: String,
+    /// Each policy's entry as written, digested, in the file's order: what
+    /// a reload compares to say which policies it changed.
+    pub policy_digests: Vec<String>,
     /// Present when some policy hashes an API key or bearer token.
     pub hasher: Option<SecretHasher>,
     /// `server.shadow_mode`: every policy decided and counted, none enforced.
@@ -134,6 +137,10 @@ impl Config {
             policies,
             set,
             hash: blake3::hash(text.as_bytes()).to_hex()[..16].to_owned(),
+            policy_digests: list
+                .iter()
+                .map(|entry| blake3::hash(entry.to_string().as_bytes()).to_hex()[..16].to_owned())
+                .collect(),
             hasher,
             shadow_mode: server.shadow_mode,
             request: server.request.clone(),
