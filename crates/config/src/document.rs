@@ -294,7 +294,16 @@ pub fn replace_store(doc: &mut Value, store: &str) -> Result<(), ConfigError> {
         redis.remove("cluster");
         redis.remove("sentinel");
         redis.insert("url".into(), Value::String(store.to_owned()));
-        serde_json::json!({ "redis": redis })
+        let mut replaced = serde_json::json!({ "redis": redis });
+        // How the file's Redis store answers readiness stays with the Redis
+        // that replaces it.
+        if let (Some(readiness), Some(map)) = (
+            current.and_then(|v| v.get("readiness_when_down")),
+            replaced.as_object_mut(),
+        ) {
+            map.insert("readiness_when_down".into(), readiness.clone());
+        }
+        replaced
     } else {
         return Err(ConfigError::Document(format!(
             "--store (TOLLGATE_STORE): {:?} is not a store: expected memory, redis://HOST:PORT or rediss://HOST:PORT",

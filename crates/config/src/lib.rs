@@ -73,4 +73,4 @@ pub use server_fields::{
     DEFAULT_IDENTITY_KEY_ENV, DEFAULT_MAX_KEY_BYTES, RequestSettings, ServerFields,
     request_id_header, trusted_proxies,
 };
-pub use stores::{STORE_ROLES, StoreSettings, Stores};
+pub use stores::{Readiness, STORE_ROLES, StoreSettings, Stores};

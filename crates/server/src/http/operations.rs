@@ -18,6 +18,7 @@ use crate::limiter::Check;
 use crate::live::{LiveConfig, LivePolicy};
 use crate::metrics::PolicyLabels;
 use crate::tokens::Guarded;
+use tollgate_config::Readiness;
 use tollgate_http::Problem;
 use tollgate_http::{CheckDecision, parts_identity, value_identity};
 
@@ -283,31 +284,40 @@ pub(super) async fn healthz() -> &'static str {
 
 /// Ready means "can answer every policy per its failure mode", which a
 /// serving instance always can: with its store down, each policy fails open,
-/// fails closed or decides locally, as configured. So a store outage never
-/// fails readiness — an orchestrator pulling every instance at once would
-/// override those failure modes and take the service down. The store's
-/// state is a field here and the `tollgate_store_up` gauge: `store` is
-/// `up` only when every store answered, `stores` says which by role.
+/// fails closed or decides locally, as configured. So by default a store
+/// outage never fails readiness — an orchestrator pulling every instance at
+/// once would override those failure modes and take the service down. A
+/// store marked `readiness_when_down: not_ready` says otherwise: while it
+/// does not answer, `503` and `"ready": false`. The store's state is a
+/// field here and the `tollgate_store_up` gauge: `store` is `up` only when
+/// every store answered, `stores` says which by role.
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let live_config = app.live.load();
+    let readiness = &live_config.config.stores.readiness;
     let mut stores = serde_json::Map::new();
-    let mut all_up = true;
-    for store in app.limiter.store_answers().await {
+    let (mut all_up, mut ready) = (true, true);
+    for (index, store) in app.limiter.store_answers().await.into_iter().enumerate() {
         let state = match &store.answer {
             Ok(()) => "up",
             Err(e) => {
                 tracing::debug!(store = %store.name, kind = e.kind(), error = %e, "readiness: a store did not answer its ping");
                 all_up = false;
+                ready &= readiness.get(index).copied().unwrap_or_default() == Readiness::Ready;
                 "down"
             }
         };
         stores.insert(store.name.role, state.into());
     }
     let body = serde_json::json!({
-        "ready": true,
+        "ready": ready,
         "store": if all_up { "up" } else { "down" },
         "stores": stores,
     });
-    json_response(body.to_string())
+    let mut response = json_response(body.to_string());
+    if !ready {
+        *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+    }
+    response
 }
 
 /// The OpenMetrics exposition (metrics token).
