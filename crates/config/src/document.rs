@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 use tollgate_core::{
     ConfigError, PolicySet, SecretHasher, describe, node_path, parse_yaml, parse_yaml_named,
+    unknown_field,
 };
 
 use crate::policy_fields::{ServePolicy, parse_policies};
@@ -173,8 +174,8 @@ fn check_top_level(top: &Map<String, Value>) -> Result<(), ConfigError> {
     for key in top.keys() {
         if !TOP_LEVEL.contains(&key.as_str()) {
             return Err(ConfigError::Document(format!(
-                "unknown top-level field {key:?} (expected: {})",
-                TOP_LEVEL.join(", ")
+                "{key}: {}",
+                unknown_field(key, &TOP_LEVEL)
             ))
             .at(node_path![key]));
         }

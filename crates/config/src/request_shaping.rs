@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use http::HeaderName;
 use ipnet::IpNet;
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, Policy, describe};
+use tollgate_core::{ConfigError, Policy, describe, unknown_field};
 
 use crate::fields::{field_error, whole_number};
 use crate::matching::{FormatSuffix, Matcher, PathPattern, TrailingSlash};
@@ -291,11 +291,16 @@ fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, Confi
                 };
             }
             _ => {
-                return Err(field_error(
-                    policy,
-                    &field,
-                    "unknown field (expected: methods, path_prefix, path, host, case_insensitive, trailing_slash, format_suffix)",
-                ));
+                let known = [
+                    "methods",
+                    "path_prefix",
+                    "path",
+                    "host",
+                    "case_insensitive",
+                    "trailing_slash",
+                    "format_suffix",
+                ];
+                return Err(field_error(policy, &field, unknown_field(key, &known)));
             }
         }
     }
@@ -489,7 +494,7 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
         return Err(field_error(
             policy,
             &format!("cost.{key}"),
-            "unknown field (expected: header, min, max, default)",
+            unknown_field(key, &["header", "min", "max", "default"]),
         ));
     }
     let name = m

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, NodePath, describe, node_path};
+use tollgate_core::{ConfigError, NodePath, describe, node_path, unknown_field};
 use tollgate_limiter::RedisConfig;
 
 use crate::fields::{deserialize_at as deserialize, doc};
@@ -197,8 +197,15 @@ fn parse_store_kind(
             })?;
             Ok(StoreSettings::Redis(Box::new(config)))
         }
+        Some((kind, _)) if !matches!(kind.as_str(), "memory" | "redis") => Err(fault(
+            format!(
+                "{field}: {kind}: {}",
+                unknown_field(kind, &["memory", "redis", READINESS_KEY])
+            ),
+            &[kind],
+        )),
         _ => Err(fault(
-            format!("{field}: expected exactly one of: memory, redis (and {READINESS_KEY})"),
+            format!("{field}: expected exactly one of: memory, redis"),
             &[],
         )),
     }
