@@ -309,3 +309,14 @@ fn a_field_near_no_known_one_is_refused_without_a_guess() {
         ),
     );
 }
+
+#[test]
+fn a_misspelt_identity_part_suggests_the_part_it_meant() {
+    let message = "policy \"api\": identity[0]: \"heder\" is not an identity part, did you mean header? (expected one of: header: NAME, api_key: HEADER, bearer, client_ip, method, path, route, host, literal: VALUE)";
+    refused(
+        "policies:\n  - name: api\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n    identity:\n      - heder: X-Tenant\n",
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:7:9\n  |\n5 |     window: 1s\n6 |     identity:\n7 |       - heder: X-Tenant\n  |         ^ {message}\n"
+        ),
+    );
+}
