@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 use tollgate_core::{
     ConfigError, PolicySet, SecretHasher, describe, node_path, parse_yaml, parse_yaml_named,
+    unknown_field,
 };
 
 use crate::policy_fields::{ServePolicy, parse_policies};
@@ -38,6 +39,9 @@ pub struct Config {
     pub set: PolicySet,
     /// A short hash of the config text, to tell which config an instance runs.
     pub hash: String,
+    /// Each policy's entry as written, digested, in the file's order: what
+    /// a reload compares to say which policies it changed.
+    pub policy_digests: Vec<String>,
     /// Present when some policy hashes an API key or bearer token.
     pub hasher: Option<SecretHasher>,
     /// `server.shadow_mode`: every policy decided and counted, none enforced.
@@ -134,6 +138,10 @@ impl Config {
             policies,
             set,
             hash: blake3::hash(text.as_bytes()).to_hex()[..16].to_owned(),
+            policy_digests: list
+                .iter()
+                .map(|entry| blake3::hash(entry.to_string().as_bytes()).to_hex()[..16].to_owned())
+                .collect(),
             hasher,
             shadow_mode: server.shadow_mode,
             request: server.request.clone(),
@@ -166,8 +174,8 @@ fn check_top_level(top: &Map<String, Value>) -> Result<(), ConfigError> {
     for key in top.keys() {
         if !TOP_LEVEL.contains(&key.as_str()) {
             return Err(ConfigError::Document(format!(
-                "unknown top-level field {key:?} (expected: {})",
-                TOP_LEVEL.join(", ")
+                "{key}: {}",
+                unknown_field(key, &TOP_LEVEL)
             ))
             .at(node_path![key]));
         }
@@ -287,7 +295,16 @@ pub fn replace_store(doc: &mut Value, store: &str) -> Result<(), ConfigError> {
         redis.remove("cluster");
         redis.remove("sentinel");
         redis.insert("url".into(), Value::String(store.to_owned()));
-        serde_json::json!({ "redis": redis })
+        let mut replaced = serde_json::json!({ "redis": redis });
+        // How the file's Redis store answers readiness stays with the Redis
+        // that replaces it.
+        if let (Some(readiness), Some(map)) = (
+            current.and_then(|v| v.get("readiness_when_down")),
+            replaced.as_object_mut(),
+        ) {
+            map.insert("readiness_when_down".into(), readiness.clone());
+        }
+        replaced
     } else {
         return Err(ConfigError::Document(format!(
             "--store (TOLLGATE_STORE): {:?} is not a store: expected memory, redis://HOST:PORT or rediss://HOST:PORT",

@@ -14,7 +14,8 @@
 //!    `request_shaping`, its request ids from `retry`), and what of the
 //!    `server` section every door reads (`server_fields`: how a request is
 //!    read, [`RequestSettings`]), read in order by `document` into a
-//!    validated [`Config`].
+//!    validated [`Config`]; `changes` says what one config changes of
+//!    another's policies.
 //! 3. **The rules every door applies** — `identity`: what a door read for
 //!    each identity part, shaped and composed into the identity it keys by.
 //! 4. **`live`** — each policy's limiter [`tollgate_limiter::Plan`], built
@@ -37,6 +38,7 @@ mod matching;
 mod request_path;
 
 // 2. the schema
+mod changes;
 mod document;
 mod policy_fields;
 mod regions;
@@ -52,6 +54,7 @@ mod identity;
 // 4. plans
 mod live;
 
+pub use changes::PolicyChanges;
 pub use document::{Config, LoadError, check_identity_key, replace_store, top_level};
 pub use failure_mode::{DEFAULT_LOCAL_SHARE_PERCENT, FieldFault, parse_failure_mode};
 pub use fields::deserialize_at;
@@ -70,4 +73,4 @@ pub use server_fields::{
     DEFAULT_IDENTITY_KEY_ENV, DEFAULT_MAX_KEY_BYTES, RequestSettings, ServerFields,
     request_id_header, trusted_proxies,
 };
-pub use stores::{STORE_ROLES, StoreSettings, Stores};
+pub use stores::{Readiness, STORE_ROLES, StoreSettings, Stores};

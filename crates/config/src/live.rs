@@ -231,10 +231,11 @@ pub fn plan_after(
     }
 }
 
-/// `policy`'s counters, with its shadow-mode count when `shadow`.
+/// `policy`'s counters; in shadow mode (`shadow`), a shadow policy's.
 pub fn policy_counters(metrics: &LimiterMetrics, policy: &str, shadow: bool) -> PolicyCounters {
-    PolicyCounters {
-        shadow: shadow.then(|| metrics.shadow_counter(policy)),
-        ..metrics.policy_counters(policy)
+    if shadow {
+        metrics.shadow_policy_counters(policy)
+    } else {
+        metrics.policy_counters(policy)
     }
 }

@@ -3,7 +3,9 @@
 //! failure mode, request ids), each checked against the others.
 
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, Policy, PolicySet, describe, node_path, parse_policy};
+use tollgate_core::{
+    ConfigError, Policy, PolicySet, describe, node_path, parse_policy, unknown_field,
+};
 use tollgate_limiter::OnStoreFailure;
 
 use crate::failure_mode::parse_failure_mode;
@@ -174,8 +176,8 @@ fn parse_hot_lease(
     {
         return Err(field_error(
             policy,
-            "hot_lease",
-            format!("{key}: unknown field (expected: above, term)"),
+            &format!("hot_lease.{key}"),
+            unknown_field(key, &["above", "term"]),
         ));
     }
     let above = fields

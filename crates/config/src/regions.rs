@@ -3,7 +3,7 @@
 //! share, a store per region and the stated bounds all depend on it.
 
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, describe, node_path};
+use tollgate_core::{ConfigError, describe, node_path, unknown_field};
 
 use crate::fields::doc;
 
@@ -119,7 +119,8 @@ fn parse_region(name: &str, value: &Value) -> Result<Region, ConfigError> {
             "weight" => &mut region.weight,
             other => {
                 return Err(doc(format!(
-                    "regions.{name}.{other}: unknown field (expected: instances, weight)"
+                    "regions.{name}.{other}: {}",
+                    unknown_field(other, &["instances", "weight"])
                 ))
                 .at(node_path!["regions", name, other]));
             }

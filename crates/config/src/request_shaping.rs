@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use http::HeaderName;
 use ipnet::IpNet;
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, Policy, describe};
+use tollgate_core::{ConfigError, Policy, describe, did_you_mean, unknown_field};
 
 use crate::fields::{field_error, whole_number};
 use crate::matching::{FormatSuffix, Matcher, PathPattern, TrailingSlash};
@@ -291,11 +291,16 @@ fn parse_match(policy: &Policy, m: &Map<String, Value>) -> Result<Matcher, Confi
                 };
             }
             _ => {
-                return Err(field_error(
-                    policy,
-                    &field,
-                    "unknown field (expected: methods, path_prefix, path, host, case_insensitive, trailing_slash, format_suffix)",
-                ));
+                let known = [
+                    "methods",
+                    "path_prefix",
+                    "path",
+                    "host",
+                    "case_insensitive",
+                    "trailing_slash",
+                    "format_suffix",
+                ];
+                return Err(field_error(policy, &field, unknown_field(key, &known)));
             }
         }
     }
@@ -375,12 +380,24 @@ fn parse_identity_part(
     value: &Value,
 ) -> Result<IdentityPart, ConfigError> {
     let field = format!("identity[{index}]");
-    let unknown = |what: &str| {
+    let kinds = [
+        "header",
+        "api_key",
+        "bearer",
+        "client_ip",
+        "method",
+        "path",
+        "route",
+        "host",
+        "literal",
+    ];
+    let unknown = |what: &str, named: &str| {
         field_error(
             policy,
             &field,
             format!(
-                "{what} is not an identity part (expected one of: header: NAME, api_key: HEADER, bearer, client_ip, method, path, route, host, literal: VALUE)"
+                "{what} is not an identity part{} (expected one of: header: NAME, api_key: HEADER, bearer, client_ip, method, path, route, host, literal: VALUE)",
+                did_you_mean(named, &kinds)
             ),
         )
     };
@@ -392,14 +409,17 @@ fn parse_identity_part(
             "path" => Ok(IdentityPart::Path),
             "route" => Ok(IdentityPart::Route),
             "host" => Ok(IdentityPart::Host),
-            other => Err(unknown(&format!("{other:?}"))),
+            other => Err(unknown(&format!("{other:?}"), other)),
         },
         Value::Object(m) if m.len() == 1 && m.contains_key("client_ip") => {
             parse_client_networks(policy, &format!("{field}.client_ip"), &m["client_ip"])
                 .map(IdentityPart::ClientIp)
         }
         Value::Object(m) if m.len() == 1 => {
-            let (kind, arg) = m.iter().next().ok_or_else(|| unknown("an empty mapping"))?;
+            let (kind, arg) = m
+                .iter()
+                .next()
+                .ok_or_else(|| unknown("an empty mapping", ""))?;
             let arg = arg.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
                 field_error(
                     policy,
@@ -425,10 +445,10 @@ fn parse_identity_part(
                 "header" => Ok(IdentityPart::Header(header(arg)?)),
                 "api_key" => Ok(IdentityPart::ApiKey(header(arg)?)),
                 "literal" => Ok(IdentityPart::Literal(arg.to_owned())),
-                other => Err(unknown(&format!("{other:?}"))),
+                other => Err(unknown(&format!("{other:?}"), other)),
             }
         }
-        other => Err(unknown(&describe(other))),
+        other => Err(unknown(&describe(other), "")),
     }
 }
 
@@ -489,7 +509,7 @@ fn parse_cost_header(policy: &Policy, m: &Map<String, Value>) -> Result<CostRule
         return Err(field_error(
             policy,
             &format!("cost.{key}"),
-            "unknown field (expected: header, min, max, default)",
+            unknown_field(key, &["header", "min", "max", "default"]),
         ));
     }
     let name = m

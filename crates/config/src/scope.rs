@@ -12,7 +12,7 @@
 use serde_json::{Map, Value};
 use tollgate_core::{
     ConfigError, Policy, describe, format_duration_ms, parse_duration_ms, split_policy,
-    split_shares,
+    split_shares, unknown_field,
 };
 
 use crate::fields::field_error;
@@ -303,13 +303,9 @@ fn parse_leased(
 ) -> Result<Leased, String> {
     let empty = Map::new();
     let terms = terms.unwrap_or(&empty);
-    if let Some(key) = terms
-        .keys()
-        .find(|k| !["term", "renew", "floor", "identities"].contains(&k.as_str()))
-    {
-        return Err(format!(
-            "leased.{key}: unknown field (expected: term, renew, floor, identities)"
-        ));
+    let known = ["term", "renew", "floor", "identities"];
+    if let Some(key) = terms.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(format!("leased.{key}: {}", unknown_field(key, &known)));
     }
     let duration = |key: &str| -> Result<Option<u64>, String> {
         match terms.get(key) {

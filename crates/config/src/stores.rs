@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tollgate_core::{ConfigError, NodePath, describe, node_path};
+use tollgate_core::{ConfigError, NodePath, describe, node_path, unknown_field};
 use tollgate_limiter::RedisConfig;
 
 use crate::fields::{deserialize_at as deserialize, doc};
@@ -54,6 +54,33 @@ impl StoreSettings {
     }
 }
 
+/// What `/readyz` answers while a store does not answer its ping
+/// (`readiness_when_down`, per store).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Readiness {
+    /// Ready (the default): every policy on it still answers per its
+    /// failure mode, so an outage pulls no instance out of service.
+    #[default]
+    Ready,
+    /// Not ready (`503`): for a deployment where answering without this
+    /// store is worse than not answering (every policy on it
+    /// `fail_closed`, and another pool to take the traffic).
+    NotReady,
+}
+
+impl Readiness {
+    /// Its name in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Readiness::Ready => "ready",
+            Readiness::NotReady => "not_ready",
+        }
+    }
+}
+
+/// The key beside `memory`/`redis` in a store's mapping.
+const READINESS_KEY: &str = "readiness_when_down";
+
 impl Default for StoreSettings {
     fn default() -> Self {
         StoreSettings::Memory {
@@ -80,17 +107,53 @@ fn parse_store_value(
     value: Option<&Value>,
     field: &str,
     at: &NodePath,
-) -> Result<StoreSettings, ConfigError> {
+) -> Result<(StoreSettings, Readiness), ConfigError> {
     let fault = |m: String, below: &[&str]| {
         let path = below.iter().fold(at.clone(), |path, key| path.then(*key));
         ConfigError::Document(m).at(path)
     };
     let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(StoreSettings::default());
+        return Ok((StoreSettings::default(), Readiness::Ready));
     };
     let map = value
         .as_object()
         .ok_or_else(|| fault(format!("{field}: must be a mapping"), &[]))?;
+    let readiness = match map.get(READINESS_KEY) {
+        None => Readiness::Ready,
+        Some(Value::String(v)) if v == "ready" => Readiness::Ready,
+        Some(Value::String(v)) if v == "not_ready" => Readiness::NotReady,
+        Some(other) => {
+            return Err(fault(
+                format!(
+                    "{field}.{READINESS_KEY}: must be ready or not_ready, got {}",
+                    describe(other)
+                ),
+                &[READINESS_KEY],
+            ));
+        }
+    };
+    let mut map = map.clone();
+    map.remove(READINESS_KEY);
+    let settings = parse_store_kind(&map, field, at)?;
+    if readiness != Readiness::Ready && matches!(settings, StoreSettings::Memory { .. }) {
+        return Err(fault(
+            format!("{field}.{READINESS_KEY}: a memory store is never down (it is in the process)"),
+            &[READINESS_KEY],
+        ));
+    }
+    Ok((settings, readiness))
+}
+
+/// A store's mapping without its readiness: exactly one of `memory`, `redis`.
+fn parse_store_kind(
+    map: &Map<String, Value>,
+    field: &str,
+    at: &NodePath,
+) -> Result<StoreSettings, ConfigError> {
+    let fault = |m: String, below: &[&str]| {
+        let path = below.iter().fold(at.clone(), |path, key| path.then(*key));
+        ConfigError::Document(m).at(path)
+    };
     match map.iter().next() {
         Some((kind, settings)) if map.len() == 1 && kind == "memory" => {
             let settings: MemorySettings = if settings.is_null() {
@@ -134,6 +197,13 @@ fn parse_store_value(
             })?;
             Ok(StoreSettings::Redis(Box::new(config)))
         }
+        Some((kind, _)) if !matches!(kind.as_str(), "memory" | "redis") => Err(fault(
+            format!(
+                "{field}: {kind}: {}",
+                unknown_field(kind, &["memory", "redis", READINESS_KEY])
+            ),
+            &[kind],
+        )),
         _ => Err(fault(
             format!("{field}: expected exactly one of: memory, redis"),
             &[],
@@ -188,6 +258,8 @@ fn secrets_are_text(redis: &Value, field: &str, at: &NodePath) -> Result<(), Con
 pub struct Stores {
     /// Each named store with its role; a policy's store is an index here.
     pub list: Vec<(&'static str, StoreSettings)>,
+    /// Each store's `readiness_when_down`, as `list`.
+    pub readiness: Vec<Readiness>,
 }
 
 impl Stores {
@@ -208,13 +280,15 @@ impl Stores {
             ))
             .at(node_path!["stores"])),
             (store, None) => {
-                let settings = parse_store_value(store, "store", &node_path!["store"])?;
+                let (settings, readiness) =
+                    parse_store_value(store, "store", &node_path!["store"])?;
                 let role = match settings {
                     StoreSettings::Memory { .. } => "local",
                     StoreSettings::Redis(_) => "global",
                 };
                 Ok(Self {
                     list: vec![(role, settings)],
+                    readiness: vec![readiness],
                 })
             }
         }
@@ -228,6 +302,7 @@ impl Stores {
             .at(node_path!["stores", role]));
         }
         let mut list = Vec::new();
+        let mut readiness = Vec::new();
         for role in STORE_ROLES {
             let Some(value) = map.get(role) else { continue };
             let field = format!("stores.{role}");
@@ -238,7 +313,7 @@ impl Stores {
                 (value, role_at.clone())
             };
             // `local: memory` is a store with its defaults.
-            let settings = match value {
+            let (settings, when_down) = match value {
                 Value::String(kind) => {
                     let mut m = Map::new();
                     m.insert(kind.clone(), Value::Null);
@@ -263,8 +338,9 @@ impl Stores {
                 }
             }
             list.push((role, settings));
+            readiness.push(when_down);
         }
-        Ok(Self { list })
+        Ok(Self { list, readiness })
     }
 
     /// Where the store of `role` is in [`Stores::list`].
@@ -288,7 +364,7 @@ fn this_regions_store<'v>(
     let Value::Object(map) = value else {
         return Ok((value, at));
     };
-    if map.contains_key("redis") || map.contains_key("memory") {
+    if map.contains_key("redis") || map.contains_key("memory") || map.contains_key(READINESS_KEY) {
         return Ok((value, at));
     }
     let region = deployment.region.as_deref().ok_or_else(|| {

@@ -15,6 +15,7 @@
 
 mod locate;
 mod snippet;
+mod unknown_field;
 
 use std::collections::HashMap;
 
@@ -23,6 +24,7 @@ use thiserror::Error;
 
 use crate::node_path;
 pub use locate::{Locator, NodePath, Position, Step};
+pub use unknown_field::{did_you_mean, unknown_field};
 
 use crate::duration::{format_duration_ms, parse_duration_ms};
 use crate::policy::{Algorithm, Limits, Policy, Rate, Window};
@@ -159,7 +161,8 @@ impl PolicySet {
             .ok_or_else(|| ConfigError::Document("expected a mapping with `policies`".into()))?;
         if let Some(key) = top.keys().find(|k| k.as_str() != "policies") {
             return Err(ConfigError::Document(format!(
-                "unknown top-level field {key:?} (expected: policies)"
+                "{key}: {}",
+                unknown_field(key, &["policies"])
             ))
             .at(node_path![key]));
         }
@@ -377,7 +380,13 @@ pub fn parse_policy(
                 format!("must be a string, got {}", describe(other)),
             ));
         }
-        None => return Err(ConfigError::field(&name, "algorithm", "missing")),
+        None => {
+            // A misspelt `algorithm:` is the likelier fault than a missing
+            // one: name the stranger, at its own line.
+            let every = ["name", "algorithm", "capacity", "refill", "limit", "window"];
+            check_known(&name, &every, extra_fields, fields, "")?;
+            return Err(ConfigError::field(&name, "algorithm", "missing"));
+        }
     };
     let algorithm = Algorithm::from_name(algorithm_name).ok_or_else(|| {
         ConfigError::field(
@@ -456,6 +465,21 @@ fn check_fields(
     extra_fields: &[&str],
     fields: &Map<String, Value>,
 ) -> Result<(), ConfigError> {
+    let hint = format!(" for algorithm {algorithm}");
+    check_known(name, own, extra_fields, fields, &hint)
+}
+
+/// Refuses the first field of `fields` that is neither in `own` (a
+/// policy's `name` and `algorithm`, then its algorithm's fields) nor in
+/// `extra_fields`, suggesting the nearest known one; `hint` follows
+/// `unknown field` when the field belongs to another algorithm.
+fn check_known(
+    name: &str,
+    own: &[&str],
+    extra_fields: &[&str],
+    fields: &Map<String, Value>,
+    hint: &str,
+) -> Result<(), ConfigError> {
     let Some(key) = fields
         .keys()
         .find(|k| !own.contains(&k.as_str()) && !extra_fields.contains(&k.as_str()))
@@ -463,20 +487,28 @@ fn check_fields(
         return Ok(());
     };
     let hint = match key.as_str() {
-        "capacity" | "refill" | "limit" | "window" => format!(" for algorithm {algorithm}"),
-        _ => String::new(),
+        "capacity" | "refill" | "limit" | "window" => hint,
+        _ => "",
     };
     let also = if extra_fields.is_empty() {
         String::new()
     } else {
         format!("; any policy: {}", extra_fields.join(", "))
     };
+    let known: Vec<&str> = own.iter().chain(extra_fields).copied().collect();
+    // `name` and `algorithm` are listed only when missing.
+    let listed: Vec<&str> = own
+        .iter()
+        .filter(|k| !matches!(**k, "name" | "algorithm") || !fields.contains_key(**k))
+        .copied()
+        .collect();
     Err(ConfigError::field(
         name,
         key,
         format!(
-            "unknown field{hint} (expected: {}{also})",
-            own[2..].join(", ")
+            "unknown field{hint}{} (expected: {}{also})",
+            did_you_mean(key, &known),
+            listed.join(", ")
         ),
     ))
 }
@@ -501,7 +533,7 @@ fn parse_rate(name: &str, fields: &Map<String, Value>) -> Result<Rate, ConfigErr
         return Err(ConfigError::field(
             name,
             &format!("refill.{key}"),
-            "unknown field (expected: tokens, per)",
+            unknown_field(key, &["tokens", "per"]),
         ));
     }
     let tokens = positive_integer(name, "refill.tokens", refill.get("tokens"))?;

@@ -33,7 +33,8 @@ pub use algorithm::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, EXACT_LIMIT, MAX_LOG_LIMIT, MAX_POLICY_NAME, NodePath, PolicySet, Step, describe,
-    limits_fields, parse_policy, parse_yaml, parse_yaml_named, snippet_at,
+    did_you_mean, limits_fields, parse_policy, parse_yaml, parse_yaml_named, snippet_at,
+    unknown_field,
 };
 pub use decision::Decision;
 pub use duration::{DurationError, format_duration_ms, parse_duration_ms};

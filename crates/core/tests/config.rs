@@ -119,7 +119,7 @@ fn unknown_field_is_refused_naming_the_expected_fields() {
     );
     assert_eq!(
         refusal("policies: []\nlimits: []\n"),
-        "config: unknown top-level field \"limits\" (expected: policies)"
+        "config: limits: unknown field (expected: policies)"
     );
 }
 

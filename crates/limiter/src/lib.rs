@@ -76,6 +76,7 @@ mod metrics;
 mod plan;
 mod refund;
 mod sampled_log;
+mod shadow;
 mod spans;
 mod stores;
 mod trace;
@@ -94,7 +95,8 @@ pub use metrics::{
     LimiterMetrics, PolicyCounters, PolicyLabels,
 };
 pub use plan::{Check, Plan, RetryRule};
-pub use sampled_log::{DECISION_TARGET, DecisionSampling};
+pub use sampled_log::{DECISION_TARGET, DecisionSampling, SHADOW_ALLOWED, SHADOW_REJECTED};
+pub use shadow::{shadow_looked, would_allow};
 pub use spans::{SPANS, set_spans, spans_on};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
 pub use trace::TraceSink;

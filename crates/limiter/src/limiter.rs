@@ -21,7 +21,8 @@ use crate::carry;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::{Check, carried_checks, carried_keys};
-use crate::sampled_log::{DecisionSampling, Made, SampledLog};
+use crate::sampled_log::{DecisionSampling, Made, SampledLog, Verdict};
+use crate::shadow::{shadow_looked, would_allow};
 use crate::spans;
 use crate::stores::{StoreName, StoreWatch};
 use crate::trace::TraceSink;
@@ -228,6 +229,7 @@ impl Limiter {
             DecidedBy::Shared => "none",
             by => by.name(),
         };
+        let looked = shadow_looked(checks, decided);
         for (check, decision) in checks.iter().zip(&decided.decisions) {
             if !check.counted || !self.sampled_log.take() {
                 continue;
@@ -242,14 +244,17 @@ impl Limiter {
                 latency_us: took_us,
             };
             let policy = check.plan.policy().name();
-            let shadow = check.plan.shadow();
+            let verdict = match check.plan.shadow() {
+                true => Verdict::Shadow(would_allow(check, decision, looked)),
+                false => Verdict::Enforced(decision.allowed),
+            };
             self.sampled_log
-                .log(policy, shadow, check.identity, check.cost, decision, &made);
+                .log(policy, verdict, check.identity, check.cost, decision, &made);
         }
     }
 
     /// Checks on one store in one call, or across stores in order.
-    async fn decide_checks(
+    pub(crate) async fn decide_checks(
         &self,
         checks: &[Check<'_>],
         id: Option<(&RequestId, RequestDigest)>,
@@ -262,19 +267,6 @@ impl Limiter {
         }
     }
 
-    /// The checks decided, shadow-mode ones apart from the enforced.
-    pub(crate) async fn decide_any(
-        &self,
-        checks: &[Check<'_>],
-        id: Option<(&RequestId, RequestDigest)>,
-    ) -> Decided {
-        if checks.iter().any(|c| c.plan.shadow()) {
-            Box::pin(self.decide_shadowed(checks, id)).await
-        } else {
-            self.decide_checks(checks, id).await
-        }
-    }
-
     /// A request with shadow-mode checks: the enforced ones first, in one
     /// all-or-nothing call under the request id; then the shadow ones in
     /// another, so a shadow rejection never vetoes the enforced spending.
@@ -282,7 +274,8 @@ impl Limiter {
     /// admitted a fresh request; otherwise they only peek (cost 0,
     /// uncounted), as enforcing them would have spent nothing of a
     /// rejected request, and a replayed one was charged the first time.
-    async fn decide_shadowed(
+    /// A look's would-be verdict is [`crate::would_allow`]'s.
+    pub(crate) async fn decide_shadowed(
         &self,
         checks: &[Check<'_>],
         id: Option<(&RequestId, RequestDigest)>,
@@ -572,6 +565,11 @@ impl Limiter {
             };
             if check.plan.shadow() {
                 count_shadow(counters, decision);
+                // A shadow plan's summaries are its own (`/v1/hot` lists
+                // its would-be rejections apart from anybody's rejections).
+                counters
+                    .hot
+                    .record(check.identity, decision.allowed, now_ms);
                 // A replay is an admission answered from its record, shadow
                 // or not: counted as such, so fresh ones can be told apart.
                 if replayed && decision.allowed {
@@ -680,7 +678,8 @@ fn note_rejections(checks: &[Check<'_>], decided: &Decided) {
 
 /// A shadow-mode check's outcome: `allowed` when it would have admitted,
 /// `shadow` when it would have rejected. Not a rejection anybody saw, so
-/// neither the hot identities nor the rejection log hear of it.
+/// the rejection log does not hear of it, and its hot identities are kept
+/// apart from the enforced policies' ([`LimiterMetrics::shadow_policy_counters`]).
 fn count_shadow(counters: &PolicyCounters, decision: &Decision) {
     if decision.allowed {
         counters.allowed.inc();

@@ -93,6 +93,10 @@ pub struct LimiterMetrics {
     split_turned_away: Family<LeaseLabels, Counter>,
     /// The identities behind the most decisions and rejections, per policy.
     pub hot: Arc<HotIdentities>,
+    /// Shadow-mode policies' hot identities, their would-be rejections
+    /// counted as rejections: apart from `hot`, so neither the hot identity
+    /// series nor a reader of `hot` takes them for rejections anybody saw.
+    pub shadow_hot: Arc<HotIdentities>,
     /// How the hot identity series name identities; read at each scrape.
     hot_series: Arc<RwLock<HotSeries>>,
     lease: LeaseFamilies,
@@ -258,6 +262,7 @@ impl LimiterMetrics {
             lease: LeaseFamilies::register(registry),
             stores,
             hot,
+            shadow_hot: Arc::new(HotIdentities::default()),
             hot_series,
             clock,
         }
@@ -490,5 +495,16 @@ impl LimiterMetrics {
                 outcome: "shadow",
             })
             .clone()
+    }
+
+    /// The counters a shadow-mode policy's decisions increment: its
+    /// would-be rejections under `outcome="shadow"`, its hot identities in
+    /// [`LimiterMetrics::shadow_hot`].
+    pub fn shadow_policy_counters(&self, policy: &str) -> PolicyCounters {
+        PolicyCounters {
+            shadow: Some(self.shadow_counter(policy)),
+            hot: self.shadow_hot.policy(policy, self.clock.now_ms()),
+            ..self.policy_counters(policy)
+        }
     }
 }

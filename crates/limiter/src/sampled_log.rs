@@ -14,6 +14,15 @@ use crate::metrics::HotSeries;
 /// The tracing target of the per-decision events.
 pub const DECISION_TARGET: &str = "tollgate::decision";
 
+/// A shadow-mode policy's decision that would have admitted: the request
+/// went on, and enforcing the policy would not have stopped it.
+pub const SHADOW_ALLOWED: &str = "shadow_allowed";
+/// A shadow-mode policy's decision that would have rejected: the request
+/// went on (the enforced policies decided it), but enforcing this policy
+/// would have turned it away. `allowed` is then `false`, as `/v1/check`'s
+/// `would_allow` is.
+pub const SHADOW_REJECTED: &str = "shadow_rejected";
+
 /// One million: sample rates are kept in parts per million, so
 /// `sample_percent: 0.01` is exact.
 const PPM: u64 = 1_000_000;
@@ -35,6 +44,14 @@ impl DecisionSampling {
             identity,
         }
     }
+}
+
+/// A logged decision's verdict: an enforced policy's, or a shadow-mode
+/// policy's would-be one (`/v1/check`'s `would_allow`).
+#[derive(Clone, Copy)]
+pub(crate) enum Verdict {
+    Enforced(bool),
+    Shadow(bool),
 }
 
 /// What one decision says besides its check: where and how it was made.
@@ -111,21 +128,23 @@ impl SampledLog {
         tracing::enabled!(target: DECISION_TARGET, tracing::Level::DEBUG) && self.sampler.take()
     }
 
-    /// Logs one sampled decision of `policy` (shadowed or not).
+    /// Logs one sampled decision of `policy` (shadowed or not): `allowed`
+    /// is the policy's own verdict, a shadow policy's would-be one.
     pub(crate) fn log(
         &self,
         policy: &str,
-        shadow: bool,
+        verdict: Verdict,
         identity: &Identity,
         cost: u64,
         decision: &Decision,
         made: &Made<'_>,
     ) {
         let identity = self.name(identity);
-        let outcome = match (shadow, decision.allowed) {
-            (true, _) => "shadow",
-            (false, true) => "allowed",
-            (false, false) => "rejected",
+        let (outcome, allowed) = match verdict {
+            Verdict::Shadow(true) => (SHADOW_ALLOWED, true),
+            Verdict::Shadow(false) => (SHADOW_REJECTED, false),
+            Verdict::Enforced(true) => ("allowed", true),
+            Verdict::Enforced(false) => ("rejected", false),
         };
         tracing::debug!(
             target: DECISION_TARGET,
@@ -133,7 +152,7 @@ impl SampledLog {
             identity,
             cost,
             outcome,
-            allowed = decision.allowed,
+            allowed,
             remaining = decision.remaining,
             store = made.store,
             degraded = made.degraded,

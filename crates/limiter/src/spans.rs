@@ -60,14 +60,20 @@ macro_rules! within_span {
 /// The traced paths, taken only while spans are on, so the untraced ones
 /// carry no span in their futures.
 impl Limiter {
-    /// [`Limiter::decide_any`] inside its request's span.
+    /// The checks decided inside their request's span.
     pub(crate) async fn decide_traced(
         &self,
         checks: &[Check<'_>],
         id: Option<(&RequestId, RequestDigest)>,
     ) -> Decided {
         let span = decide(checks, id.map(|(id, _)| id));
-        let decided = self.decide_any(checks, id).instrument(span.clone()).await;
+        let decided = if checks.iter().any(|c| c.plan.shadow()) {
+            Box::pin(self.decide_shadowed(checks, id))
+                .instrument(span.clone())
+                .await
+        } else {
+            self.decide_checks(checks, id).instrument(span.clone()).await
+        };
         record(&span, &decided);
         decided
     }

@@ -15,6 +15,7 @@ use crate::limiter::{Backend, Limiter, RedisStore, StoreError, StoreName};
 use crate::live::LiveConfig;
 use crate::metrics::{Metrics, PeerLabels};
 use crate::trace::open_trace;
+use tollgate_config::PolicyChanges;
 use tollgate_store::LIVE_REFRESH_MS;
 
 /// The state every protocol adapter shares while the server runs.
@@ -58,8 +59,12 @@ pub enum ReloadError {
 enum Applied {
     /// The same config: nothing to do, nothing to count.
     Unchanged,
-    /// Swapped in; these start-only settings kept their running values.
-    Reloaded { needs_restart: Vec<&'static str> },
+    /// Swapped in, changing `policies`; these start-only settings kept
+    /// their running values.
+    Reloaded {
+        policies: PolicyChanges,
+        needs_restart: Vec<&'static str>,
+    },
 }
 
 impl App {
@@ -184,7 +189,19 @@ impl App {
     /// the region, is refused and the old one stays. A refusal is logged
     /// and counted once per bad edit: trying the same file again for the
     /// same reason (SIGHUP after the watcher) returns the error silently.
+    /// Each reload logs what it changed: the policies added, removed and
+    /// changed by name, or that nothing changed.
     pub fn reload(&self) -> Result<(), ReloadError> {
+        self.reload_as(false)
+    }
+
+    /// [`App::reload`] for the file watcher's first look, made whether the
+    /// file changed or not: an unchanged file is not worth a line then.
+    pub(crate) fn reload_first_look(&self) -> Result<(), ReloadError> {
+        self.reload_as(true)
+    }
+
+    fn reload_as(&self, first_look: bool) -> Result<(), ReloadError> {
         let result = ServeConfig::load_overridden(&self.config_path, &self.overrides)
             .map_err(ReloadError::from)
             .and_then(|config| self.apply(config));
@@ -192,17 +209,29 @@ impl App {
         match result {
             Ok(Applied::Unchanged) => {
                 self.forget_refusal();
+                if !first_look {
+                    let hash = self.live.load().config.hash.clone();
+                    tracing::info!(config = %shown, %hash, "config reloaded: nothing changed");
+                }
                 Ok(())
             }
-            Ok(Applied::Reloaded { needs_restart }) => {
+            Ok(Applied::Reloaded {
+                policies,
+                needs_restart,
+            }) => {
                 self.forget_refusal();
                 self.metrics.reloads.inc();
                 let hash = self.live.load().config.hash.clone();
+                let (added, removed, changed) = (
+                    policies.added.join(","),
+                    policies.removed.join(","),
+                    policies.changed.join(","),
+                );
                 if needs_restart.is_empty() {
-                    tracing::info!(config = %shown, %hash, "config reloaded");
+                    tracing::info!(config = %shown, %hash, added, removed, changed, "config reloaded; {policies}");
                 } else {
                     let settings = needs_restart.join(", ");
-                    tracing::warn!(config = %shown, %hash, "config reloaded, but {settings} changed and needs a restart (the running value stays until then)");
+                    tracing::warn!(config = %shown, %hash, added, removed, changed, "config reloaded, but {settings} changed and needs a restart (the running value stays until then); {policies}");
                 }
                 Ok(())
             }
@@ -235,6 +264,7 @@ impl App {
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
+        let policies = PolicyChanges::between(&current.config, &config);
         let running = &current.config.server;
         let needs_restart = running.start_only_changes(&config.server);
         // The live config says what runs: the listeners, workers and TLS
@@ -245,7 +275,10 @@ impl App {
         self.limiter
             .set_decision_sampling(next.config.decision_sampling.clone());
         self.live.store(Arc::new(next));
-        Ok(Applied::Reloaded { needs_restart })
+        Ok(Applied::Reloaded {
+            policies,
+            needs_restart,
+        })
     }
 
     /// Whether this refusal is the last one again: the same file content,

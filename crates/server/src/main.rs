@@ -335,7 +335,7 @@ fn replay_command(
 }
 
 /// `tollgate validate`: the config's hash and policies, then its warnings;
-/// under `--strict` a warning fails it. It refuses what `serve` refuses at
+/// under `--strict` a warning fails it, and it is not said to be valid. It refuses what `serve` refuses at
 /// start, the file descriptor limit included.
 fn validate_command(load: &Load, strict: bool) -> ExitCode {
     let loaded = match load.load() {
@@ -346,25 +346,30 @@ fn validate_command(load: &Load, strict: bool) -> ExitCode {
     // file descriptors are this machine's, and a CI runner's limit is not
     // the server's (`--strict` fails on it).
     let descriptors = tollgate::raise_descriptor_limit(&loaded.server).err();
-    let mut out = io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "config {} is valid (hash {})",
-        load.config.display(),
-        loaded.hash
-    );
-    for serve in &loaded.policies {
-        let _ = writeln!(out, "{}", tollgate::describe_policy(&serve.declared));
-    }
-    let mut err = io::stderr().lock();
     let mut warnings = loaded.warnings();
     warnings.extend(
         descriptors.map(|refused| format!("on this machine serve would refuse: {refused}")),
     );
+    // Under --strict a warned config is not valid: nothing on stdout says
+    // it is.
+    let failed = strict && !warnings.is_empty();
+    if !failed {
+        let mut out = io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "config {} is valid (hash {})",
+            load.config.display(),
+            loaded.hash
+        );
+        for serve in &loaded.policies {
+            let _ = writeln!(out, "{}", tollgate::describe_policy(&serve.declared));
+        }
+    }
+    let mut err = io::stderr().lock();
     for warning in &warnings {
         let _ = writeln!(err, "tollgate: warning: {warning}");
     }
-    if strict && !warnings.is_empty() {
+    if failed {
         let count = warnings.len();
         let noun = if count == 1 { "warning" } else { "warnings" };
         return fail(

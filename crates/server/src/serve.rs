@@ -255,8 +255,11 @@ pub async fn serve_app(
                 tick.tick().await;
                 let stamp = Some(file_stamp(&watcher));
                 if stamp != last {
+                    let _ = match last {
+                        None => watcher.reload_first_look(),
+                        Some(_) => watcher.reload(),
+                    };
                     last = stamp;
-                    let _ = watcher.reload();
                 }
             }
         });

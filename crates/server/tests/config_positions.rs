@@ -44,13 +44,13 @@ fn refused(yaml: &str, expected: &str) {
 fn an_unknown_top_level_field_is_pointed_at_after_comments() {
     refused(
         "# rate limits\nserver:\n  listen: 127.0.0.1:8080\npolcies: []\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s}\n",
-        r#"tollgate: {path}: config: unknown top-level field "polcies" (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)
+        r#"tollgate: {path}: config: polcies: unknown field, did you mean policies? (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)
  --> {path}:4:1
   |
 2 | server:
 3 |   listen: 127.0.0.1:8080
 4 | polcies: []
-  | ^ unknown top-level field "polcies" (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)
+  | ^ polcies: unknown field, did you mean policies? (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)
 5 | policies:
 6 |   - {name: p, algorithm: fixed_window, limit: 10, window: 1s}
   |
@@ -113,13 +113,13 @@ fn a_nested_field_of_the_third_policy_is_pointed_at() {
 fn an_unknown_policy_field_is_pointed_at() {
     refused(
         "policies:\n  - name: login\n    algorithm: fixed_window\n    limit: 5\n    window: 1m\n    matc:\n      path: /login\n",
-        r#"tollgate: {path}: policy "login": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)
+        r#"tollgate: {path}: policy "login": matc: unknown field, did you mean match? (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)
  --> {path}:6:5
   |
 4 |     limit: 5
 5 |     window: 1m
 6 |     matc:
-  |     ^ policy "login": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)
+  |     ^ policy "login": matc: unknown field, did you mean match? (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)
 7 |       path: /login
   |
 "#,
@@ -240,5 +240,83 @@ fn a_tab_after_a_blank_line_is_pointed_at_itself() {
 6 |     window: 1s
   |
 "#,
+    );
+}
+
+/// What a policy may hold besides its algorithm's fields.
+const ANY_POLICY: &str = "scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode";
+
+#[test]
+fn a_misspelt_algorithm_is_named_unknown_at_its_own_line_with_the_field_it_meant() {
+    let message = format!(
+        "policy \"api\": algoritm: unknown field, did you mean algorithm? (expected: algorithm, capacity, refill, limit, window; any policy: {ANY_POLICY})"
+    );
+    refused(
+        "policies:\n  - name: api\n    algoritm: token_bucket\n    capacity: 10\n    refill: { tokens: 1, per: 1s }\n",
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:3:5\n  |\n1 | policies:\n2 |   - name: api\n3 |     algoritm: token_bucket\n  |     ^ {message}\n4 |     capacity: 10\n5 |     refill: {{ tokens: 1, per: 1s }}\n  |\n"
+        ),
+    );
+}
+
+#[test]
+fn a_misspelt_server_or_store_field_is_told_as_a_policys_is() {
+    let server = "listen, deny_status, trusted_proxies, forward_auth, max_headers, max_header_bytes, identity_key_env, max_body_bytes, max_key_bytes, max_checks, watch_interval_ms, grpc_listen, grpc_response_headers, http_workers, max_connections, max_connections_per_peer, proxy_reserved_connections, header_timeout_ms, proxy_idle_timeout_ms, proxy_socket, request_timeout_ms, tls, request_id_header, require_tokens, hot_identity_metrics, shadow_mode, decision_log, trace";
+    let policy = "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s}\n";
+    let message =
+        format!("config: server: listn: unknown field, did you mean listen? (expected: {server})");
+    let label = message.strip_prefix("config: ").expect("prefixed");
+    refused(
+        &format!("server:\n  listn: 127.0.0.1:8080\n{policy}"),
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:2:3\n  |\n1 | server:\n2 |   listn: 127.0.0.1:8080\n  |   ^ {label}\n3 | policies:\n4 |   - {{name: p, algorithm: fixed_window, limit: 10, window: 1s}}\n  |\n"
+        ),
+    );
+    let message = "config: store.redis: urll: unknown field, did you mean url? (expected: url, cluster, sentinel, username, password, prefix, timeout, ttl_margin, batch, rejected_cache)";
+    let label = message.strip_prefix("config: ").expect("prefixed");
+    refused(
+        &format!("store:\n  redis: {{urll: \"redis://127.0.0.1:1\"}}\n{policy}"),
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:2:11\n  |\n1 | store:\n2 |   redis: {{urll: \"redis://127.0.0.1:1\"}}\n  |           ^ {label}\n3 | policies:\n4 |   - {{name: p, algorithm: fixed_window, limit: 10, window: 1s}}\n  |\n"
+        ),
+    );
+    // A store's own kind, and a nested field of the server section.
+    let message = "config: store: rediss: unknown field, did you mean redis? (expected: memory, redis, readiness_when_down)";
+    let label = message.strip_prefix("config: ").expect("prefixed");
+    refused(
+        &format!("store:\n  rediss: {{url: \"redis://127.0.0.1:1\"}}\n{policy}"),
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:2:3\n  |\n1 | store:\n2 |   rediss: {{url: \"redis://127.0.0.1:1\"}}\n  |   ^ {label}\n3 | policies:\n4 |   - {{name: p, algorithm: fixed_window, limit: 10, window: 1s}}\n  |\n"
+        ),
+    );
+    let message = "config: server.decision_log: sample_percnt: unknown field, did you mean sample_percent? (expected: sample_percent)";
+    let label = message.strip_prefix("config: ").expect("prefixed");
+    refused(
+        &format!("server:\n  decision_log: {{sample_percnt: 5}}\n{policy}"),
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:2:18\n  |\n1 | server:\n2 |   decision_log: {{sample_percnt: 5}}\n  |                  ^ {label}\n3 | policies:\n4 |   - {{name: p, algorithm: fixed_window, limit: 10, window: 1s}}\n  |\n"
+        ),
+    );
+}
+
+#[test]
+fn a_field_near_no_known_one_is_refused_without_a_guess() {
+    let message = "policy \"p\": match.colour: unknown field (expected: methods, path_prefix, path, host, case_insensitive, trailing_slash, format_suffix)";
+    refused(
+        "policies:\n  - name: p\n    algorithm: fixed_window\n    limit: 10\n    window: 1s\n    match:\n      colour: red\n",
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:7:7\n  |\n5 |     window: 1s\n6 |     match:\n7 |       colour: red\n  |       ^ {message}\n"
+        ),
+    );
+}
+
+#[test]
+fn a_misspelt_identity_part_suggests_the_part_it_meant() {
+    let message = "policy \"api\": identity[0]: \"heder\" is not an identity part, did you mean header? (expected one of: header: NAME, api_key: HEADER, bearer, client_ip, method, path, route, host, literal: VALUE)";
+    refused(
+        "policies:\n  - name: api\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n    identity:\n      - heder: X-Tenant\n",
+        &format!(
+            "tollgate: {{path}}: {message}\n --> {{path}}:7:9\n  |\n5 |     window: 1s\n6 |     identity:\n7 |       - heder: X-Tenant\n  |         ^ {message}\n"
+        ),
     );
 }

@@ -262,7 +262,7 @@ fn refused_cases() -> [(String, Option<&'static str>, &'static str); AT.len()] {
         (
             format!("regions: {{a: {{}}, b: {{}}}}\n{two_regional}policies:\n{}", policy("{leased: {terms: 1s}}")),
             Some("a"),
-            "policy \"p\": scope: leased.terms: unknown field (expected: term, renew, floor, identities)",
+            "policy \"p\": scope: leased.terms: unknown field, did you mean term? (expected: term, renew, floor, identities)",
         ),
         (
             "regions: {a: {}, b: {}, c: {}}\nstores:\n  regional: {redis: {url: \"redis://127.0.0.1:1\"}}\npolicies:\n  - {name: p, algorithm: fixed_window, limit: 2, window: 1s, scope: split}\n".to_owned(),

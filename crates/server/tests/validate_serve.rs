@@ -132,13 +132,13 @@ fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
         (
             format!("polices: []\n{POLICY}"),
             vec![],
-            "config: unknown top-level field \"polices\" (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)",
+            "config: polices: unknown field, did you mean policies? (expected: server, region, regions, store, stores, policies, envoy_ratelimit_configs)",
             above_policy("polices: []", 1),
         ),
         (
             "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s, matc: {}}\n".to_owned(),
             vec![],
-            "policy \"p\": matc: unknown field (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)",
+            "policy \"p\": matc: unknown field, did you mean match? (expected: limit, window; any policy: scope, shards, hot_lease, match, identity, cost, on_store_failure, local_share_percent, retry_window, retry_ids, client_request_ids, mode)",
             in_policy("  - {name: p, algorithm: fixed_window, limit: 10, window: 1s, matc: {}}", 63),
         ),
         (
@@ -380,4 +380,54 @@ fn serve_warns_at_start_when_the_listener_it_opens_is_beyond_loopback_without_to
         "{open}"
     );
     assert!(!started("127.0.0.1:0").contains(EXPOSED));
+}
+
+/// `tollgate validate ARGS --config PATH`: (exit code, stdout).
+fn stdout_of(args: &[&str], path: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .arg("--config")
+        .arg(path)
+        .env_remove("TOLLGATE_IDENTITY_KEY")
+        .output()
+        .expect("tollgate runs");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+    )
+}
+
+#[test]
+fn strict_never_says_a_config_it_fails_is_valid_and_an_explicit_empty_proxy_list_is_no_warning() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let matching = "policies:\n  - {name: reads, algorithm: fixed_window, limit: 5, window: 1m, match: {methods: [GET]}}\n";
+    let warned = dir.path().join("warned.yaml");
+    std::fs::write(&warned, matching).expect("write config");
+    assert_eq!(
+        stdout_of(&["validate", "--strict"], &warned),
+        (1, String::new())
+    );
+    let (code, stdout) = stdout_of(&["validate"], &warned);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.starts_with(&format!("config {} is valid (hash ", warned.display())),
+        "{stdout}"
+    );
+    // `trusted_proxies: []` written out: no proxy forwards here, as meant.
+    let declared = dir.path().join("declared.yaml");
+    std::fs::write(
+        &declared,
+        format!("server: {{trusted_proxies: []}}\n{matching}"),
+    )
+    .expect("write config");
+    assert_eq!(
+        run(&["validate", "--strict"], &declared, &[]),
+        (0, String::new())
+    );
+    let (code, stdout) = stdout_of(&["validate", "--strict"], &declared);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.starts_with(&format!("config {} is valid (hash ", declared.display())),
+        "{stdout}"
+    );
 }

@@ -271,8 +271,10 @@ impl ServeConfig {
             .map(|p| p.policy.name())
             .collect();
         // The proxy socket's peer is trusted whatever the list says.
+        // `trusted_proxies: []` written out says no proxy forwards here.
         if !matching.is_empty()
             && self.server.trusted_proxies.is_empty()
+            && !self.server.trusted_proxies_declared
             && self.server.proxy_socket.is_none()
         {
             warnings.push(format!(

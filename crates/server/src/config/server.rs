@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
 use tollgate_config::{DEFAULT_IDENTITY_KEY_ENV, RequestSettings, deserialize_at};
-use tollgate_core::{ConfigError, describe, node_path};
+use tollgate_core::{ConfigError, describe, node_path, unknown_field};
 pub use tollgate_http::ForwardAuth;
 
 use crate::listen::ListenAddress;
@@ -141,6 +141,11 @@ pub struct ServerSettings {
     /// Trace export over OTLP ([`OtlpFile`]); the OpenTelemetry
     /// environment names the rest or overrides it. Read at start.
     pub otlp: Option<OtlpFile>,
+    /// Whether the file names `trusted_proxies`, even as `[]`: an explicit
+    /// empty list says no proxy forwards requests here, which `validate`
+    /// then need not warn of.
+    #[serde(skip)]
+    pub trusted_proxies_declared: bool,
 }
 
 /// `server.trace`: where and how much of the decisions to capture.
@@ -227,6 +232,7 @@ impl Default for ServerSettings {
             decision_log: None,
             trace: None,
             otlp: None,
+            trusted_proxies_declared: false,
         }
     }
 }
@@ -236,7 +242,10 @@ impl ServerSettings {
     pub(super) fn parse(value: Option<&Value>) -> Result<Self, ConfigError> {
         let server: ServerSettings = match value {
             None | Some(Value::Null) => ServerSettings::default(),
-            Some(v) => deserialize_at(v, node_path!["server"], "server")?,
+            Some(v) => ServerSettings {
+                trusted_proxies_declared: v.get("trusted_proxies").is_some(),
+                ..deserialize_at(v, node_path!["server"], "server")?
+            },
         };
         server.validate()?;
         Ok(server)
@@ -425,7 +434,8 @@ fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D
                     "host" => &mut custom.host,
                     other => {
                         return Err(D::Error::custom(format!(
-                            "forward_auth.{other}: unknown field (expected: method, uri, host)"
+                            "forward_auth.{other}: {}",
+                            unknown_field(other, &["method", "uri", "host"])
                         )));
                     }
                 };

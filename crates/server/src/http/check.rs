@@ -235,22 +235,14 @@ async fn check_batch(
         .iter()
         .zip(&decided.decisions)
         .all(|(live, d)| d.allowed || live.plan.shadow());
+    let looked = crate::limiter::shadow_looked(&checks, &decided);
     let mut answers = Vec::with_capacity(decided.decisions.len());
-    for (i, (live, decision)) in lives.iter().zip(&decided.decisions).enumerate() {
+    for ((live, check), decision) in lives.iter().zip(&checks).zip(&decided.decisions) {
         let path = degraded_path(decided.by);
         let mut answer = CheckDecision::new(live.serve.policy.name(), decision, path);
         if live.plan.shadow() {
-            // A request the enforced policies rejected, or a replayed one,
-            // only peeked at the shadow policies (the limiter): its cost
-            // would have fit exactly when it is within `remaining`.
-            let peeked = (!allowed || replayed) && lives.iter().any(|l| !l.plan.shadow());
-            let cost = items.get(i).map_or(0, |item| item.cost);
-            let would_allow = if peeked {
-                i64::try_from(cost).is_ok_and(|c| c <= decision.remaining)
-            } else {
-                decision.allowed
-            };
-            answer = answer.shadowed(would_allow);
+            // The would-be verdict the decision log states too.
+            answer = answer.shadowed(crate::limiter::would_allow(check, decision, looked));
         }
         if replayed {
             answer = answer.replayed();

@@ -18,6 +18,7 @@ use crate::limiter::Check;
 use crate::live::{LiveConfig, LivePolicy};
 use crate::metrics::PolicyLabels;
 use crate::tokens::Guarded;
+use tollgate_config::Readiness;
 use tollgate_http::Problem;
 use tollgate_http::{CheckDecision, parts_identity, value_identity};
 
@@ -192,8 +193,9 @@ pub(super) async fn policies(State(app): State<Arc<App>>, headers: HeaderMap) ->
 }
 
 /// The identities behind each policy's most decisions and rejections in
-/// the last whole window (admin token): who is hot, even under its limit.
-/// Secret identity parts show only as their keyed hash, as everywhere.
+/// the last whole window (admin token): who is hot, even under its limit,
+/// and whom a shadow-mode policy would have rejected. Secret identity
+/// parts show only as their keyed hash, as everywhere.
 pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let live_config = app.live.load();
     if let Some(refusal) = admin_refusal(&app, &live_config, &headers, "hot") {
@@ -218,7 +220,7 @@ pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Resp
             .collect()
     };
     let elapsed_ms = now_ms - started_ms;
-    let policies: Vec<serde_json::Value> = app
+    let mut policies: Vec<serde_json::Value> = app
         .metrics
         .limiter
         .hot
@@ -236,6 +238,35 @@ pub(super) async fn hot(State(app): State<Arc<App>>, headers: HeaderMap) -> Resp
             })
         })
         .collect();
+    // Shadow-mode policies after them: their would-be rejections, each
+    // identity also as every log line names it (the keyed hash), so a
+    // decision log's `shadow_rejected` line finds its entry here.
+    let shadow = |entries: &[(Identity, u64)], what: &str, over_ms: u64| {
+        let mut listed = list(entries, what, over_ms);
+        for (entry, (identity, _)) in listed.iter_mut().zip(entries) {
+            entry["logged_as"] = app.limiter.log_name(identity).into();
+        }
+        listed
+    };
+    policies.extend(
+        app.metrics
+            .limiter
+            .shadow_hot
+            .report(now_ms)
+            .iter()
+            .map(|(policy, report)| {
+                serde_json::json!({
+                    "policy": policy,
+                    "mode": "shadow",
+                    "by_decisions": shadow(&report.decisions, "decisions", window_ms),
+                    "by_would_reject": shadow(&report.rejections, "would_reject", window_ms),
+                    "now": {
+                        "by_decisions": shadow(&report.current_decisions, "decisions", elapsed_ms),
+                        "by_would_reject": shadow(&report.current_rejections, "would_reject", elapsed_ms),
+                    },
+                })
+            }),
+    );
     let body = serde_json::json!({
         "window_ms": window_ms,
         "window_start_ms": started_ms.saturating_sub(window_ms),
@@ -253,31 +284,40 @@ pub(super) async fn healthz() -> &'static str {
 
 /// Ready means "can answer every policy per its failure mode", which a
 /// serving instance always can: with its store down, each policy fails open,
-/// fails closed or decides locally, as configured. So a store outage never
-/// fails readiness — an orchestrator pulling every instance at once would
-/// override those failure modes and take the service down. The store's
-/// state is a field here and the `tollgate_store_up` gauge: `store` is
-/// `up` only when every store answered, `stores` says which by role.
+/// fails closed or decides locally, as configured. So by default a store
+/// outage never fails readiness — an orchestrator pulling every instance at
+/// once would override those failure modes and take the service down. A
+/// store marked `readiness_when_down: not_ready` says otherwise: while it
+/// does not answer, `503` and `"ready": false`. The store's state is a
+/// field here and the `tollgate_store_up` gauge: `store` is `up` only when
+/// every store answered, `stores` says which by role.
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let live_config = app.live.load();
+    let readiness = &live_config.config.stores.readiness;
     let mut stores = serde_json::Map::new();
-    let mut all_up = true;
-    for store in app.limiter.store_answers().await {
+    let (mut all_up, mut ready) = (true, true);
+    for (index, store) in app.limiter.store_answers().await.into_iter().enumerate() {
         let state = match &store.answer {
             Ok(()) => "up",
             Err(e) => {
                 tracing::debug!(store = %store.name, kind = e.kind(), error = %e, "readiness: a store did not answer its ping");
                 all_up = false;
+                ready &= readiness.get(index).copied().unwrap_or_default() == Readiness::Ready;
                 "down"
             }
         };
         stores.insert(store.name.role, state.into());
     }
     let body = serde_json::json!({
-        "ready": true,
+        "ready": ready,
         "store": if all_up { "up" } else { "down" },
         "stores": stores,
     });
-    json_response(body.to_string())
+    let mut response = json_response(body.to_string());
+    if !ready {
+        *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+    }
+    response
 }
 
 /// The OpenMetrics exposition (metrics token).

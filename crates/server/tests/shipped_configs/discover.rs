@@ -32,6 +32,32 @@ fn read(relative: &str) -> String {
         .unwrap_or_else(|e| panic!("read {relative}: {e}"))
 }
 
+/// Every tollgate config the repository ships as a file of its own, as
+/// a path relative to the root: under examples/ and deploy/, and each
+/// crate's examples (`crates/*/examples/`), found by looking so a new file
+/// is covered without being listed.
+pub fn config_files() -> Vec<String> {
+    let crates = std::fs::read_dir(root().join("crates")).expect("crates/");
+    let mut dirs = vec!["examples".to_owned(), "deploy".to_owned()];
+    let mut crate_examples: Vec<String> = crates
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.join("examples").is_dir())
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?.to_owned();
+            Some(format!("crates/{name}/examples"))
+        })
+        .collect();
+    crate_examples.sort();
+    dirs.extend(crate_examples);
+    dirs.iter()
+        .flat_map(|dir| yaml_files(dir))
+        .filter(|file| {
+            let docs: Vec<Value> = serde_saphyr::from_multiple(&read(file)).unwrap_or_default();
+            docs.len() == 1 && is_tollgate_config(&docs[0])
+        })
+        .collect()
+}
+
 /// Every `*.yaml` below `dir` (relative to the root), sorted.
 fn yaml_files(dir: &str) -> Vec<String> {
     let mut found = Vec::new();
