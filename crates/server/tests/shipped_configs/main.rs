@@ -20,7 +20,9 @@ use std::process::Command;
 use tollgate::{ListenAddress, ServeConfig};
 
 use discover::{Shipped, shipped_configs};
-use serving::{Served, default_memory_store, env_for, parse, required_groups, runnable_text};
+use serving::{
+    Served, default_memory_store, env_for, parse, required_groups, runnable_text, write_beside,
+};
 use support::tollgate_bin;
 
 /// The configs the repository ships today: discovery must find at least
@@ -97,8 +99,7 @@ fn every_shipped_config_passes_validate_strict_on_every_listener_it_ships_with()
         let config = parse(&shipped.text);
         let env = env_for(&config);
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("tollgate.yaml");
-        std::fs::write(&path, &shipped.text).expect("write the config");
+        let path = write_beside(&shipped, &shipped.text, dir.path());
         let out = Command::new(tollgate_bin())
             .args(["validate", "--strict", "--config"])
             .arg(&path)
