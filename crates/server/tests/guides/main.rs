@@ -105,9 +105,10 @@ fn every_walkthrough_file_is_in_a_guide() {
 /// Each run block of guide `name` against a fresh stack: its output as
 /// the guide says. A block with `stop=tollgate` runs with tollgate stopped.
 async fn run_guide(name: &str) {
-    for (block, expected) in runs(&guide(name)) {
+    let guide = guide(name);
+    for (block, expected) in runs(&guide) {
         let stack_name = block.attr("run").expect("a run block");
-        let mut stack = Stack::named(stack_name).await;
+        let mut stack = Stack::named(stack_name, &guide).await;
         if block.attr("stop") == Some("tollgate") {
             stack.stop_tollgate();
         }

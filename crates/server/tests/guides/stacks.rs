@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tollgate_testkit::RedisServer;
 
-use crate::blocks::root;
+use crate::blocks::{Guide, blocks, root};
 use crate::proxy_stack::Upstream;
 use crate::support::{envoy_binary, free_port, tollgate_bin};
 
@@ -215,47 +215,53 @@ impl Stack {
         stack
     }
 
-    /// A redis-server in place of each written Redis port, then the
-    /// tollgates `serves` names: a config and its flags each.
-    fn with_redis(redis_ports: &[u16], http_ports: &[u16], serves: &[(&str, &[&str])]) -> Self {
-        let mut stack = Self::new(http_ports);
-        for &written in redis_ports {
+    /// The guide's own commands, run on free ports: a redis-server for each
+    /// `redis-server --port N` line of its blocks, then each
+    /// `tollgate serve --config FILE FLAGS...` line.
+    fn from_commands(guide: &Guide) -> Self {
+        let lines: Vec<Vec<String>> = blocks(&guide.text)
+            .iter()
+            .flat_map(|b| b.text.lines().map(str::to_owned).collect::<Vec<_>>())
+            .map(|line| {
+                let command = line.split('#').next().unwrap_or_default().to_owned();
+                command.split_whitespace().map(str::to_owned).collect()
+            })
+            .collect();
+        let redis_ports: Vec<u16> = lines
+            .iter()
+            .filter(|words| words.first().is_some_and(|w| w == "redis-server"))
+            .map(|words| flag(words, "--port").parse().expect("a port"))
+            .collect();
+        let serves: Vec<&Vec<String>> = lines
+            .iter()
+            .filter(|words| words.len() > 3 && words[..3] == ["tollgate", "serve", "--config"])
+            .collect();
+        let http_ports: Vec<u16> = serves
+            .iter()
+            .map(|words| {
+                let listen = flag(words, "--listen");
+                let port = listen.rsplit(':').next().expect("HOST:PORT");
+                port.parse().expect("a port")
+            })
+            .collect();
+        let mut stack = Self::new(&http_ports);
+        for written in redis_ports {
             let redis = RedisServer::start().expect("a redis-server");
             stack.ports.push((written, redis.port()));
             stack._redis.push(redis);
         }
-        for (config, args) in serves {
-            stack.tollgate(config, args, &[]);
+        for words in serves {
+            let args: Vec<&str> = words[4..].iter().map(String::as_str).collect();
+            stack.tollgate(&words[3], &args, &[]);
         }
         stack
     }
 
-    /// The stack a guide's `run=NAME` block names.
-    pub async fn named(name: &str) -> Self {
+    /// The stack a run block of `guide` names (`run=NAME`).
+    pub async fn named(name: &str, guide: &Guide) -> Self {
         match name {
             "envoy" => Self::envoy().await,
-            "redis" => Self::with_redis(
-                &[6379],
-                &[8080, 8081],
-                &[
-                    (REDIS_CONFIG, &["--listen", "127.0.0.1:8080"]),
-                    (REDIS_CONFIG, &["--listen", "127.0.0.1:8081"]),
-                ],
-            ),
-            "regions" => Self::with_redis(
-                &[6379, 6380, 6381],
-                &[8080, 8081],
-                &[
-                    (
-                        REGIONS_CONFIG,
-                        &["--region", "eu", "--listen", "127.0.0.1:8080"],
-                    ),
-                    (
-                        REGIONS_CONFIG,
-                        &["--region", "us", "--listen", "127.0.0.1:8081"],
-                    ),
-                ],
-            ),
+            "redis" | "regions" => Self::from_commands(guide),
             walkthrough => {
                 let kind = walkthrough.split('/').next().expect("a proxy");
                 assert!(
@@ -306,10 +312,14 @@ impl Stack {
     }
 }
 
-/// The config of docs/guides/redis.md.
-pub const REDIS_CONFIG: &str = "examples/walkthrough/redis/tollgate.yaml";
-/// The config of docs/guides/regions.md.
-pub const REGIONS_CONFIG: &str = "examples/walkthrough/regions/tollgate.yaml";
+/// The value after `name` among a command's words.
+fn flag<'a>(words: &'a [String], name: &str) -> &'a str {
+    words
+        .windows(2)
+        .find(|w| w[0] == name)
+        .map(|w| w[1].as_str())
+        .unwrap_or_else(|| panic!("{words:?} has no {name}"))
+}
 
 fn which(name: &str, also: &[&str]) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
