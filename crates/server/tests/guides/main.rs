@@ -70,6 +70,41 @@ fn every_guide_is_run_and_quotes_its_files_as_they_are() {
     assert_eq!(failures, Vec::<String>::new());
 }
 
+/// The README's quick start: its run command serves a config that exists,
+/// each `curl` of its next block prints what the `#` line after it says,
+/// and its test command is the one .ci/run calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_quick_start_runs_as_written() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("the README");
+    let blocks = blocks(&readme);
+    let serve = "cargo run --release -p tollgate -- serve --config ";
+    let at = blocks
+        .iter()
+        .position(|b| b.text.starts_with(serve))
+        .expect("the README's run command");
+    let config = blocks[at].text[serve.len()..].trim().to_owned();
+    assert!(
+        !config.contains(' '),
+        "the run command adds nothing: {config}"
+    );
+    let (mut script, mut expected) = (String::new(), String::new());
+    for line in blocks[at + 1].text.lines() {
+        match line.strip_prefix("# ") {
+            Some(output) => expected.push_str(&format!("{output}\n")),
+            None => script.push_str(&format!("{line}; echo\n")),
+        }
+    }
+    let stack = Stack::serving(&config);
+    let printed = tokio::task::spawn_blocking(move || stack.run(&script))
+        .await
+        .expect("the block ran");
+    assert_eq!(printed, expected);
+
+    let ci = std::fs::read_to_string(root().join(".ci/run")).expect(".ci/run");
+    assert!(ci.lines().any(|line| line == "bash scripts/test"), "{ci}");
+    assert!(blocks.iter().any(|b| b.text == "bash scripts/test\n"));
+}
+
 /// Every file under examples/walkthrough/ is quoted by a guide, so none
 /// is there that no reader sees.
 #[test]

@@ -14,8 +14,8 @@ use crate::blocks::{Guide, blocks, root};
 use crate::proxy_stack::Upstream;
 use crate::support::{envoy_binary, free_port, tollgate_bin};
 
-/// `TOLLGATE_IDENTITY_KEY` of every tollgate a guide starts (the guides
-/// set one with `openssl rand`).
+/// `TOLLGATE_IDENTITY_KEY` of a tollgate whose config's header exports one
+/// (with `openssl rand`, for a reader).
 pub const IDENTITY_KEY: &str = "guides-test-identity-key-of-32-bytes!";
 
 /// A process, stopped (SIGTERM, then reaped) on drop.
@@ -118,11 +118,19 @@ impl Stack {
         }
         let path = self.place(config);
         let args: Vec<String> = args.iter().map(|a| self.subst(a)).collect();
-        let mut child = Command::new(tollgate_bin())
+        let mut command = Command::new(tollgate_bin());
+        // The identity key only where the config's header has it exported,
+        // as a reader following the guide would.
+        let text = std::fs::read_to_string(&path).expect("read the placed config");
+        if text.contains("export TOLLGATE_IDENTITY_KEY=") {
+            command.env("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY);
+        } else {
+            command.env_remove("TOLLGATE_IDENTITY_KEY");
+        }
+        let mut child = command
             .args(["serve", "--config"])
             .arg(&path)
             .args(&args)
-            .env("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -257,6 +265,14 @@ impl Stack {
         stack
     }
 
+    /// `tollgate serve --config CONFIG` on a free port in place of 8080,
+    /// as the README's quick start runs it.
+    pub fn serving(config: &str) -> Self {
+        let mut stack = Self::new(&[8080]);
+        stack.tollgate(config, &[], &[]);
+        stack
+    }
+
     /// The stack a run block of `guide` names (`run=NAME`).
     pub async fn named(name: &str, guide: &Guide) -> Self {
         match name {
@@ -299,7 +315,6 @@ impl Stack {
         let out = Command::new("bash")
             .args(["-e", "-c", &script])
             .current_dir(root())
-            .env("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY)
             .output()
             .expect("run bash");
         assert!(
