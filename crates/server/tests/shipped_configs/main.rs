@@ -27,7 +27,7 @@ use support::tollgate_bin;
 
 /// The configs the repository ships today: discovery must find at least
 /// these (a new one is found without being listed here).
-const KNOWN: [&str; 7] = [
+const KNOWN: [&str; 8] = [
     "examples/tollgate.yaml",
     "examples/nginx-tollgate.yaml",
     "examples/caddy-tollgate.yaml",
@@ -35,6 +35,8 @@ const KNOWN: [&str; 7] = [
     "examples/replay-policies.yaml",
     "deploy/container/tollgate.yaml",
     "deploy/kubernetes/tollgate.yaml#ConfigMap/tollgate/tollgate.yaml",
+    // Served with the envoyproxy/ratelimit file it names beside it.
+    "examples/envoy-tollgate.yaml",
 ];
 
 /// A small memory store, appended to a config that keeps the default one,
