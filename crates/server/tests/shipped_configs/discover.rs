@@ -90,6 +90,15 @@ fn is_prometheus_rules(doc: &Value) -> bool {
     doc.get("groups").is_some() || (doc.get("rule_files").is_some() && doc.get("tests").is_some())
 }
 
+/// Whether a parsed YAML document is another program's that a tollgate
+/// config refers to: Envoy's bootstrap (`static_resources`, run by
+/// tests/guides with the tollgate config beside it) or envoyproxy/
+/// ratelimit's rules (`domain`, read through `envoy_ratelimit_configs`).
+fn is_companion(doc: &Value) -> bool {
+    doc.get("static_resources").is_some()
+        || (doc.get("domain").is_some() && doc.get("descriptors").is_some())
+}
+
 /// Every shipped config, with its deployments' listen addresses.
 pub fn shipped_configs() -> Vec<Shipped> {
     let mut found = Vec::new();
@@ -104,6 +113,9 @@ pub fn shipped_configs() -> Vec<Shipped> {
             && docs.len() == 1
             && is_prometheus_rules(&docs[0])
         {
+            continue;
+        }
+        if docs.len() == 1 && is_companion(&docs[0]) {
             continue;
         }
         if docs.len() == 1 && is_tollgate_config(&docs[0]) {

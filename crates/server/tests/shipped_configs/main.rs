@@ -20,12 +20,14 @@ use std::process::Command;
 use tollgate::{ListenAddress, ServeConfig};
 
 use discover::{Shipped, config_files, root, shipped_configs};
-use serving::{Served, default_memory_store, env_for, parse, required_groups, runnable_text};
+use serving::{
+    Served, default_memory_store, env_for, parse, required_groups, runnable_text, write_beside,
+};
 use support::tollgate_bin;
 
 /// The configs the repository ships today: discovery must find at least
 /// these (a new one is found without being listed here).
-const KNOWN: [&str; 7] = [
+const KNOWN: [&str; 8] = [
     "examples/tollgate.yaml",
     "examples/nginx-tollgate.yaml",
     "examples/caddy-tollgate.yaml",
@@ -33,6 +35,8 @@ const KNOWN: [&str; 7] = [
     "examples/replay-policies.yaml",
     "deploy/container/tollgate.yaml",
     "deploy/kubernetes/tollgate.yaml#ConfigMap/tollgate/tollgate.yaml",
+    // Served with the envoyproxy/ratelimit file it names beside it.
+    "examples/envoy-tollgate.yaml",
 ];
 
 /// A small memory store, appended to a config that keeps the default one,
@@ -97,8 +101,7 @@ fn every_shipped_config_passes_validate_strict_on_every_listener_it_ships_with()
         let config = parse(&shipped.text);
         let env = env_for(&config);
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("tollgate.yaml");
-        std::fs::write(&path, &shipped.text).expect("write the config");
+        let path = write_beside(&shipped, &shipped.text, dir.path());
         let out = Command::new(tollgate_bin())
             .args(["validate", "--strict", "--config"])
             .arg(&path)

@@ -3,11 +3,12 @@
 //! on a free port. What the suite cannot run this way is refused by name.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tollgate_testkit::RedisServer;
 
-use crate::discover::Shipped;
+use crate::discover::{Shipped, root};
 use crate::support::TollgateProcess;
 
 /// `TOLLGATE_IDENTITY_KEY` of every served config.
@@ -54,8 +55,8 @@ pub fn parse(text: &str) -> Value {
 /// `redis` (when it has any); an error naming what the suite cannot run.
 pub fn runnable_text(shipped: &Shipped, redis: Option<&str>) -> Result<String, String> {
     let config = parse(&shipped.text);
-    if config.get("envoy_ratelimit_configs").is_some() {
-        return Err("envoy_ratelimit_configs (files beside the config)".to_owned());
+    if config.get("envoy_ratelimit_configs").is_some() && shipped.source.contains('#') {
+        return Err("envoy_ratelimit_configs (files beside an embedded config)".to_owned());
     }
     if config.pointer("/server/tls").is_some() {
         return Err("server.tls (certificate files)".to_owned());
@@ -85,6 +86,26 @@ pub fn runnable_text(shipped: &Shipped, redis: Option<&str>) -> Result<String, S
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Writes `text` (`shipped`'s, as the suite runs it) to `dir`/tollgate.yaml
+/// with the envoyproxy/ratelimit files it names copied beside it, as they
+/// sit beside the shipped file; returns the config's path.
+pub fn write_beside(shipped: &Shipped, text: &str, dir: &Path) -> PathBuf {
+    let path = dir.join("tollgate.yaml");
+    std::fs::write(&path, text).expect("write the config");
+    let config = parse(text);
+    let shipped_dir = root()
+        .join(&shipped.source)
+        .parent()
+        .expect("a file has a directory")
+        .to_owned();
+    let companions = config["envoy_ratelimit_configs"].as_array();
+    for name in companions.into_iter().flatten().filter_map(Value::as_str) {
+        std::fs::copy(shipped_dir.join(name), dir.join(name))
+            .unwrap_or_else(|e| panic!("{}: copy {name}: {e}", shipped.source));
+    }
+    path
 }
 
 /// Whether the config keeps its limits in the default memory store (no
@@ -121,8 +142,7 @@ impl Served {
         let text = format!("{text}{extra}");
         let config = parse(&text);
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("tollgate.yaml");
-        std::fs::write(&path, &text).expect("write the config");
+        let path = write_beside(shipped, &text, dir.path());
         let env = env_for(&config);
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let process = if config.pointer("/server/grpc_listen").is_some() {
