@@ -75,6 +75,7 @@ mod limiter;
 mod metrics;
 mod plan;
 mod refund;
+mod release;
 mod sampled_log;
 mod stores;
 mod trace;
@@ -93,6 +94,7 @@ pub use metrics::{
     LimiterMetrics, PolicyCounters, PolicyLabels,
 };
 pub use plan::{Check, Plan, RetryRule};
+pub use release::ReleaseError;
 pub use sampled_log::{DECISION_TARGET, DecisionSampling};
 pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
 pub use trace::TraceSink;
@@ -115,5 +117,6 @@ pub use tollgate_store::{
 // What a check is made of and what it answers, so a caller's plans and
 // checks need no other import.
 pub use tollgate_core::{
-    Clock, Decision, Identity, Limits, ManualClock, Policy, Rate, SystemClock, Window,
+    Clock, Decision, Identity, Limits, ManualClock, PermitId, Permits, Policy, Rate, SystemClock,
+    Window,
 };
