@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use support::{TestServer, TollgateProcess};
+use support::{TestServer, TollgateProcess, metric};
 use tollgate_testkit::RedisCluster;
 
 const POLICIES: &str = "
@@ -128,6 +128,21 @@ async fn fifty_at_once_get_three_permits_and_a_release_frees_one_once() {
     assert_eq!(
         look["remaining"], 2,
         "{look}: only the permit taken after the release is held"
+    );
+    // As this process saw them: 5 handed out (3, globex's, the one after
+    // the release), 1 released, 3 whose lease ended unreleased (the two
+    // first ones left, globex's), 1 still held.
+    let metrics = server.text("/metrics").await;
+    let series = |name: &str| metric(&metrics, &format!("tollgate_{name}{{policy=\"reports\"}}"));
+    assert_eq!(
+        [
+            series("permits_acquired_total"),
+            series("permits_released_total"),
+            series("permits_expired_total"),
+            series("permits_in_use"),
+        ],
+        [Some(5.0), Some(1.0), Some(3.0), Some(1.0)],
+        "{metrics}"
     );
     server.stop().await;
 }
