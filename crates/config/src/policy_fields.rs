@@ -105,11 +105,13 @@ fn parse_serve_fields(
     stores: &Stores,
     deployment: &Deployment,
 ) -> Result<ServePolicy, ConfigError> {
+    permits_scope(&policy, fields.get("scope"))?;
     let scope = parse_scope(&policy, fields.get("scope"), stores, deployment)?;
     let store = stores.index(scope.store_role()).unwrap_or_default();
     let matcher = parse_matcher(&policy, fields.get("match"))?;
     let identity = parse_identity(&policy, fields.get("identity"), &matcher)?;
     let cost = parse_cost(&policy, fields.get("cost"))?;
+    permits_fit(&policy, &scope, &cost, fields)?;
     let on_store_failure = parse_failure_mode(fields)
         .map_err(|fault| field_error(&policy, fault.field, fault.reason))?
         .unwrap_or(OnStoreFailure::FailOpen);
@@ -133,6 +135,71 @@ fn parse_serve_fields(
         shards,
         hot_lease,
     })
+}
+
+/// What a concurrency policy cannot be combined with, and why: a permit
+/// is acquired and released by id in the one store that holds its
+/// identity's permits, one a request. Instance, region and global scopes
+/// each have such a store; a split or leased share, a shard and a hot
+/// lease's block divide a count of units, which permits are not.
+fn permits_fit(
+    policy: &Policy,
+    scope: &Scope,
+    cost: &CostRule,
+    fields: &Map<String, Value>,
+) -> Result<(), ConfigError> {
+    if !policy.limits().holds_permits() {
+        return Ok(());
+    }
+    let set = |name: &str| !matches!(fields.get(name), None | Some(Value::Null));
+    let shards = set("shards") && fields.get("shards").and_then(Value::as_u64) != Some(1);
+    let hot_lease = set("hot_lease");
+    let refuse = |field: &str, why: &str| Err(field_error(policy, field, why));
+    match scope {
+        // Named in the file, refused before its settings were read; a
+        // scope the file did not spell so is refused all the same.
+        Scope::Split { .. } | Scope::Leased(_) => refuse(
+            "scope",
+            "a split or leased share cannot divide a concurrency limit; use instance, region or global",
+        ),
+        _ if shards => refuse(
+            "shards",
+            "cannot split a concurrency limit: a permit is released by its identity's one key, which shards would spread",
+        ),
+        _ if hot_lease => refuse(
+            "hot_lease",
+            "cannot take blocks of a concurrency limit: permits are released one by one, never given back as units",
+        ),
+        _ if *cost != CostRule::Constant(1) => refuse(
+            "cost",
+            "a concurrency check takes one permit a request: cost must be 1",
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A concurrency policy's scope, refused before its settings are read
+/// when it is split or leased (`scope: split`, `scope: {leased: …}`), so
+/// the reason given is the one that matters.
+fn permits_scope(policy: &Policy, value: Option<&Value>) -> Result<(), ConfigError> {
+    if !policy.limits().holds_permits() {
+        return Ok(());
+    }
+    let name = match value {
+        Some(Value::String(name)) => name.as_str(),
+        Some(Value::Object(m)) if m.len() == 1 => m.keys().next().map_or("", String::as_str),
+        _ => "",
+    };
+    let why = match name {
+        "split" => {
+            "split cannot divide a concurrency limit: a region's fixed share of permits is not defined; use instance, region or global"
+        }
+        "leased" => {
+            "leased cannot divide a concurrency limit: a leased share is a count of units, and permits are held and released by id; use instance, region or global"
+        }
+        _ => return Ok(()),
+    };
+    Err(field_error(policy, "scope", why))
 }
 
 /// `mode: enforce` (the default) or `shadow`: whether the policy is in

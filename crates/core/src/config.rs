@@ -14,6 +14,7 @@
 //! ```
 
 mod locate;
+mod permits;
 mod snippet;
 mod unknown_field;
 
@@ -24,6 +25,7 @@ use thiserror::Error;
 
 use crate::node_path;
 pub use locate::{Locator, NodePath, Position, Step};
+pub use permits::{MAX_LEASE_MS, MAX_PERMITS};
 pub use unknown_field::{did_you_mean, unknown_field};
 
 use crate::duration::{format_duration_ms, parse_duration_ms};
@@ -41,6 +43,7 @@ pub const MAX_REFILL_MS: u128 = 1 << 52;
 /// W/64 anyway: for larger limits a sliding_window says nearly the same,
 /// cheaper.
 pub const MAX_LOG_LIMIT: u64 = 10_000;
+
 /// Policy names appear in keys, headers and metrics: short and plain.
 pub const MAX_POLICY_NAME: usize = 64;
 
@@ -393,12 +396,13 @@ pub fn parse_policy(
             &name,
             "algorithm",
             format!(
-                "unknown algorithm {algorithm_name:?} (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"
+                "unknown algorithm {algorithm_name:?} (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log, concurrency)"
             ),
         )
     })?;
     let own: &[&str] = match algorithm {
         Algorithm::TokenBucket | Algorithm::Gcra => &["name", "algorithm", "capacity", "refill"],
+        Algorithm::Concurrency => &["name", "algorithm", "limit", "lease"],
         _ => &["name", "algorithm", "limit", "window"],
     };
     check_fields(&name, algorithm, own, extra_fields, fields)?;
@@ -410,6 +414,12 @@ pub fn parse_policy(
             } else {
                 Limits::TokenBucket(rate)
             }
+        }
+        Algorithm::Concurrency => {
+            let limit = positive_integer(&name, "limit", fields.get("limit"))?;
+            let lease_ms = duration(&name, "lease", fields.get("lease"))?;
+            permits::permits(limit, lease_ms)
+                .map_err(|(field, why)| ConfigError::field(&name, field, why))?
         }
         Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
             let limit = positive_integer(&name, "limit", fields.get("limit"))?;
@@ -487,7 +497,7 @@ fn check_known(
         return Ok(());
     };
     let hint = match key.as_str() {
-        "capacity" | "refill" | "limit" | "window" => hint,
+        "capacity" | "refill" | "limit" | "window" | "lease" => hint,
         _ => "",
     };
     let also = if extra_fields.is_empty() {
@@ -649,6 +659,10 @@ pub fn limits_fields(limits: &Limits) -> Value {
                 "window": format_duration_ms(w.window_ms()),
             })
         }
+        Limits::Concurrency(p) => serde_json::json!({
+            "limit": limits.limit(),
+            "lease": format_duration_ms(p.lease_ms()),
+        }),
     }
 }
 

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::permit::PermitId;
+
 /// One decision, in the integers of docs/design.md §3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Decision {
@@ -18,6 +20,10 @@ pub struct Decision {
     pub retry_after_ms: Option<u64>,
     /// When, with no traffic, the quota is next fully restored.
     pub reset_after_ms: u64,
+    /// The permit an admitted concurrency acquire holds, decided by a store
+    /// (a failure mode that admits holds none); `None` for every rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permit: Option<PermitId>,
 }
 
 impl Decision {

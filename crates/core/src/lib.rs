@@ -22,23 +22,25 @@ mod config;
 mod decision;
 mod duration;
 mod identity;
+mod permit;
 mod policy;
 mod quote;
 mod split;
 
 pub use algorithm::{
-    BucketState, GcraState, Intent, LOG_EXACT_ENTRIES, LOG_MAX_ENTRIES, LogState, SlidingCount,
-    State, Taken, WindowCount, log_bucket_ms,
+    BucketState, GcraState, Held, Intent, LOG_EXACT_ENTRIES, LOG_MAX_ENTRIES, LogState,
+    PermitState, Released, SlidingCount, State, Taken, WindowCount, log_bucket_ms,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    ConfigError, EXACT_LIMIT, MAX_LOG_LIMIT, MAX_POLICY_NAME, NodePath, PolicySet, Step, describe,
-    did_you_mean, limits_fields, parse_policy, parse_yaml, parse_yaml_named, snippet_at,
-    unknown_field,
+    ConfigError, EXACT_LIMIT, MAX_LEASE_MS, MAX_LOG_LIMIT, MAX_PERMITS, MAX_POLICY_NAME, NodePath,
+    PolicySet, Step, describe, did_you_mean, limits_fields, parse_policy, parse_yaml,
+    parse_yaml_named, snippet_at, unknown_field,
 };
 pub use decision::Decision;
 pub use duration::{DurationError, format_duration_ms, parse_duration_ms};
 pub use identity::{Identity, IdentityError, LABEL_MAX_BYTES, SecretHasher};
-pub use policy::{Algorithm, Limits, Policy, Rate, Window};
+pub use permit::{PermitId, PermitIdError};
+pub use policy::{Algorithm, Limits, Permits, Policy, Rate, Window};
 pub use quote::{QUOTE_MAX_BYTES, escape, quote, quote_bytes, without_controls};
 pub use split::{split_policy, split_shares};

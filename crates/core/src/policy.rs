@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::duration::format_duration_ms;
 
-/// The five algorithms of docs/design.md §3. The name is part of every store key.
+/// The six algorithms of docs/design.md §3. The name is part of every store key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Tokens refilled continuously up to a capacity; allows bursts.
@@ -19,16 +19,20 @@ pub enum Algorithm {
     SlidingWindow,
     /// Every admitted cost logged: exact, memory grows with the limit.
     SlidingLog,
+    /// Permits held until released or their lease ends: a cap on work in
+    /// flight, not a rate.
+    Concurrency,
 }
 
 impl Algorithm {
     /// Every algorithm, for tests and benches that must cover them all.
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::TokenBucket,
         Algorithm::Gcra,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
+        Algorithm::Concurrency,
     ];
 
     /// The config and key spelling, e.g. `token_bucket`.
@@ -39,6 +43,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -130,6 +135,29 @@ impl Window {
     }
 }
 
+/// `limit` N permits, each held at most `lease` T ms: a holder that dies
+/// before releasing keeps its permit only until its lease ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permits {
+    limit: u64,
+    lease_ms: u64,
+}
+
+impl Permits {
+    /// `None` when either part is zero: validation reports that with context.
+    pub fn new(limit: u64, lease_ms: u64) -> Option<Self> {
+        (limit > 0 && lease_ms > 0).then_some(Self { limit, lease_ms })
+    }
+    /// N, the most permits held at once.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+    /// T, the longest a permit is held, in ms.
+    pub fn lease_ms(&self) -> u64 {
+        self.lease_ms
+    }
+}
+
 /// An algorithm with its parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limits {
@@ -143,6 +171,8 @@ pub enum Limits {
     SlidingWindow(Window),
     /// See [`Algorithm::SlidingLog`].
     SlidingLog(Window),
+    /// See [`Algorithm::Concurrency`].
+    Concurrency(Permits),
 }
 
 impl Limits {
@@ -154,19 +184,22 @@ impl Limits {
             Limits::FixedWindow(_) => Algorithm::FixedWindow,
             Limits::SlidingWindow(_) => Algorithm::SlidingWindow,
             Limits::SlidingLog(_) => Algorithm::SlidingLog,
+            Limits::Concurrency(_) => Algorithm::Concurrency,
         }
     }
 
-    /// C for the bucket algorithms, L for the window algorithms.
+    /// C for the bucket algorithms, L for the window algorithms, N permits.
     pub fn limit(&self) -> u64 {
         match self {
             Limits::TokenBucket(r) | Limits::Gcra(r) => r.capacity(),
             Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => w.limit(),
+            Limits::Concurrency(p) => p.limit(),
         }
     }
 
     /// The span the limit is stated over, for the `w` of `RateLimit-Policy`:
-    /// a bucket's time to refill from empty, a window's length.
+    /// a bucket's time to refill from empty, a window's length, a permit's
+    /// lease (the longest before a held permit is free again).
     pub fn window_ms(&self) -> u64 {
         match self {
             Limits::TokenBucket(r) | Limits::Gcra(r) => {
@@ -177,12 +210,28 @@ impl Limits {
             Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
                 w.window_ms()
             }
+            Limits::Concurrency(p) => p.lease_ms(),
+        }
+    }
+
+    /// Whether these limits hold permits (acquired, then released) rather
+    /// than spend a rate: only a door that sees a request end may use them.
+    pub fn holds_permits(&self) -> bool {
+        self.permits().is_some()
+    }
+
+    /// The permits of a concurrency policy; `None` for a rate.
+    pub fn permits(&self) -> Option<Permits> {
+        match self {
+            Limits::Concurrency(p) => Some(*p),
+            _ => None,
         }
     }
 
     /// The time these limits take to forget a use: a bucket's refill from
     /// empty to full, a fixed window or a log's window, two windows for a
-    /// sliding window (its estimate weighs the previous one). A state left
+    /// sliding window (its estimate weighs the previous one), a permit's
+    /// lease. A state left
     /// alone this long says nothing of what was spent before it.
     pub fn rest_ms(&self) -> u64 {
         match self {
@@ -192,11 +241,13 @@ impl Limits {
             }
             Limits::FixedWindow(w) | Limits::SlidingLog(w) => w.window_ms(),
             Limits::SlidingWindow(w) => w.window_ms().saturating_mul(2),
+            Limits::Concurrency(p) => p.lease_ms(),
         }
     }
 
     /// What these limits admit over time, `(count, span_ms)`: a bucket's
-    /// refill of N per P, a window's L per W. With [`Limits::burst`], all
+    /// refill of N per P, a window's L per W, N permits per lease (a bound
+    /// only when every holder keeps its lease whole). With [`Limits::burst`], all
     /// a reader needs to state them (Envoy's `current_limit`, `explain`).
     pub fn count_per_span(&self) -> (u64, u64) {
         match self {
@@ -204,6 +255,7 @@ impl Limits {
             Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
                 (w.limit(), w.window_ms())
             }
+            Limits::Concurrency(p) => (p.limit(), p.lease_ms()),
         }
     }
 
@@ -212,7 +264,10 @@ impl Limits {
     pub fn burst(&self) -> Option<u64> {
         match self {
             Limits::TokenBucket(r) | Limits::Gcra(r) => Some(r.capacity()),
-            Limits::FixedWindow(_) | Limits::SlidingWindow(_) | Limits::SlidingLog(_) => None,
+            Limits::FixedWindow(_)
+            | Limits::SlidingWindow(_)
+            | Limits::SlidingLog(_)
+            | Limits::Concurrency(_) => None,
         }
     }
 
@@ -220,7 +275,8 @@ impl Limits {
     /// [`Limits::limit`] (the caller rounds the limit's share its own way: a
     /// split sums its shares to the whole, a local share rounds down). A
     /// bucket's refill needs no rounding: N·weight tokens per P·total is
-    /// exactly its share; a window keeps its length. `None` when `limit`
+    /// exactly its share; a window keeps its length, permits their lease.
+    /// `None` when `limit`
     /// is 0 (a share that admits nothing) or the refill does not fit a u64.
     pub fn share(&self, limit: u64, weight: u64, total: u64) -> Option<Limits> {
         let rate = |r: &Rate| {
@@ -237,12 +293,13 @@ impl Limits {
             Limits::FixedWindow(w) => Limits::FixedWindow(window(w)?),
             Limits::SlidingWindow(w) => Limits::SlidingWindow(window(w)?),
             Limits::SlidingLog(w) => Limits::SlidingLog(window(w)?),
+            Limits::Concurrency(p) => Limits::Concurrency(Permits::new(limit, p.lease_ms())?),
         })
     }
 }
 
 /// As `explain` and logs state them: `token_bucket capacity 20 refill 5
-/// per 1s`, `fixed_window limit 100 per 1m`.
+/// per 1s`, `fixed_window limit 100 per 1m`, `concurrency limit 3 lease 30s`.
 impl fmt::Display for Limits {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let algorithm = self.algorithm();
@@ -259,6 +316,12 @@ impl fmt::Display for Limits {
                 "{algorithm} limit {} per {}",
                 w.limit(),
                 format_duration_ms(w.window_ms())
+            ),
+            Limits::Concurrency(p) => write!(
+                f,
+                "{algorithm} limit {} lease {}",
+                p.limit(),
+                format_duration_ms(p.lease_ms())
             ),
         }
     }

@@ -74,7 +74,7 @@ fn valid_config_yields_its_policies_in_the_exact_scale() {
 fn unknown_algorithm_is_refused_naming_the_choices() {
     assert_eq!(
         refusal(&one_policy("leaky_bucket", &[])),
-        "policy \"x\": algorithm: unknown algorithm \"leaky_bucket\" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"
+        "policy \"x\": algorithm: unknown algorithm \"leaky_bucket\" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log, concurrency)"
     );
     assert_eq!(
         refusal(&one_policy("[gcra]", &[])),

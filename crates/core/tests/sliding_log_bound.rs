@@ -65,6 +65,7 @@ fn fattening_a_sliding_log_to_its_limit_leaves_at_most_129_entries() {
             remaining: 0,
             retry_after_ms: Some(600_000),
             reset_after_ms: 3_625_000,
+            permit: None,
         }
     );
 }

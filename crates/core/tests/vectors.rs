@@ -54,6 +54,7 @@ fn decision(allowed: bool, remaining: i64, retry: Option<u64>, reset: u64) -> De
         remaining,
         retry_after_ms: retry,
         reset_after_ms: reset,
+        permit: None,
     }
 }
 

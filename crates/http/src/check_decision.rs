@@ -1,12 +1,16 @@
 //! The `/v1/check` answer's one schema: a decision per check, and a batch's
 //! verdict over them. The server writes these types and a client reads
 //! them; fields that only some answers carry (`degraded`, `shadow`,
-//! `replayed`, `refunded`) are left out when they do not apply.
+//! `replayed`, `refunded`, `permit`) are left out when they do not apply.
+//! `/v1/release`'s body and answer are here too.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
-use tollgate_core::Decision;
+
+use crate::check_body::{CheckKey, Object, Text};
+use crate::response::Problem;
+use tollgate_core::{Decision, PermitId};
 
 /// One check's decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +47,10 @@ pub struct CheckDecision<'a> {
     /// was fuller: a refund never lifts it past full).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refunded: Option<u64>,
+    /// The permit an admitted concurrency check holds, to hand back to
+    /// `/v1/release` when the work ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permit: Option<PermitId>,
 }
 
 impl<'a> CheckDecision<'a> {
@@ -62,6 +70,7 @@ impl<'a> CheckDecision<'a> {
             would_allow: None,
             replayed: false,
             refunded: None,
+            permit: decision.permit,
         }
     }
 
@@ -108,6 +117,42 @@ pub struct BatchDecision<'a> {
     pub path: Option<Cow<'a, str>>,
     /// Each check's decision, in the request's order.
     pub decisions: Vec<CheckDecision<'a>>,
+}
+
+/// `/v1/release`'s body: the permit an admitted concurrency check of
+/// `policy` for `key` returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody<'a> {
+    /// The concurrency policy the permit was acquired under.
+    #[serde(borrow)]
+    pub policy: Text<'a>,
+    /// The key it was acquired for, as `/v1/check` spelled it.
+    #[serde(borrow)]
+    pub key: CheckKey<'a>,
+    /// The permit, 16 lowercase hex digits.
+    pub permit: PermitId,
+}
+
+/// `/v1/release`'s body, or the 400 that names what is wrong with it:
+/// malformed JSON, not an object, a missing or unknown field, a key that is
+/// not a string or an object of strings, a permit that is not 16 lowercase
+/// hex digits. Nothing is released then.
+pub fn parse_release_body(body: &[u8]) -> Result<ReleaseBody<'_>, Problem> {
+    serde_json::from_slice::<Object<ReleaseBody<'_>>>(body)
+        .map(|Object(parsed)| parsed)
+        .map_err(|e| {
+            let said = e.to_string().replace("struct ReleaseBody", "an object");
+            Problem::bad_request(format!("malformed release: {said}"))
+        })
+}
+
+/// `/v1/release`'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseAnswer {
+    /// `true` when the permit was held and is free now; `false` when it
+    /// was unknown, already released or expired.
+    pub released: bool,
 }
 
 // serde's `skip_serializing_if` takes a reference.

@@ -61,7 +61,8 @@ pub fn policy_item(policy: &Policy) -> String {
 /// each `w` fits too); when R ≥ C (a fast bucket), R a second rounded down,
 /// since "C per second" would hold a client to a fraction of its limit.
 /// Windows: what the whole windows within `w` admit, so a window below a
-/// second is not stated as its limit per second either.
+/// second is not stated as its limit per second either. Permits: N over
+/// the lease.
 fn quota_and_window(limits: &Limits) -> (u64, u64) {
     match limits {
         Limits::TokenBucket(r) | Limits::Gcra(r) => {
@@ -77,6 +78,9 @@ fn quota_and_window(limits: &Limits) -> (u64, u64) {
             whole_windows(u128::from(w.limit()), u128::from(w.window_ms()))
         }
         Limits::SlidingWindow(w) => sliding_counter(w.limit(), w.window_ms()),
+        // Permits, not a rate: N in flight at once, and a holder keeps its
+        // own at most a lease, so N per lease always fits.
+        Limits::Concurrency(p) => (p.limit(), p.lease_ms().div_ceil(1000).max(1)),
     }
 }
 

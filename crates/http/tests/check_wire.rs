@@ -14,6 +14,7 @@ fn decision(allowed: bool, remaining: i64, retry_after_ms: Option<u64>) -> Decis
         remaining,
         retry_after_ms,
         reset_after_ms: 1_200,
+        permit: None,
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
+use tollgate_core::{Clock, Decision, Identity, PermitId, Policy, Released, Taken};
 use tollgate_store::{
     Admin, Blocks, Check, Decide, GuardedCheck, GuardedDecisions, LeaseAsk, LeaseGrant, Ledger,
     MemoryStore, MemoryStoreConfig, RequestId, Retry, StoreError, StoreStats,
@@ -94,6 +94,16 @@ impl Backend {
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
         each!(self, s => Decide::decide(s, checks, retry).await)
+    }
+
+    /// Frees a held permit ([`Decide::release`]).
+    pub(crate) async fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> Result<Released, StoreError> {
+        each!(self, s => Decide::release(s, policy, identity, permit).await)
     }
 
     /// Takes a block ([`Blocks::take`]).

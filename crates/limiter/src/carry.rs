@@ -152,5 +152,6 @@ fn both(own: &Decision, old: &Decision) -> Decision {
             }
         },
         reset_after_ms: own.reset_after_ms.max(old.reset_after_ms),
+        permit: None,
     }
 }

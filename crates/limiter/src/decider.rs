@@ -5,10 +5,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tollgate_core::{Identity, PermitId};
 use tollgate_store::RequestId;
 
 use crate::limiter::{Decided, Limiter};
-use crate::plan::Check;
+use crate::plan::{Check, Plan};
+use crate::release::ReleaseError;
 
 /// Decides a request's checks, all or nothing: nothing is spent unless
 /// every check admits. A store that cannot decide answers by each plan's
@@ -34,6 +36,17 @@ pub trait Decider: Send + Sync + 'static {
     fn decide(&self, checks: &[Check<'_>]) -> impl Future<Output = Decided> + Send {
         self.decide_request(checks, None, None)
     }
+
+    /// Frees `permit` that an admitted concurrency check under `plan`
+    /// handed `identity` ([`Decision::permit`](tollgate_core::Decision)):
+    /// `Ok(true)` when it was held, `Ok(false)` when it was unknown,
+    /// already released or expired.
+    fn release(
+        &self,
+        plan: &Plan,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<bool, ReleaseError>> + Send;
 }
 
 impl Decider for Limiter {
@@ -44,6 +57,15 @@ impl Decider for Limiter {
         shape: Option<&str>,
     ) -> impl Future<Output = Decided> + Send {
         Limiter::decide_request(self, checks, id, shape)
+    }
+
+    fn release(
+        &self,
+        plan: &Plan,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<bool, ReleaseError>> + Send {
+        Limiter::release(self, plan, identity, permit)
     }
 }
 
@@ -56,5 +78,14 @@ impl<D: Decider> Decider for Arc<D> {
         shape: Option<&str>,
     ) -> impl Future<Output = Decided> + Send {
         D::decide_request(self, checks, id, shape)
+    }
+
+    fn release(
+        &self,
+        plan: &Plan,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<bool, ReleaseError>> + Send {
+        D::release(self, plan, identity, permit)
     }
 }

@@ -280,6 +280,7 @@ impl HotLeases {
                     remaining: 0,
                     retry_after_ms: None,
                     reset_after_ms: 0,
+                    permit: None,
                 },
                 taken: None,
             },

@@ -73,8 +73,10 @@ mod hot_lease;
 mod lease;
 mod limiter;
 mod metrics;
+mod permits;
 mod plan;
 mod refund;
+mod release;
 mod sampled_log;
 mod shadow;
 mod spans;
@@ -94,7 +96,9 @@ pub use metrics::{
     DecisionLabels, DegradedLabels, HotSeries, LeaseCounters, LeaseLabels, LeaseOutcomeLabels,
     LimiterMetrics, PolicyCounters, PolicyLabels,
 };
+pub use permits::MAX_TRACKED as MAX_TRACKED_PERMITS;
 pub use plan::{Check, Plan, RetryRule};
+pub use release::ReleaseError;
 pub use sampled_log::{DECISION_TARGET, DecisionSampling, SHADOW_ALLOWED, SHADOW_REJECTED};
 pub use shadow::{shadow_looked, would_allow};
 pub use spans::{SPANS, set_spans, spans_on};
@@ -119,5 +123,6 @@ pub use tollgate_store::{
 // What a check is made of and what it answers, so a caller's plans and
 // checks need no other import.
 pub use tollgate_core::{
-    Clock, Decision, Identity, Limits, ManualClock, Policy, Rate, SystemClock, Window,
+    Clock, Decision, Identity, Limits, ManualClock, PermitId, Permits, Policy, Rate, SystemClock,
+    Window,
 };

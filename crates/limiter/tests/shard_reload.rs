@@ -107,6 +107,7 @@ fn rejected(policy: &Policy, limit: u64, old_shards: u64) -> Decision {
         remaining: 0,
         retry_after_ms: Some(retry),
         reset_after_ms: reset,
+        permit: None,
     }
 }
 

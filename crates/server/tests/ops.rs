@@ -322,7 +322,7 @@ async fn an_invalid_config_is_refused_and_the_old_one_keeps_serving() {
     let err = server.app.reload().expect_err("refused").to_string();
     // A reload's refusal (logged as its reason) points at the line as
     // `validate` does.
-    let message = r#"policy "api": algorithm: unknown algorithm "leaky_bucket" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)"#;
+    let message = r#"policy "api": algorithm: unknown algorithm "leaky_bucket" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log, concurrency)"#;
     let path = server.config_path.display();
     assert_eq!(
         err,

@@ -167,7 +167,7 @@ fn invalid_config_exits_2_naming_the_fault() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stdout), "");
-    let message = "policy \"x\": algorithm: unknown algorithm \"leaky\" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log)";
+    let message = "policy \"x\": algorithm: unknown algorithm \"leaky\" (expected one of: token_bucket, gcra, fixed_window, sliding_window, sliding_log, concurrency)";
     assert_eq!(
         text(&out.stderr),
         format!(

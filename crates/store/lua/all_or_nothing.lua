@@ -78,7 +78,7 @@ local function all_or_nothing(now, mode, peek)
     local key = KEYS[i]
     local state = states[key]
     if state and state ~= stored[key] then
-      redis.call('SET', key, state, 'PX', int(out[(i - 1) * 4 + 4] + margin))
+      store_state(4, i, state, out[(i - 1) * 4 + 4] + margin)
     end
     states[key] = false
   end

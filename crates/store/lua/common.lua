@@ -10,6 +10,9 @@
 -- then six fields per key: algorithm, cost, three parameters and a scale
 --   token_bucket, gcra:                      capacity C, n, p
 --   fixed_window, sliding_window, sliding_log: limit L, window W, 0
+--   concurrency:                             limit N, lease T, 0, and in
+--                                            place of the scale the permit
+--                                            an acquire would hold
 --   the scale (gcra only, else ""): "" or the tag the policy's scale
 --   registry gave the current scale, then ";tag:C:n:p" for each older
 --   scale the caller resolved (see gcra.lua).
@@ -134,13 +137,72 @@ local function state_tag(state)
   return tonumber(string.sub(state, -3))
 end
 
+-- A concurrency key's sorted set as its text state (concurrency.lua):
+-- "<permit>@<expires>" in score order, joined by ","; false when empty.
+local function read_permits(key)
+  local pairs_read = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  if #pairs_read == 0 then
+    return false
+  end
+  local parts = {}
+  for i = 1, #pairs_read, 2 do
+    parts[#parts + 1] = pairs_read[i] .. '@' .. pairs_read[i + 1]
+  end
+  return table.concat(parts, ',')
+end
+
+-- Every key's stored value, in KEYS order (false when absent): strings
+-- in one MGET (each command a script sends costs more than a decision),
+-- a concurrency key's sorted set read on its own.
+local function read_values(first)
+  local strings, at_string, values = {}, {}, {}
+  for i = 1, NKEYS do
+    if ARGV[first + (i - 1) * FIELDS] == 'concurrency' then
+      values[i] = read_permits(KEYS[i])
+    else
+      strings[#strings + 1] = KEYS[i]
+      at_string[#at_string + 1] = i
+    end
+  end
+  if #strings == NKEYS then
+    return redis.call('MGET', unpack(KEYS, 1, NKEYS))
+  end
+  if #strings > 0 then
+    local got = redis.call('MGET', unpack(strings))
+    for j = 1, #at_string do
+      values[at_string[j]] = got[j]
+    end
+  end
+  return values
+end
+
+-- Writes key i's new state (its fields at `first`), living `ttl` ms: a
+-- string, or a concurrency key's permits back into its sorted set (none
+-- left: the key goes).
+local function store_state(first, i, state, ttl)
+  local key = KEYS[i]
+  if ARGV[first + (i - 1) * FIELDS] ~= 'concurrency' then
+    redis.call('SET', key, state, 'PX', int(ttl))
+    return
+  end
+  redis.call('DEL', key)
+  local args = {}
+  for permit, expires in string.gmatch(state, '(%x+)@(%d+)') do
+    args[#args + 1] = expires
+    args[#args + 1] = permit
+  end
+  if #args > 0 then
+    redis.call('ZADD', key, unpack(args))
+    redis.call('PEXPIRE', key, int(ttl))
+  end
+end
+
 -- Reads every key once. Stops the call (before any write) when a gcra
 -- item could meet a state in a scale it was not told: the one stored, or
 -- one that another item of this call writes to the same key.
 local function read_states(first)
   local states = {}
-  -- One MGET: each command a script sends costs more than a decision.
-  local values = redis.call('MGET', unpack(KEYS, 1, NKEYS))
+  local values = read_values(first)
   local one_scale, scale_text = true, nil
   for i = 1, NKEYS do
     states[KEYS[i]] = values[i]
@@ -224,7 +286,7 @@ local function decide_each(now)
     -- must not write, and a fresh state decides as an absent one does.
     -- Rust twin: MemoryStore::decide_at.
     if written and written ~= state and (state or cost > 0) then
-      redis.call('SET', key, written, 'PX', int(reset + margin))
+      store_state(3, i, written, reset + margin)
       states[key] = written
     end
     local o = (i - 1) * 4

@@ -37,7 +37,7 @@ for i = 1, NKEYS do
       ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5])
     -- A peek at an identity never seen creates no key (see decide_each).
     if written and written ~= state and (state or cost > 0) then
-      redis.call('SET', key, written, 'PX', int(reset + margin))
+      store_state(3, i, written, reset + margin)
       states[key] = written
     end
     if known then

@@ -4,7 +4,8 @@
 //! - [`Store`]: a store's own decisions (one check, all-or-nothing, once
 //!   under a request id), on its own clock; a failure is the caller's.
 //! - [`Decide`]: a request's decisions that never fail: a store that
-//!   cannot decide answers by the checks' failure modes.
+//!   cannot decide answers by the checks' failure modes; and releases of
+//!   permits, which can.
 //! - [`Blocks`]: take a block of units, give back what was not spent.
 //! - [`Ledger`]: the lease ledger of `leased` policies.
 //! - [`Admin`]: forget, ping, stats, sweep.
@@ -21,7 +22,7 @@
 
 use std::future::Future;
 
-use tollgate_core::{Decision, Identity, Policy, Taken};
+use tollgate_core::{Decision, Identity, PermitId, Policy, Released, Taken};
 
 use crate::check::Check;
 use crate::error::StoreError;
@@ -68,6 +69,15 @@ pub trait Store: Send + Sync + 'static {
         checks: &[Check<'_>],
         retry: Retry<'_>,
     ) -> impl Future<Output = Result<Retried, StoreError>> + Send;
+
+    /// Frees `permit` of `policy`'s state for `identity` (a concurrency
+    /// policy's) if it is held now, on the store's clock: what it found.
+    fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send;
 }
 
 /// A request's checks decided by `store` itself, as a [`Decide`] asks:
@@ -105,6 +115,16 @@ pub trait Decide: Send + Sync {
         checks: &[GuardedCheck<'_>],
         retry: Option<Retry<'_>>,
     ) -> impl Future<Output = GuardedDecisions> + Send;
+
+    /// Frees a held permit ([`Store::release`]); a guarded store also
+    /// frees one its `local` failure mode handed out. A store that cannot
+    /// be asked fails: no failure mode invents a release.
+    fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send;
 }
 
 /// Blocks of units taken at once (hot leases), spent locally, and what was

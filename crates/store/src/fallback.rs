@@ -243,6 +243,7 @@ fn fail_open(policy: &Policy) -> Decision {
         remaining: 0,
         retry_after_ms: Some(0),
         reset_after_ms: 0,
+        permit: None,
     }
 }
 
@@ -254,6 +255,7 @@ fn fail_closed(policy: &Policy) -> Decision {
         remaining: 0,
         retry_after_ms: Some(FAIL_CLOSED_RETRY_MS),
         reset_after_ms: 0,
+        permit: None,
     }
 }
 

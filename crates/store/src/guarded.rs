@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
+use tollgate_core::{Clock, Decision, Identity, PermitId, Policy, Released, Taken};
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 use crate::check::Check;
@@ -157,6 +157,34 @@ impl<S: Store> Decide for Guarded<S> {
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
         self.decide_all(checks, retry).await
+    }
+
+    /// The shared store frees the permit; so does the local fallback, when
+    /// its `local` failure mode handed it out while the store was down. A
+    /// store that fails, or that the open circuit skips, fails the release
+    /// unless the local fallback freed it: the permit's lease bounds it.
+    async fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> Result<Released, StoreError> {
+        let local = self.local.release(policy, identity, permit);
+        let admission = self.breaker.admit(self.clock.monotonic_ms());
+        let shared = if admission == Admission::Skip {
+            Err(StoreError::Unavailable(
+                "the circuit is open: the store is not asked until it recovers".into(),
+            ))
+        } else {
+            let result = self.shared.release(policy, identity, permit).await;
+            self.breaker
+                .record(admission, result.is_ok(), self.clock.monotonic_ms());
+            result
+        };
+        match (shared, local) {
+            (_, Released::Freed) => Ok(Released::Freed),
+            (shared, _) => shared,
+        }
     }
 }
 

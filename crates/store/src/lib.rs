@@ -30,6 +30,7 @@ mod fallback;
 mod guarded;
 mod lease;
 mod memory;
+mod permit;
 #[cfg(feature = "redis")]
 mod redis;
 mod request_id;

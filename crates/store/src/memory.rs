@@ -38,15 +38,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
-use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, Policy, State, Taken};
+use tollgate_core::{Algorithm, Clock, Decision, Identity, Intent, PermitId, Policy, State, Taken};
 
 use crate::check::Check;
 use crate::check::{self, same_key};
 use crate::error::StoreError;
+use crate::permit::{self, Minter};
 
 mod contract;
 mod eviction;
 mod full;
+mod permits;
 mod records;
 use eviction::{Marks, Now, sweep_table};
 use records::Records;
@@ -199,6 +201,8 @@ pub struct MemoryStore {
     base_lead_ms: i64,
     evictions: AtomicU64,
     refusals: AtomicU64,
+    /// Names the permits of concurrency acquires (crate::permit).
+    minter: Minter,
     /// The budgets of `local` policies' identities that found no room
     /// (memory/full.rs); none in an overflow store itself.
     overflow: Option<Box<MemoryStore>>,
@@ -238,6 +242,7 @@ impl MemoryStore {
             clock,
             evictions: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
+            minter: Minter::default(),
             overflow: None,
         }
     }
@@ -294,13 +299,17 @@ impl MemoryStore {
 
     fn decide_at(&self, check: Check<'_>, now: Now) -> Result<Decision, StoreError> {
         let hash = self.hash(&check);
+        let permit = self.minter.one(&check);
         let mut table = self.shard(hash).0.lock();
         let table = &mut *table;
         let limits = check.policy.limits();
+        let decide = |state: &mut Option<State>| {
+            limits.decide_permit(state, now.wall, check.cost, Intent::Consume, permit)
+        };
         match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
                 let slot = entry.get_mut();
-                let decision = limits.decide(&mut slot.state, now.wall, check.cost);
+                let decision = decide(&mut slot.state);
                 match &slot.state {
                     Some(state) => {
                         slot.mark(Marks::of(limits, state, now, &decision, Some(check.cost)));
@@ -313,7 +322,7 @@ impl MemoryStore {
             }
             Err(_) => {
                 let mut state = None;
-                let decision = limits.decide(&mut state, now.wall, check.cost);
+                let decision = decide(&mut state);
                 // A peek (cost 0) at an identity never seen stores nothing:
                 // a read must not write, and a fresh state decides as an
                 // absent one does (twin: decide_each in common.lua).
@@ -356,8 +365,9 @@ impl MemoryStore {
         }
         let now = self.now();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
+        let permits = self.minter.name(checks);
         let mut guards = self.lock(&hashes);
-        self.decide_locked(&mut guards, checks, &hashes, now)
+        self.decide_locked(&mut guards, checks, &hashes, &permits, now)
     }
 
     /// Locks the shards of `hashes` in ascending order, so no two
@@ -372,12 +382,14 @@ impl MemoryStore {
             .collect()
     }
 
-    /// The all-or-nothing decision, on shards already locked.
+    /// The all-or-nothing decision, on shards already locked; `permits`
+    /// names what each concurrency check would hold (crate::permit).
     fn decide_locked(
         &self,
         guards: &mut Guards<'_>,
         checks: &[Check<'_>],
         hashes: &[u64],
+        permits: &[PermitId],
         now: Now,
     ) -> Result<Vec<Decision>, StoreError> {
         // Decide on copies so nothing is written unless every check admits.
@@ -408,10 +420,16 @@ impl MemoryStore {
             checks
                 .iter()
                 .zip(&copy_of)
-                .map(|(c, &k)| {
-                    c.policy
-                        .limits()
-                        .decide_with(&mut copies[k].1, now.wall, c.cost, intent)
+                .enumerate()
+                .map(|(i, (c, &k))| {
+                    let permit = permit::at(permits, i);
+                    c.policy.limits().decide_permit(
+                        &mut copies[k].1,
+                        now.wall,
+                        c.cost,
+                        intent,
+                        permit,
+                    )
                 })
                 .collect()
         };

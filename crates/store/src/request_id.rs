@@ -145,6 +145,11 @@ impl RequestDigest {
         hasher.finish()
     }
 
+    /// The digest's bytes, for what is named after a request (its permits).
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
+        self.0.as_bytes()
+    }
+
     /// As Redis stores it: the first 128 bits in 32 lowercase hex digits,
     /// so a record's values stay small (Redis keeps a hash of short values
     /// compact, in insertion order). A record an older version wrote

@@ -59,6 +59,7 @@ fn rejected_login(retry_after_ms: u64) -> Decision {
         remaining: 0,
         retry_after_ms: Some(retry_after_ms),
         reset_after_ms: retry_after_ms,
+        permit: None,
     }
 }
 
@@ -262,6 +263,7 @@ async fn a_new_identity_among_limiting_states_gets_its_failure_mode_and_is_count
             remaining: 0,
             retry_after_ms: Some(FAIL_CLOSED_RETRY_MS),
             reset_after_ms: 0,
+            permit: None,
         }]
     );
     assert_eq!(store.refusals(), 1);
@@ -284,6 +286,7 @@ async fn a_new_identity_among_limiting_states_gets_its_failure_mode_and_is_count
                 remaining: 0,
                 retry_after_ms: Some(0),
                 reset_after_ms: 0,
+                permit: None,
             }]
         );
     }

@@ -67,6 +67,7 @@ fn rejected_at_t0(policy: &Policy) -> Decision {
         remaining: 0,
         retry_after_ms: Some(retry),
         reset_after_ms: reset,
+        permit: None,
     }
 }
 

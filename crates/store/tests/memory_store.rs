@@ -218,6 +218,7 @@ fn all_or_nothing_consumes_nothing_when_one_policy_rejects() {
             remaining: 0,
             retry_after_ms: Some(3_600_000),
             reset_after_ms: 3 * 3_600_000,
+            permit: None,
         }
     );
     // The window kept its 2 left: the refused batch took nothing from it.

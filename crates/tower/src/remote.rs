@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use http::{HeaderValue, Uri};
 use thiserror::Error;
-use tollgate_core::Clock;
-use tollgate_limiter::{Check, Decided, Decider};
+use tollgate_core::{Clock, Identity, PermitId, Released};
+use tollgate_limiter::{Check, Decided, Decider, Plan, ReleaseError};
 use tollgate_store::{
-    BreakerConfig, DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, Guarded, GuardedCheck,
-    OnStoreFailure, Replay, RequestHasher, RequestId, Retry,
+    BreakerConfig, DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, Decide, DecidedBy, Guarded,
+    GuardedCheck, OnStoreFailure, Replay, RequestHasher, RequestId, Retry,
 };
 
 mod rejected;
@@ -104,12 +104,15 @@ impl RemoteTollgate {
             return Err(bad("expected http://host[:port]"));
         }
         let path = base.path().trim_end_matches('/');
-        let check = Uri::builder()
-            .scheme("http")
-            .authority(base.authority().map_or("", |a| a.as_str()))
-            .path_and_query(format!("{path}/v1/check"))
-            .build()
-            .map_err(|e| bad(&e.to_string()))?;
+        let endpoint = |name: &str| {
+            Uri::builder()
+                .scheme("http")
+                .authority(base.authority().map_or("", |a| a.as_str()))
+                .path_and_query(format!("{path}/v1/{name}"))
+                .build()
+                .map_err(|e| bad(&e.to_string()))
+        };
+        let (check, release) = (endpoint("check")?, endpoint("release")?);
         let authorization = config
             .token
             .as_ref()
@@ -117,6 +120,7 @@ impl RemoteTollgate {
             .transpose()?;
         let store = RemoteStore::new(
             check,
+            release,
             config.timeout,
             authorization,
             config.max_idle_connections,
@@ -203,12 +207,35 @@ impl Decider for RemoteTollgate {
         }
         if decided.by == DecidedBy::Shared && decided.replay == Replay::Fresh {
             let now_ms = self.clock.now_ms();
+            // A concurrency rejection is only an upper bound (a release may
+            // come sooner): never answered from here.
             for (c, d) in checks.iter().zip(&decided.decisions) {
-                self.rejected
-                    .note(c.plan.policy().name(), c.identity, c.cost, d, now_ms);
+                if !c.plan.policy().limits().holds_permits() {
+                    self.rejected
+                        .note(c.plan.policy().name(), c.identity, c.cost, d, now_ms);
+                }
             }
         }
         decided
+    }
+
+    /// `POST /v1/release` to the server, behind the same breaker (and
+    /// freeing a permit the `local` failure mode handed out meanwhile).
+    async fn release(
+        &self,
+        plan: &Plan,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> Result<bool, ReleaseError> {
+        if !plan.policy().limits().holds_permits() {
+            return Err(ReleaseError::NotConcurrency {
+                policy: plan.policy().name().to_owned(),
+            });
+        }
+        let released = Decide::release(&self.guarded, plan.policy(), identity, permit)
+            .await
+            .map_err(|e| ReleaseError::Remote(e.to_string()))?;
+        Ok(released == Released::Freed)
     }
 }
 

@@ -58,6 +58,7 @@ pub(super) fn decide(
             Some(reset_after_ms)
         },
         reset_after_ms,
+        permit: None,
     }
 }
 

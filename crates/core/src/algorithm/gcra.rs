@@ -64,6 +64,7 @@ pub(super) fn decide(
             Some(saturate(div_ceil(debt + need - full, rate.units_per_ms())))
         },
         reset_after_ms: saturate(div_ceil(debt_after, rate.units_per_ms())),
+        permit: None,
     }
 }
 

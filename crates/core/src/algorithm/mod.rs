@@ -1,16 +1,20 @@
-//! The five algorithms as pure state transitions on integers.
+//! The six algorithms as pure state transitions on integers.
 //!
 //! Each algorithm is a function of (limits, stored state, now, cost) that
 //! returns a [`Decision`] and rewrites the state in place. Nothing here reads
 //! a clock, allocates on the common path, or touches a float. Stores hold a
 //! [`State`] per key and call [`Limits::decide`] under their own atomicity.
+//! A concurrency acquire also takes the id of the permit it would hold
+//! ([`Limits::decide_permit`]), and a release is [`Limits::release`].
 
+mod concurrency;
 mod fixed_window;
 mod gcra;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
+pub use concurrency::{Held, PermitState, Released};
 pub use fixed_window::WindowCount;
 pub use gcra::GcraState;
 pub use sliding_log::{LOG_EXACT_ENTRIES, LOG_MAX_ENTRIES, LogState, log_bucket_ms};
@@ -18,6 +22,7 @@ pub use sliding_window::SlidingCount;
 pub use token_bucket::BucketState;
 
 use crate::decision::Decision;
+use crate::permit::PermitId;
 use crate::policy::Limits;
 
 /// Calls `function` of the policy's algorithm module on its own state
@@ -31,6 +36,7 @@ macro_rules! on_own_state {
             Limits::FixedWindow(p) => on_own_state!(@ state, FixedWindow, fixed_window, $function, p, $($arg),*),
             Limits::SlidingWindow(p) => on_own_state!(@ state, SlidingWindow, sliding_window, $function, p, $($arg),*),
             Limits::SlidingLog(p) => on_own_state!(@ state, SlidingLog, sliding_log, $function, p, $($arg),*),
+            Limits::Concurrency(p) => on_own_state!(@ state, Concurrency, concurrency, $function, p, $($arg),*),
         }
     }};
     (@ $state:ident, $variant:ident, $module:ident, $function:ident, $params:expr, $($arg:expr),*) => {{
@@ -69,6 +75,8 @@ pub enum State {
     SlidingWindow(SlidingCount),
     /// State of a [`Limits::SlidingLog`] key.
     SlidingLog(LogState),
+    /// State of a [`Limits::Concurrency`] key.
+    Concurrency(PermitState),
 }
 
 impl State {
@@ -82,6 +90,7 @@ impl State {
             State::FixedWindow(s) => Some(s.last_ms),
             State::SlidingWindow(s) => Some(s.last_ms),
             State::SlidingLog(s) => Some(s.last_ms),
+            State::Concurrency(_) => None,
         }
     }
 
@@ -102,12 +111,27 @@ impl Limits {
 
     /// Decides with an explicit [`Intent`]. A missing state is a new key; a
     /// state left `None` afterwards means there is nothing worth storing.
+    /// A concurrency acquire here holds the permit [`PermitId::UNNAMED`]:
+    /// a store that hands permits out names each ([`Limits::decide_permit`]).
     pub fn decide_with(
         &self,
         state: &mut Option<State>,
         now_ms: u64,
         cost: u64,
         intent: Intent,
+    ) -> Decision {
+        self.decide_permit(state, now_ms, cost, intent, PermitId::UNNAMED)
+    }
+
+    /// [`Limits::decide_with`], a concurrency acquire holding `permit`
+    /// when admitted (its decision says so); other algorithms ignore it.
+    pub fn decide_permit(
+        &self,
+        state: &mut Option<State>,
+        now_ms: u64,
+        cost: u64,
+        intent: Intent,
+        permit: PermitId,
     ) -> Decision {
         let consume = intent == Intent::Consume;
         // A Copy state is decided where it lies: copied out of its variant
@@ -136,7 +160,28 @@ impl Limits {
             Limits::SlidingLog(p) => {
                 on_own_state!(@ state, SlidingLog, sliding_log, decide, p, now_ms, cost, consume)
             }
+            Limits::Concurrency(p) => {
+                on_own_state!(@ state, Concurrency, concurrency, decide, p, now_ms, cost, consume, permit)
+            }
         }
+    }
+
+    /// Frees `permit` at `now_ms` when these limits hold permits and it is
+    /// held; what it found. A rate's state holds no permit: `Unknown`.
+    pub fn release(&self, state: &mut Option<State>, now_ms: u64, permit: PermitId) -> Released {
+        let Limits::Concurrency(_) = self else {
+            return Released::Unknown;
+        };
+        let mut own = match state.take() {
+            Some(State::Concurrency(s)) => Some(s),
+            other => {
+                *state = other;
+                return Released::Unknown;
+            }
+        };
+        let found = concurrency::release(&mut own, now_ms, permit);
+        *state = own.map(State::Concurrency);
+        found
     }
 
     /// The first ms at which a request of cost 1 would be admitted if
@@ -165,6 +210,9 @@ impl Limits {
             }
             (Limits::SlidingLog(w), State::SlidingLog(s)) => {
                 Some(sliding_log::wait_for_one_ms(w, s, now_ms))
+            }
+            (Limits::Concurrency(p), State::Concurrency(s)) => {
+                return concurrency::admits_one_from_ms(p, s, now_ms);
             }
             // Another algorithm's state is taken as absent: a new key, and
             // every limit admits at least one unit.
@@ -195,6 +243,7 @@ impl Limits {
                 | (Limits::FixedWindow(_), Some(State::FixedWindow(_)))
                 | (Limits::SlidingWindow(_), Some(State::SlidingWindow(_)))
                 | (Limits::SlidingLog(_), Some(State::SlidingLog(_)))
+                | (Limits::Concurrency(_), Some(State::Concurrency(_)))
         );
         if !own {
             return 0;

@@ -98,6 +98,7 @@ pub(super) fn decide(
         remaining: super::remaining(u128::from(limit.saturating_sub(log.counted))),
         retry_after_ms,
         reset_after_ms,
+        permit: None,
     }
 }
 

@@ -79,6 +79,7 @@ pub(super) fn decide(
         remaining: super::remaining(remaining),
         retry_after_ms,
         reset_after_ms: saturate(reset_after_ms),
+        permit: None,
     }
 }
 

@@ -61,6 +61,7 @@ pub(super) fn decide(
             Some(saturate(div_ceil(need - avail, rate.units_per_ms())))
         },
         reset_after_ms: saturate(div_ceil(full - left, rate.units_per_ms())),
+        permit: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn decision(remaining: i64, reset_after_ms: u64) -> Decision {
         remaining,
         retry_after_ms: Some(0),
         reset_after_ms,
+        permit: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn taken(remaining: i64) -> Decision {
         remaining,
         retry_after_ms: Some(0),
         reset_after_ms: 10_000,
+        permit: None,
     }
 }
 
@@ -195,6 +196,7 @@ fn refused() -> Decision {
         remaining: 7,
         retry_after_ms: Some(300),
         reset_after_ms: 4_000,
+        permit: None,
     }
 }
 

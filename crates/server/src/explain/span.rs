@@ -21,13 +21,22 @@ pub(super) fn span(serve: &ServePolicy, deployment: &Deployment) -> (String, Val
         Limits::SlidingWindow(w) => sliding_window(w),
         Limits::SlidingLog(w) => sliding_log(w),
         Limits::TokenBucket(r) | Limits::Gcra(r) => bucket(r),
+        Limits::Concurrency(p) => (
+            format!(
+                "at most {} in flight; a holder that dies before releasing keeps its permit until its lease ({}) ends.",
+                p.limit(),
+                format_duration_ms(p.lease_ms())
+            ),
+            json!({"in_flight": p.limit(), "lease_ms": p.lease_ms()}),
+        ),
     };
     // A block is counted when taken and spent within its term; a fixed
     // window's never past its window, so its figures stand.
     if let Some(rule) = serve.hot_lease {
         let term = format_duration_ms(rule.term_ms);
         let shifted = match limits {
-            Limits::FixedWindow(_) => None,
+            // Refused at config load: a permit is no block of units.
+            Limits::FixedWindow(_) | Limits::Concurrency(_) => None,
             Limits::SlidingWindow(_) | Limits::SlidingLog(_) => Some(format!(
                 " With hot_lease an instance admits a block's units up to {term} after the store \
                  counted them: these figures are the store's count, and admissions can come up to \

@@ -4,7 +4,7 @@
 
 use std::future::{Future, ready};
 
-use tollgate_core::{Decision, Identity, Policy, Taken};
+use tollgate_core::{Decision, Identity, PermitId, Policy, Released, Taken};
 
 use super::MemoryStore;
 use crate::check::Check;
@@ -36,6 +36,15 @@ impl Store for MemoryStore {
     ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
         ready(self.decide_once_now(checks, retry))
     }
+
+    fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        ready(Ok(MemoryStore::release(self, policy, identity, permit)))
+    }
 }
 
 impl Decide for MemoryStore {
@@ -56,6 +65,15 @@ impl Decide for MemoryStore {
             },
             ok => fallback::shared(ok),
         }
+    }
+
+    async fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> Result<Released, StoreError> {
+        Ok(MemoryStore::release(self, policy, identity, permit))
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tollgate_core::Algorithm;
 
 use super::{MemoryStore, Now, Table, table_for};
+use crate::permit;
 use crate::request_id::{self, MAX_REPLAYS, Replay, RequestDigest, RequestId, Retried, Retry};
 use crate::{Check, StoreError};
 
@@ -100,6 +101,7 @@ impl MemoryStore {
         };
         let now = self.now();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
+        let permits = permit::name_all(checks, &retry);
         let mut guards = self.lock(&hashes);
         let hash = hashes[0];
         // A record of this request answers (and counts) a replay until its
@@ -121,13 +123,15 @@ impl MemoryStore {
                 });
             }
             let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, ..*c }).collect();
-            let peeked = self.decide_locked(&mut guards, &peeks, &hashes, now)?;
+            let peeked = self.decide_locked(&mut guards, &peeks, &hashes, &[], now)?;
+            let mut decisions = request_id::replayed(peeked);
+            permit::name_replayed(checks, &retry, &mut decisions);
             return Ok(Retried {
-                decisions: request_id::replayed(peeked),
+                decisions,
                 replay: Replay::Replayed,
             });
         }
-        let decisions = self.decide_locked(&mut guards, checks, &hashes, now)?;
+        let decisions = self.decide_locked(&mut guards, checks, &hashes, &permits, now)?;
         if decisions.iter().all(|d| d.allowed) {
             let table = table_for(&mut guards, self.shard_index(hash));
             self.record(table, hash, first, retry, now);

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tollgate_core::{Clock, Decision, Identity, Policy, Taken};
+use tollgate_core::{Clock, Decision, Identity, PermitId, Policy, Released, Taken};
 
 use super::RedisStore;
 use crate::check::Check;
@@ -54,6 +54,16 @@ impl Store for AtClock {
         self.store
             .decide_once_at(checks, retry, self.clock.now_ms())
     }
+
+    fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        self.store
+            .release_at(policy, identity, permit, self.clock.now_ms())
+    }
 }
 
 impl Decide for AtClock {
@@ -65,6 +75,15 @@ impl Decide for AtClock {
         // Boxed: replay's futures would otherwise widen every decision's
         // future, and the hot paths move it.
         fallback::shared(Box::pin(contract::decide_checks(self, checks, retry)).await)
+    }
+
+    async fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> Result<Released, StoreError> {
+        Box::pin(Store::release(self, policy, identity, permit)).await
     }
 }
 

@@ -171,6 +171,7 @@ fn refused(item: &Item) -> Decision {
         remaining: 0,
         retry_after_ms: None,
         reset_after_ms: 0,
+        permit: None,
     }
 }
 

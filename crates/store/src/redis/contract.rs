@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use tollgate_core::{Decision, Identity, Policy, Taken};
+use tollgate_core::{Decision, Identity, PermitId, Policy, Released, Taken};
 
 use super::RedisStore;
 use super::script::{At, Item};
@@ -83,7 +83,7 @@ impl Store for RedisStore {
         checks: &[Check<'_>],
         retry: Retry<'_>,
     ) -> impl Future<Output = Result<Retried, StoreError>> + Send {
-        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        let mut items = self.items_once(checks, &retry);
         let never = check::never_fit_in_batch(checks);
         let once = self.once(&items, retry);
         let boxed: Boxed<'s, Retried> = Box::pin(async move {
@@ -107,6 +107,18 @@ impl Store for RedisStore {
             }
             Ok(retried)
         });
+        boxed
+    }
+
+    fn release<'s>(
+        &'s self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        let key = (policy.clone(), identity.clone());
+        let boxed: Boxed<'s, Released> =
+            Box::pin(async move { RedisStore::release(self, &key.0, &key.1, permit).await });
         boxed
     }
 }

@@ -34,6 +34,7 @@ mod once;
 mod prelude;
 mod registry;
 mod rejected;
+mod release;
 mod replay_prefix;
 mod scales;
 mod script;
@@ -62,6 +63,8 @@ use script::{At, Item, Lua, Once, SCRIPTS, decision, decisions};
 use crate::check;
 use crate::check::Check;
 use crate::error::StoreError;
+use crate::permit::{self, Minter};
+use crate::request_id::Retry;
 
 /// Keys decided at a given time (replay, tests) live at least this long,
 /// so a fast replay never outruns its own state.
@@ -89,6 +92,8 @@ struct Shared {
     /// give-backs, lease renewals, scale lookups, resends after NOSCRIPT).
     script_calls: Arc<AtomicU64>,
     scales: Arc<scales::Scales>,
+    /// Names the permits of concurrency acquires (crate::permit).
+    minter: Minter,
 }
 
 /// Calls made again because a gcra state named a scale the call did not:
@@ -222,6 +227,7 @@ impl RedisStore {
             batched_calls: AtomicU64::new(0),
             script_calls,
             scales,
+            minter: Minter::default(),
         });
         let (queue, jobs) = mpsc::channel(config.batch.queue);
         tokio::spawn(batch::gather(
@@ -480,13 +486,30 @@ impl RedisStore {
         .await
     }
 
+    /// The script's item for `check`; an acquire names a fresh permit.
     fn item(&self, check: &Check<'_>) -> Item {
-        Item::new(
+        let mut item = Item::new(
             self.key(check.policy, check.identity),
             check.policy.name_arc(),
             check.policy.limits(),
             check.cost,
-        )
+        );
+        if permit::holds_permit(check) {
+            item.permit = Some(self.shared.minter.fresh());
+        }
+        item
+    }
+
+    /// The items of `checks` under `retry`: an acquire names the request's
+    /// own permit (crate::permit), so a retry meets the same one.
+    fn items_once(&self, checks: &[Check<'_>], retry: &Retry<'_>) -> Vec<Item> {
+        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        for (i, item) in items.iter_mut().enumerate() {
+            if item.permit.is_some() {
+                item.permit = Some(permit::of_request(retry, i));
+            }
+        }
+        items
     }
 
     fn given_margin(&self) -> u64 {
@@ -604,8 +627,11 @@ impl RedisStore {
                 }
             }
         }
-        out.into_iter()
+        let mut decided = out
+            .into_iter()
             .map(|d| d.ok_or_else(|| StoreError::Protocol("a check went undecided".into())))
-            .collect()
+            .collect::<Result<Vec<Decision>, StoreError>>()?;
+        script::settle_permits(&mut decided);
+        Ok(decided)
     }
 }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use tokio::sync::oneshot;
 use tollgate_core::Decision;
 
-use super::script::{At, Item, Once, SCRIPTS, decisions};
+use super::script::{self, At, Item, Once, SCRIPTS, decisions};
 use super::{Answer, RedisStore, batch, errors, key};
 use crate::check;
 use crate::request_id::{self, Replay, Retried, Retry};
@@ -35,7 +35,7 @@ impl RedisStore {
         retry: Retry<'_>,
         now_ms: u64,
     ) -> Result<Retried, StoreError> {
-        let mut items: Vec<Item> = checks.iter().map(|c| self.item(c)).collect();
+        let mut items = self.items_once(checks, &retry);
         self.shared.tag_all(&mut items);
         let Some(once) = self.once(&items, retry) else {
             return Ok(Retried {
@@ -143,11 +143,13 @@ impl RedisStore {
             at,
             margin_ms,
         };
-        if others.is_empty() {
-            call.one_slot(record_group).await
+        let mut retried = if others.is_empty() {
+            call.one_slot(record_group).await?
         } else {
-            call.across_slots(record_group, others).await
-        }
+            call.across_slots(record_group, others).await?
+        };
+        script::settle_permits(&mut retried.decisions);
+        Ok(retried)
     }
 
     /// `items`' indices grouped by Cluster slot (one group off a Cluster),

@@ -20,6 +20,9 @@
 //! keeps a flood of peeks cheap is the store's bounded work per call (a
 //! sliding_log parses at most `LOG_MAX_ENTRIES` entries).
 //!
+//! A concurrency key is never cached: a release (any instance's) frees a
+//! permit before its lease ends, so its rejection is only an upper bound.
+//!
 //! Entries are keyed by the policy's parameters too, so a changed limit
 //! misses at once. The map is bounded: full shards drop expired entries,
 //! and when none has expired the new entry is simply not cached.
@@ -125,7 +128,11 @@ impl RejectedCache {
         let Some(retry) = decision.retry_after_ms else {
             return;
         };
-        if decision.allowed || retry == 0 || self.per_shard == 0 {
+        if decision.allowed
+            || retry == 0
+            || self.per_shard == 0
+            || item.algorithm == Algorithm::Concurrency
+        {
             return;
         }
         let until = sent + Duration::from_millis(retry);

@@ -11,7 +11,7 @@
 use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Script};
-use tollgate_core::{Algorithm, Decision, Limits};
+use tollgate_core::{Algorithm, Decision, Limits, PermitId};
 
 use crate::StoreError;
 
@@ -32,6 +32,7 @@ macro_rules! every_algorithm {
             "fixed_window.lua",
             "sliding_window.lua",
             "sliding_log.lua",
+            "concurrency.lua",
             $($main),*
         )
     };
@@ -49,6 +50,8 @@ pub mod source {
     pub const SLIDING_WINDOW: &str = lua!("sliding_window.lua", "decide.lua");
     /// Independent decisions of sliding_log keys only.
     pub const SLIDING_LOG: &str = lua!("sliding_log.lua", "decide.lua");
+    /// Independent decisions of concurrency keys only.
+    pub const CONCURRENCY: &str = lua!("concurrency.lua", "decide.lua");
     /// Independent decisions of any algorithms.
     pub const BATCH: &str = every_algorithm!("decide.lua");
     /// All-or-nothing across keys.
@@ -62,6 +65,11 @@ pub mod source {
     pub const TAKE: &str = every_algorithm!("take.lua");
     /// Gives back the unused units of a hot-lease block.
     pub const GIVE_BACK: &str = every_algorithm!("give_back.lua");
+    /// Frees one held permit of a concurrency key.
+    pub const RELEASE: &str = concat!(
+        include_str!("../../lua/common.lua"),
+        include_str!("../../lua/release.lua")
+    );
     /// Gives a gcra scale its tag in the policy's registry.
     pub const REGISTER_SCALE: &str = include_str!("../../lua/register_scale.lua");
     /// A leased policy's ledger: asks for a region's share.
@@ -88,13 +96,14 @@ impl Lua {
 }
 
 pub struct Scripts {
-    by_algorithm: [Lua; 5],
+    by_algorithm: [Lua; 6],
     pub batch: Lua,
     pub decide_all: Lua,
     pub decide_once: Lua,
     pub decide_each_once: Lua,
     pub take: Lua,
     pub give_back: Lua,
+    pub release: Lua,
     pub register_scale: Lua,
     pub lease: Lua,
 }
@@ -116,6 +125,7 @@ impl Scripts {
             decide_each_once,
             take,
             give_back,
+            release,
             register_scale,
             lease,
         } = self;
@@ -126,6 +136,7 @@ impl Scripts {
             decide_each_once,
             take,
             give_back,
+            release,
             register_scale,
             lease,
         ])
@@ -140,6 +151,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         Lua::new(source::FIXED_WINDOW),
         Lua::new(source::SLIDING_WINDOW),
         Lua::new(source::SLIDING_LOG),
+        Lua::new(source::CONCURRENCY),
     ],
     batch: Lua::new(source::BATCH),
     decide_all: Lua::new(source::DECIDE_ALL),
@@ -147,6 +159,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     decide_each_once: Lua::new(source::DECIDE_EACH_ONCE),
     take: Lua::new(source::TAKE),
     give_back: Lua::new(source::GIVE_BACK),
+    release: Lua::new(source::RELEASE),
     register_scale: Lua::new(source::REGISTER_SCALE),
     lease: Lua::new(source::LEASE),
 });
@@ -165,6 +178,9 @@ pub struct Item {
     pub tag: Option<u16>,
     /// `;tag:C:n:p` for each older scale the call must name (usually none).
     pub older: String,
+    /// The permit a concurrency acquire would hold (crate::permit), sent
+    /// in place of the scale; `None` for a look and for every rate.
+    pub permit: Option<PermitId>,
 }
 
 impl Item {
@@ -176,6 +192,7 @@ impl Item {
             Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
                 [w.limit(), w.window_ms(), 0]
             }
+            Limits::Concurrency(p) => [p.limit(), p.lease_ms(), 0],
         };
         Self {
             key,
@@ -186,6 +203,7 @@ impl Item {
             limit: limits.limit(),
             tag: None,
             older: String::new(),
+            permit: None,
         }
     }
 }
@@ -268,7 +286,12 @@ pub fn command(
             .arg(item.params[0])
             .arg(item.params[1])
             .arg(item.params[2]);
-        // The scale field (see common.lua): the tag, then older scales.
+        // The scale field (see common.lua): the tag, then older scales;
+        // a concurrency acquire's permit instead.
+        if let Some(permit) = item.permit {
+            cmd.arg(permit.to_string());
+            continue;
+        }
         match (item.tag, item.older.is_empty()) {
             (None, true) => cmd.arg(""),
             (Some(tag), true) => cmd.arg(tag),
@@ -301,7 +324,9 @@ pub fn decisions(items: &[&Item], reply: &[i64]) -> Result<Vec<Decision>, StoreE
         .collect()
 }
 
-/// One item's four integers (allowed, remaining, retry, reset).
+/// One item's four integers (allowed, remaining, retry, reset). An
+/// admitted acquire names the item's permit (an all-or-nothing call that
+/// rejected drops it again: [`settle_permits`]).
 pub fn decision(item: &Item, d: &[i64]) -> Result<Decision, StoreError> {
     let [allowed, remaining, retry, reset] = d else {
         return Err(StoreError::Protocol(format!(
@@ -309,12 +334,13 @@ pub fn decision(item: &Item, d: &[i64]) -> Result<Decision, StoreError> {
             d.len()
         )));
     };
+    let allowed = match allowed {
+        1 => true,
+        0 => false,
+        x => return Err(StoreError::Protocol(format!("allowed = {x}"))),
+    };
     Ok(Decision {
-        allowed: match allowed {
-            1 => true,
-            0 => false,
-            x => return Err(StoreError::Protocol(format!("allowed = {x}"))),
-        },
+        allowed,
         limit: item.limit,
         remaining: *remaining,
         retry_after_ms: match retry {
@@ -322,7 +348,18 @@ pub fn decision(item: &Item, d: &[i64]) -> Result<Decision, StoreError> {
             x => Some(non_negative(*x, "retry_after_ms")?),
         },
         reset_after_ms: non_negative(*reset, "reset_after_ms")?,
+        permit: item.permit.filter(|_| allowed),
     })
+}
+
+/// An all-or-nothing call holds its permits only when every check was
+/// admitted: a rejected call's decisions name none.
+pub fn settle_permits(decisions: &mut [Decision]) {
+    if !decisions.iter().all(|d| d.allowed) {
+        for d in decisions {
+            d.permit = None;
+        }
+    }
 }
 
 fn non_negative(x: i64, what: &str) -> Result<u64, StoreError> {

@@ -117,6 +117,7 @@ mod tests {
             remaining: 0,
             retry_after_ms: Some(retry_ms),
             reset_after_ms: 4_000,
+            permit: None,
         }
     }
 

@@ -11,8 +11,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tollgate_core::Decision;
-use tollgate_http::request_id_mismatch;
+use tollgate_core::{Decision, Identity, PermitId, Policy, Released};
+use tollgate_http::{ReleaseAnswer, request_id_mismatch};
 use tollgate_store::{Check, Replay, Retried, Retry, Store, StoreError};
 
 use super::wire;
@@ -25,6 +25,7 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 pub(crate) struct RemoteStore {
     client: Client<HttpConnector, Full<Bytes>>,
     check: Uri,
+    release: Uri,
     timeout: Duration,
     authorization: Option<HeaderValue>,
 }
@@ -32,6 +33,7 @@ pub(crate) struct RemoteStore {
 impl RemoteStore {
     pub(crate) fn new(
         check: Uri,
+        release: Uri,
         timeout: Duration,
         authorization: Option<HeaderValue>,
         max_idle: usize,
@@ -45,43 +47,49 @@ impl RemoteStore {
         Self {
             client,
             check,
+            release,
             timeout,
             authorization,
         }
     }
 
-    async fn call(&self, checks: &[Check<'_>], id: Option<&str>) -> Result<Retried, StoreError> {
-        let body = wire::body(checks, id)?;
+    /// POSTs `body` to `uri` within the timeout: the status and the body.
+    async fn post(&self, uri: &Uri, body: Vec<u8>) -> Result<(StatusCode, Bytes), StoreError> {
         let mut request = Request::builder()
             .method(Method::POST)
-            .uri(self.check.clone())
+            .uri(uri.clone())
             .header(header::CONTENT_TYPE, "application/json");
         if let Some(auth) = &self.authorization {
             request = request.header(header::AUTHORIZATION, auth.clone());
         }
         let request = request
             .body(Full::new(Bytes::from(body)))
-            .map_err(|e| StoreError::Config(format!("/v1/check request: {e}")))?;
+            .map_err(|e| StoreError::Config(format!("{} request: {e}", uri.path())))?;
         let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| {
                 if e.is_connect() {
-                    StoreError::Refused(format!("{}: {e}", self.check))
+                    StoreError::Refused(format!("{uri}: {e}"))
                 } else {
-                    StoreError::Unavailable(format!("{}: {e}", self.check))
+                    StoreError::Unavailable(format!("{uri}: {e}"))
                 }
             })?;
             let status = response.status();
             let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
                 .collect()
                 .await
-                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", self.check)))?
+                .map_err(|e| StoreError::Unavailable(format!("{uri}: {e}")))?
                 .to_bytes();
             Ok::<_, StoreError>((status, body))
         };
-        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+        tokio::time::timeout(self.timeout, exchange)
             .await
-            .map_err(|_| StoreError::Timeout { timeout_ms })??;
+            .map_err(|_| StoreError::Timeout { timeout_ms })?
+    }
+
+    async fn call(&self, checks: &[Check<'_>], id: Option<&str>) -> Result<Retried, StoreError> {
+        let body = wire::body(checks, id)?;
+        let (status, body) = self.post(&self.check, body).await?;
         if status == StatusCode::UNPROCESSABLE_ENTITY && is_mismatch(&body) {
             // The id was first sent with another request: the client's
             // fault, answered as the server answers it, not a store fault.
@@ -91,7 +99,7 @@ impl RemoteStore {
             });
         }
         if status != StatusCode::OK {
-            return Err(refused(status, &body));
+            return Err(refused("/v1/check", status, &body));
         }
         let (decisions, replayed) = wire::decisions(&body, checks.len())?;
         Ok(Retried {
@@ -122,8 +130,8 @@ fn detail(body: &[u8]) -> String {
 /// outage (5xx) fails over like an unreachable one; a refused token or an
 /// unknown policy is a configuration fault, failed over all the same (the
 /// client has no other answer) and named in the log.
-fn refused(status: StatusCode, body: &[u8]) -> StoreError {
-    let said = format!("/v1/check answered {status}: {}", detail(body));
+fn refused(path: &str, status: StatusCode, body: &[u8]) -> StoreError {
+    let said = format!("{path} answered {status}: {}", detail(body));
     match status {
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => StoreError::Auth(said),
         s if s.is_server_error() => StoreError::Unavailable(said),
@@ -151,5 +159,27 @@ impl Store for RemoteStore {
         retry: Retry<'_>,
     ) -> Result<Retried, StoreError> {
         self.call(checks, Some(retry.id.as_str())).await
+    }
+
+    /// `POST /v1/release`: the server frees the permit in its own store.
+    async fn release(
+        &self,
+        policy: &Policy,
+        identity: &Identity,
+        permit: PermitId,
+    ) -> Result<Released, StoreError> {
+        let body = wire::release_body(policy, identity, permit)?;
+        let (status, body) = self.post(&self.release, body).await?;
+        if status != StatusCode::OK {
+            return Err(refused("/v1/release", status, &body));
+        }
+        let answer: ReleaseAnswer = serde_json::from_slice(&body)
+            .map_err(|e| StoreError::Protocol(format!("/v1/release answer: {e}")))?;
+        // The server's answer says only whether it freed one.
+        Ok(if answer.released {
+            Released::Freed
+        } else {
+            Released::Unknown
+        })
     }
 }

@@ -5,8 +5,8 @@
 //! an object of its named parts — so a check asked remotely spends the
 //! same identity's budget as one asked in process.
 
-use tollgate_core::{Decision, Identity};
-use tollgate_http::{BatchDecision, CheckBody, CheckDecision, CheckItem, CheckKey};
+use tollgate_core::{Decision, Identity, PermitId, Policy};
+use tollgate_http::{BatchDecision, CheckBody, CheckDecision, CheckItem, CheckKey, ReleaseBody};
 use tollgate_store::{Check, StoreError};
 
 /// The key of `identity`, read back from its encoding (tollgate-core's
@@ -72,6 +72,25 @@ pub(crate) fn body(checks: &[Check<'_>], request_id: Option<&str>) -> Result<Vec
     serde_json::to_vec(&body).map_err(|e| StoreError::Protocol(e.to_string()))
 }
 
+/// The `/v1/release` body for `permit` of `policy` held by `identity`.
+pub(crate) fn release_body(
+    policy: &Policy,
+    identity: &Identity,
+    permit: PermitId,
+) -> Result<Vec<u8>, StoreError> {
+    let key = key_of(identity).ok_or_else(|| {
+        StoreError::Config(format!(
+            "identity {identity} has no /v1/release key (not UTF-8, or a shard)"
+        ))
+    })?;
+    let body = ReleaseBody {
+        policy: policy.name().into(),
+        key,
+        permit,
+    };
+    serde_json::to_vec(&body).map_err(|e| StoreError::Protocol(e.to_string()))
+}
+
 fn decision(d: &CheckDecision<'_>) -> Decision {
     Decision {
         allowed: d.allowed,
@@ -79,6 +98,7 @@ fn decision(d: &CheckDecision<'_>) -> Decision {
         remaining: i64::try_from(d.remaining).unwrap_or(i64::MAX),
         retry_after_ms: d.retry_after_ms,
         reset_after_ms: d.reset_after_ms,
+        permit: d.permit,
     }
 }
 
