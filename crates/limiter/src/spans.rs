@@ -72,7 +72,9 @@ impl Limiter {
                 .instrument(span.clone())
                 .await
         } else {
-            self.decide_checks(checks, id).instrument(span.clone()).await
+            self.decide_checks(checks, id)
+                .instrument(span.clone())
+                .await
         };
         record(&span, &decided);
         decided

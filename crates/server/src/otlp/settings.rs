@@ -160,7 +160,9 @@ mod tests {
             sampler: Some(SamplerName::AlwaysOff),
             sampler_arg: Some(0.5),
         };
-        let from_file = resolve(Some(&file), &env_of(&[])).expect("resolves").expect("exports");
+        let from_file = resolve(Some(&file), &env_of(&[]))
+            .expect("resolves")
+            .expect("exports");
         assert_eq!(from_file.endpoint, "http://file:4317");
         assert_eq!(from_file.protocol, Protocol::Grpc);
         assert_eq!(from_file.service_name, "from-file");
@@ -176,7 +178,9 @@ mod tests {
             ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
             ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
         ]);
-        let from_env = resolve(Some(&file), &env).expect("resolves").expect("exports");
+        let from_env = resolve(Some(&file), &env)
+            .expect("resolves")
+            .expect("exports");
         assert_eq!(from_env.endpoint, "http://env:4318/custom");
         assert_eq!(from_env.protocol, Protocol::HttpProtobuf);
         assert_eq!(from_env.service_name, "from-env");
