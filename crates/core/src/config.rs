@@ -26,6 +26,7 @@ use thiserror::Error;
 use crate::node_path;
 pub use locate::{Locator, NodePath, Position, Step};
 pub use permits::{MAX_LEASE_MS, MAX_PERMITS};
+use unknown_field::{check_fields, check_known};
 pub use unknown_field::{did_you_mean, unknown_field};
 
 use crate::duration::{format_duration_ms, parse_duration_ms};
@@ -464,63 +465,6 @@ pub fn parse_policy(
         }
     };
     Ok(Policy::new(name, limits))
-}
-
-/// Refuses a field neither the algorithm nor the caller knows, listing the
-/// algorithm's own fields, then what else a policy may hold.
-fn check_fields(
-    name: &str,
-    algorithm: Algorithm,
-    own: &[&str],
-    extra_fields: &[&str],
-    fields: &Map<String, Value>,
-) -> Result<(), ConfigError> {
-    let hint = format!(" for algorithm {algorithm}");
-    check_known(name, own, extra_fields, fields, &hint)
-}
-
-/// Refuses the first field of `fields` that is neither in `own` (a
-/// policy's `name` and `algorithm`, then its algorithm's fields) nor in
-/// `extra_fields`, suggesting the nearest known one; `hint` follows
-/// `unknown field` when the field belongs to another algorithm.
-fn check_known(
-    name: &str,
-    own: &[&str],
-    extra_fields: &[&str],
-    fields: &Map<String, Value>,
-    hint: &str,
-) -> Result<(), ConfigError> {
-    let Some(key) = fields
-        .keys()
-        .find(|k| !own.contains(&k.as_str()) && !extra_fields.contains(&k.as_str()))
-    else {
-        return Ok(());
-    };
-    let hint = match key.as_str() {
-        "capacity" | "refill" | "limit" | "window" | "lease" => hint,
-        _ => "",
-    };
-    let also = if extra_fields.is_empty() {
-        String::new()
-    } else {
-        format!("; any policy: {}", extra_fields.join(", "))
-    };
-    let known: Vec<&str> = own.iter().chain(extra_fields).copied().collect();
-    // `name` and `algorithm` are listed only when missing.
-    let listed: Vec<&str> = own
-        .iter()
-        .filter(|k| !matches!(**k, "name" | "algorithm") || !fields.contains_key(**k))
-        .copied()
-        .collect();
-    Err(ConfigError::field(
-        name,
-        key,
-        format!(
-            "unknown field{hint}{} (expected: {}{also})",
-            did_you_mean(key, &known),
-            listed.join(", ")
-        ),
-    ))
 }
 
 fn parse_rate(name: &str, fields: &Map<String, Value>) -> Result<Rate, ConfigError> {

@@ -21,8 +21,7 @@ use crate::carry;
 use crate::decision_log::{DecisionLog, LOG_INTERVAL_MS};
 use crate::metrics::{DegradedLabels, LimiterMetrics, PolicyCounters};
 use crate::plan::{Check, carried_checks, carried_keys};
-use crate::sampled_log::{DecisionSampling, Made, SampledLog, Verdict};
-use crate::shadow::{shadow_looked, would_allow};
+use crate::sampled_log::{DecisionSampling, SampledLog};
 use crate::spans;
 use crate::stores::{StoreName, StoreWatch};
 use crate::trace::TraceSink;
@@ -197,7 +196,8 @@ impl Limiter {
         let id = id.map(|id| (id, digest(checks, shape)));
         // The traced path is boxed, so the untraced future is no larger.
         let decided = if spans::spans_on() {
-            Box::pin(self.decide_traced(checks, id)).await
+            let decided = self.decide_any(checks, id);
+            Box::pin(spans::decide_within(checks, id.map(|(id, _)| id), decided)).await
         } else if checks.iter().any(|c| c.plan.shadow()) {
             Box::pin(self.decide_shadowed(checks, id)).await
         } else {
@@ -207,7 +207,8 @@ impl Limiter {
         self.metrics
             .decision_seconds
             .observe(took_us as f64 / 1_000_000.0);
-        self.log_sampled(checks, &decided, took_us);
+        self.sampled_log
+            .log_checks(checks, &decided, took_us, &self.stores);
         // A retry answered from its record, or a refused id, spent nothing:
         // replaying it would.
         if let (Some(trace), Some(now_ms)) = (self.trace.get(), started_ms)
@@ -223,38 +224,21 @@ impl Limiter {
         decided
     }
 
-    /// The sampled checks' decisions into the per-decision debug log.
-    fn log_sampled(&self, checks: &[Check<'_>], decided: &Decided, took_us: u64) {
-        let degraded = match decided.by {
-            DecidedBy::Shared => "none",
-            by => by.name(),
-        };
-        let looked = shadow_looked(checks, decided);
-        for (check, decision) in checks.iter().zip(&decided.decisions) {
-            if !check.counted || !self.sampled_log.take() {
-                continue;
-            }
-            let store = self
-                .stores
-                .get(check.plan.store())
-                .map_or("", |watch| watch.name.role.as_str());
-            let made = Made {
-                store,
-                degraded,
-                latency_us: took_us,
-            };
-            let policy = check.plan.policy().name();
-            let verdict = match check.plan.shadow() {
-                true => Verdict::Shadow(would_allow(check, decision, looked)),
-                false => Verdict::Enforced(decision.allowed),
-            };
-            self.sampled_log
-                .log(policy, verdict, check.identity, check.cost, decision, &made);
+    /// A traced request's checks, shadow-mode ones apart from the enforced.
+    async fn decide_any(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<(&RequestId, RequestDigest)>,
+    ) -> Decided {
+        if checks.iter().any(|c| c.plan.shadow()) {
+            Box::pin(self.decide_shadowed(checks, id)).await
+        } else {
+            self.decide_checks(checks, id).await
         }
     }
 
     /// Checks on one store in one call, or across stores in order.
-    pub(crate) async fn decide_checks(
+    async fn decide_checks(
         &self,
         checks: &[Check<'_>],
         id: Option<(&RequestId, RequestDigest)>,
@@ -275,7 +259,7 @@ impl Limiter {
     /// uncounted), as enforcing them would have spent nothing of a
     /// rejected request, and a replayed one was charged the first time.
     /// A look's would-be verdict is [`crate::would_allow`]'s.
-    pub(crate) async fn decide_shadowed(
+    async fn decide_shadowed(
         &self,
         checks: &[Check<'_>],
         id: Option<(&RequestId, RequestDigest)>,
@@ -363,7 +347,9 @@ impl Limiter {
             Vec::new()
         };
         let mut decided = if spans::spans_on() {
-            Box::pin(self.call_traced(store, backend, checks, &picks, retry)).await
+            let name = self.stores.get(store).map(|watch| &watch.name);
+            let call = self.call(backend, checks, &picks, 0, retry);
+            Box::pin(spans::store_within(name, call)).await
         } else {
             self.call(backend, checks, &picks, 0, retry).await
         };
@@ -476,7 +462,7 @@ impl Limiter {
     /// sharded ones on their pick's shard (`spill` shards further on), and
     /// each on the shard layouts its plan carries from before a reload
     /// (crate::carry), folded back into its decision.
-    pub(crate) async fn call(
+    async fn call(
         &self,
         backend: &Backend,
         checks: &[Check<'_>],

@@ -8,8 +8,12 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate_core::{Decision, Identity};
+use tollgate_store::{DecidedBy, GuardedDecisions};
 
 use crate::metrics::HotSeries;
+use crate::plan::Check;
+use crate::shadow::{shadow_looked, would_allow};
+use crate::stores::StoreWatch;
 
 /// The tracing target of the per-decision events.
 pub const DECISION_TARGET: &str = "tollgate::decision";
@@ -159,5 +163,40 @@ impl SampledLog {
             latency_us = made.latency_us,
             "decision"
         );
+    }
+
+    /// The sampled checks' decisions, one debug event each: `took_us`
+    /// the whole request's, a check's store named by its role in `stores`.
+    pub(crate) fn log_checks(
+        &self,
+        checks: &[Check<'_>],
+        decided: &GuardedDecisions,
+        took_us: u64,
+        stores: &[StoreWatch],
+    ) {
+        let degraded = match decided.by {
+            DecidedBy::Shared => "none",
+            by => by.name(),
+        };
+        let looked = shadow_looked(checks, decided);
+        for (check, decision) in checks.iter().zip(&decided.decisions) {
+            if !check.counted || !self.take() {
+                continue;
+            }
+            let store = stores
+                .get(check.plan.store())
+                .map_or("", |watch| watch.name.role.as_str());
+            let made = Made {
+                store,
+                degraded,
+                latency_us: took_us,
+            };
+            let verdict = match check.plan.shadow() {
+                true => Verdict::Shadow(would_allow(check, decision, looked)),
+                false => Verdict::Enforced(decision.allowed),
+            };
+            let policy = check.plan.policy().name();
+            self.log(policy, verdict, check.identity, check.cost, decision, &made);
+        }
     }
 }

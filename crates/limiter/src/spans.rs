@@ -15,11 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::Span;
 use tracing::field::Empty;
 
-use tollgate_store::{GuardedDecisions, Replay, RequestDigest, RequestId, Retry};
+use tollgate_store::{GuardedDecisions, Replay, RequestId};
 use tracing::Instrument;
 
-use crate::backend::Backend;
-use crate::limiter::{Decided, Limiter};
 use crate::plan::Check;
 use crate::stores::StoreName;
 
@@ -57,46 +55,29 @@ macro_rules! within_span {
     };
 }
 
-/// The traced paths, taken only while spans are on, so the untraced ones
-/// carry no span in their futures.
-impl Limiter {
-    /// The checks decided inside their request's span.
-    pub(crate) async fn decide_traced(
-        &self,
-        checks: &[Check<'_>],
-        id: Option<(&RequestId, RequestDigest)>,
-    ) -> Decided {
-        let span = decide(checks, id.map(|(id, _)| id));
-        let decided = if checks.iter().any(|c| c.plan.shadow()) {
-            Box::pin(self.decide_shadowed(checks, id))
-                .instrument(span.clone())
-                .await
-        } else {
-            self.decide_checks(checks, id)
-                .instrument(span.clone())
-                .await
-        };
-        record(&span, &decided);
-        decided
-    }
+/// `decided` awaited inside the span of its request (`checks`, under
+/// `id`), its outcome recorded there. Called only while spans are on, and
+/// boxed by the caller, so the untraced path carries no span.
+pub(crate) async fn decide_within(
+    checks: &[Check<'_>],
+    id: Option<&RequestId>,
+    decided: impl Future<Output = GuardedDecisions>,
+) -> GuardedDecisions {
+    let span = decide(checks, id);
+    let decided = decided.instrument(span.clone()).await;
+    record(&span, &decided);
+    decided
+}
 
-    /// One call to store `store` inside its span.
-    pub(crate) async fn call_traced(
-        &self,
-        store: usize,
-        backend: &Backend,
-        checks: &[Check<'_>],
-        picks: &[Option<usize>],
-        retry: Option<Retry<'_>>,
-    ) -> Decided {
-        let span = self::store(self.stores.get(store).map(|watch| &watch.name));
-        let decided = self
-            .call(backend, checks, picks, 0, retry)
-            .instrument(span.clone())
-            .await;
-        record_store(&span, &decided);
-        decided
-    }
+/// `call` awaited inside the span of one call to the store `name`.
+pub(crate) async fn store_within(
+    name: Option<&StoreName>,
+    call: impl Future<Output = GuardedDecisions>,
+) -> GuardedDecisions {
+    let span = store(name);
+    let decided = call.instrument(span.clone()).await;
+    record_store(&span, &decided);
+    decided
 }
 
 /// The span of one decided request, its outcome still to be recorded.

@@ -3,6 +3,11 @@
 //! known field suggested when it is a likely misspelling, so a typo reads
 //! as a typo instead of as the field it meant being missing.
 
+use serde_json::{Map, Value};
+
+use super::ConfigError;
+use crate::policy::Algorithm;
+
 /// `unknown field, did you mean NEAR? (expected: KNOWN…)`, the
 /// suggestion left out when no known field is near `key`.
 pub fn unknown_field(key: &str, known: &[&str]) -> String {
@@ -48,6 +53,63 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// Refuses a field neither the algorithm nor the caller knows, listing the
+/// algorithm's own fields, then what else a policy may hold.
+pub(super) fn check_fields(
+    name: &str,
+    algorithm: Algorithm,
+    own: &[&str],
+    extra_fields: &[&str],
+    fields: &Map<String, Value>,
+) -> Result<(), ConfigError> {
+    let hint = format!(" for algorithm {algorithm}");
+    check_known(name, own, extra_fields, fields, &hint)
+}
+
+/// Refuses the first field of `fields` that is neither in `own` (a
+/// policy's `name` and `algorithm`, then its algorithm's fields) nor in
+/// `extra_fields`, suggesting the nearest known one; `hint` follows
+/// `unknown field` when the field belongs to another algorithm.
+pub(super) fn check_known(
+    name: &str,
+    own: &[&str],
+    extra_fields: &[&str],
+    fields: &Map<String, Value>,
+    hint: &str,
+) -> Result<(), ConfigError> {
+    let Some(key) = fields
+        .keys()
+        .find(|k| !own.contains(&k.as_str()) && !extra_fields.contains(&k.as_str()))
+    else {
+        return Ok(());
+    };
+    let hint = match key.as_str() {
+        "capacity" | "refill" | "limit" | "window" | "lease" => hint,
+        _ => "",
+    };
+    let also = if extra_fields.is_empty() {
+        String::new()
+    } else {
+        format!("; any policy: {}", extra_fields.join(", "))
+    };
+    let known: Vec<&str> = own.iter().chain(extra_fields).copied().collect();
+    // `name` and `algorithm` are listed only when missing.
+    let listed: Vec<&str> = own
+        .iter()
+        .filter(|k| !matches!(**k, "name" | "algorithm") || !fields.contains_key(**k))
+        .copied()
+        .collect();
+    Err(ConfigError::field(
+        name,
+        key,
+        format!(
+            "unknown field{hint}{} (expected: {}{also})",
+            did_you_mean(key, &known),
+            listed.join(", ")
+        ),
+    ))
 }
 
 #[cfg(test)]

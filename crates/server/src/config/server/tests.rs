@@ -44,6 +44,12 @@ fn one_change_each() -> Vec<(&'static str, Edit)> {
                 max_bytes: 1024,
             });
         }),
+        ("server.otlp", |s| {
+            s.otlp = Some(OtlpFile {
+                endpoint: Some("http://collector:4317".to_owned()),
+                ..OtlpFile::default()
+            });
+        }),
     ]
 }
 
