@@ -103,6 +103,7 @@ fn parse_serve_fields(
     stores: &Stores,
     deployment: &Deployment,
 ) -> Result<ServePolicy, ConfigError> {
+    permits_scope(&policy, fields.get("scope"))?;
     let scope = parse_scope(&policy, fields.get("scope"), stores, deployment)?;
     let store = stores.index(scope.store_role()).unwrap_or_default();
     let matcher = parse_matcher(&policy, fields.get("match"))?;
@@ -153,13 +154,11 @@ fn permits_fit(
     let hot_lease = set("hot_lease");
     let refuse = |field: &str, why: &str| Err(field_error(policy, field, why));
     match scope {
-        Scope::Split { .. } => refuse(
+        // Named in the file, refused before its settings were read; a
+        // scope the file did not spell so is refused all the same.
+        Scope::Split { .. } | Scope::Leased(_) => refuse(
             "scope",
-            "split cannot divide a concurrency limit: a region's fixed share of permits is not defined; use instance, region or global",
-        ),
-        Scope::Leased(_) => refuse(
-            "scope",
-            "leased cannot divide a concurrency limit: a leased share is a count of units, and permits are held and released by id; use instance, region or global",
+            "a split or leased share cannot divide a concurrency limit; use instance, region or global",
         ),
         _ if shards => refuse(
             "shards",
@@ -175,6 +174,30 @@ fn permits_fit(
         ),
         _ => Ok(()),
     }
+}
+
+/// A concurrency policy's scope, refused before its settings are read
+/// when it is split or leased (`scope: split`, `scope: {leased: …}`), so
+/// the reason given is the one that matters.
+fn permits_scope(policy: &Policy, value: Option<&Value>) -> Result<(), ConfigError> {
+    if !policy.limits().holds_permits() {
+        return Ok(());
+    }
+    let name = match value {
+        Some(Value::String(name)) => name.as_str(),
+        Some(Value::Object(m)) if m.len() == 1 => m.keys().next().map_or("", String::as_str),
+        _ => "",
+    };
+    let why = match name {
+        "split" => {
+            "split cannot divide a concurrency limit: a region's fixed share of permits is not defined; use instance, region or global"
+        }
+        "leased" => {
+            "leased cannot divide a concurrency limit: a leased share is a count of units, and permits are held and released by id; use instance, region or global"
+        }
+        _ => return Ok(()),
+    };
+    Err(field_error(policy, "scope", why))
 }
 
 /// `mode: enforce` (the default) or `shadow`: whether the policy is in

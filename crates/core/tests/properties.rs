@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use tollgate_core::{Decision, Identity, Intent, Limits, Rate, State, Taken, Window};
+use tollgate_core::{
+    Decision, Identity, Intent, Limits, PermitId, Permits, Rate, Released, State, Taken, Window,
+};
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -178,7 +180,7 @@ fn assert_admissions_within_contract(
             }
         }
         // Permits are held by name and released: their own reference model
-        // holds them (tests/permits.rs), not a trace of costs.
+        // holds them (`permits_follow_their_reference_model`), not costs.
         Limits::Concurrency(_) => {}
     }
     Ok(())
@@ -579,4 +581,115 @@ fn gcra_refuses_after_a_step_back_what_token_bucket_admits() {
             permit: None,
         }
     );
+}
+
+/// One step of a permit trace: after `dt` ms (a step back when negative),
+/// acquire (`Some(cost)`) or release permit `id` of a small pool.
+#[derive(Debug, Clone, Copy)]
+struct PermitStep {
+    dt: i64,
+    id: u64,
+    acquire: Option<u64>,
+}
+
+fn permit_trace() -> impl Strategy<Value = (Permits, Vec<PermitStep>)> {
+    (1u64..=5, 1u64..=2_000).prop_flat_map(|(limit, lease)| {
+        let step = (
+            prop_oneof![6 => 0i64..=(lease as i64), 1 => -(lease as i64)..0],
+            0u64..8,
+            prop_oneof![3 => Just(Some(1)), 1 => Just(Some(0)), 1 => Just(Some(2)), 3 => Just(None)],
+        )
+            .prop_map(|(dt, id, acquire)| PermitStep { dt, id, acquire });
+        let permits = Permits::new(limit, lease).expect("positive parts");
+        (Just(permits), prop::collection::vec(step, 1..80))
+    })
+}
+
+/// The reference: each permit held and when its lease ends, dropped once
+/// ended, written without the core's code.
+struct PermitModel {
+    limit: u64,
+    lease: u64,
+    held: Vec<(u64, u64)>,
+}
+
+impl PermitModel {
+    fn acquire(&mut self, now: u64, cost: u64, id: u64) -> Decision {
+        self.held.retain(|&(_, end)| end > now);
+        let again = self.held.iter().position(|&(h, _)| h == id);
+        let allowed =
+            cost == 0 || (cost == 1 && (again.is_some() || (self.held.len() as u64) < self.limit));
+        if allowed && cost == 1 {
+            match again {
+                Some(i) => self.held[i].1 = now + self.lease,
+                None => self.held.push((id, now + self.lease)),
+            }
+        }
+        let ends = self.held.iter().map(|&(_, end)| end);
+        let (first, last) = (ends.clone().min(), ends.max());
+        Decision {
+            allowed,
+            limit: self.limit,
+            remaining: (self.limit - self.held.len() as u64) as i64,
+            retry_after_ms: match (allowed, cost) {
+                (true, _) => Some(0),
+                (false, 1) => first.map(|f| f - now),
+                (false, _) => None,
+            },
+            reset_after_ms: last.map_or(0, |l| l - now),
+            permit: (allowed && cost == 1).then_some(PermitId(id)),
+        }
+    }
+
+    fn release(&mut self, now: u64, id: u64) -> Released {
+        let found = match self.held.iter().position(|&(h, _)| h == id) {
+            Some(i) if self.held[i].1 > now => {
+                self.held.remove(i);
+                Released::Freed
+            }
+            Some(_) => Released::Expired,
+            None => Released::Unknown,
+        };
+        self.held.retain(|&(_, end)| end > now);
+        found
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Acquires, looks and releases decide as the reference model, and at
+    /// no time are more than N permits unexpired (design §3: at most N in
+    /// flight; a lease bounds a holder that never releases).
+    #[test]
+    fn permits_follow_their_reference_model((permits, trace) in permit_trace()) {
+        let limits = Limits::Concurrency(permits);
+        let mut model = PermitModel { limit: permits.limit(), lease: permits.lease_ms(), held: Vec::new() };
+        let mut state = None;
+        let mut t = T0;
+        for step in trace {
+            t = t.saturating_add_signed(step.dt);
+            match step.acquire {
+                Some(cost) => {
+                    let got = limits.decide_permit(&mut state, t, cost, Intent::Consume, PermitId(step.id));
+                    prop_assert_eq!(got, model.acquire(t, cost, step.id), "acquire at {}", t);
+                }
+                None => {
+                    let got = limits.release(&mut state, t, PermitId(step.id));
+                    prop_assert_eq!(got, model.release(t, step.id), "release at {}", t);
+                }
+            }
+            let live = match &state {
+                Some(State::Concurrency(s)) => s.held.iter().filter(|h| h.expires_ms > t).count(),
+                None => 0,
+                Some(other) => return Err(TestCaseError::fail(format!("{other:?}"))),
+            };
+            prop_assert!(live as u64 <= permits.limit(), "{} held over {}", live, permits.limit());
+            // A probe decides as an acquire would and holds nothing.
+            let mut probed = state.clone();
+            let probe = limits.decide_permit(&mut probed, t, 1, Intent::Probe, PermitId(99));
+            prop_assert_eq!(probe.permit, None);
+            prop_assert_eq!(probe.allowed, live < permits.limit() as usize);
+        }
+    }
 }

@@ -8,7 +8,8 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check_body::{CheckKey, Text};
+use crate::check_body::{CheckKey, Object, Text};
+use crate::response::Problem;
 use tollgate_core::{Decision, PermitId};
 
 /// One check's decision.
@@ -131,6 +132,19 @@ pub struct ReleaseBody<'a> {
     pub key: CheckKey<'a>,
     /// The permit, 16 lowercase hex digits.
     pub permit: PermitId,
+}
+
+/// `/v1/release`'s body, or the 400 that names what is wrong with it:
+/// malformed JSON, not an object, a missing or unknown field, a key that is
+/// not a string or an object of strings, a permit that is not 16 lowercase
+/// hex digits. Nothing is released then.
+pub fn parse_release_body(body: &[u8]) -> Result<ReleaseBody<'_>, Problem> {
+    serde_json::from_slice::<Object<ReleaseBody<'_>>>(body)
+        .map(|Object(parsed)| parsed)
+        .map_err(|e| {
+            let said = e.to_string().replace("struct ReleaseBody", "an object");
+            Problem::bad_request(format!("malformed release: {said}"))
+        })
 }
 
 /// `/v1/release`'s answer.

@@ -57,7 +57,9 @@ mod response;
 #[cfg(feature = "request")]
 pub use answer::{Admission, Answer, Matched, answer};
 pub use check_body::{CheckBody, CheckItem, CheckKey, Object, Text, parse_check_body};
-pub use check_decision::{BatchDecision, CheckDecision, ReleaseAnswer, ReleaseBody};
+pub use check_decision::{
+    BatchDecision, CheckDecision, ReleaseAnswer, ReleaseBody, parse_release_body,
+};
 pub use check_fault::diagnose_check_body;
 pub use forward_auth::ForwardAuth;
 pub use key::{parts_identity, value_identity};

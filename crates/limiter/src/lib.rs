@@ -73,6 +73,7 @@ mod hot_lease;
 mod lease;
 mod limiter;
 mod metrics;
+mod permits;
 mod plan;
 mod refund;
 mod release;
@@ -93,6 +94,7 @@ pub use metrics::{
     DecisionLabels, DegradedLabels, HotSeries, LeaseCounters, LeaseLabels, LeaseOutcomeLabels,
     LimiterMetrics, PolicyCounters, PolicyLabels,
 };
+pub use permits::MAX_TRACKED as MAX_TRACKED_PERMITS;
 pub use plan::{Check, Plan, RetryRule};
 pub use release::ReleaseError;
 pub use sampled_log::{DECISION_TARGET, DecisionSampling};

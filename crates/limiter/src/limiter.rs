@@ -546,6 +546,9 @@ impl Limiter {
                     self.clock.now_ms(),
                 );
             }
+            if let Some(permit) = decision.permit.filter(|_| !replayed) {
+                self.metrics.permits.acquired(check.plan.policy(), permit);
+            }
             let Some(counters) = check.counters() else {
                 continue;
             };

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, Identity, SecretHasher};
 
 use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, PolicyHot};
+use crate::permits::PermitSeries;
 use crate::stores::{StoreCollector, StoreSeries};
 
 /// A policy's decisions by outcome.
@@ -96,6 +97,8 @@ pub struct LimiterMetrics {
     /// How the hot identity series name identities; read at each scrape.
     hot_series: Arc<RwLock<HotSeries>>,
     lease: LeaseFamilies,
+    /// Concurrency policies' permits, as this process sees them.
+    pub(crate) permits: Arc<PermitSeries>,
     clock: Arc<dyn Clock>,
 }
 
@@ -256,6 +259,7 @@ impl LimiterMetrics {
                 "Requests decided without the shared store, by path (fail_open, fail_closed, local) and outcome",
             ),
             lease: LeaseFamilies::register(registry),
+            permits: PermitSeries::register(registry, Arc::clone(&clock)),
             stores,
             hot,
             hot_series,

@@ -47,7 +47,8 @@ impl Limiter {
         let Some(backend) = self.backends.get(plan.store()) else {
             return Err(StoreError::Config(format!("no store {}", plan.store())).into());
         };
-        let released = backend.release(policy, identity, permit).await?;
-        Ok(released == Released::Freed)
+        let freed = backend.release(policy, identity, permit).await? == Released::Freed;
+        self.metrics.permits.released(policy, permit, freed);
+        Ok(freed)
     }
 }

@@ -173,6 +173,12 @@ async fn refund_request(
     let live = live_config
         .policy(name)
         .ok_or_else(|| unknown_policy(name))?;
+    if live.plan.policy().limits().holds_permits() {
+        return Err(Problem::unprocessable(format!(
+            "refund: policy {} holds permits, not units: hand the permit to /v1/release",
+            quote(name)
+        )));
+    }
     let identity = key.identity(max_key)?;
     let check = Check::new(&live.plan, &identity, parsed.cost.unwrap_or(1));
     let refunded =

@@ -19,12 +19,14 @@ use crate::metrics::{EndpointLabels, HttpLabels, RouteLabels, StatusLabels};
 use crate::tokens::{self, Guarded};
 use authorize::{AUTHORIZE_ALLOW, AUTHORIZE_METHODS, authorize_request, is_authorize_path};
 use check::{CHECK, CHECK_ALLOW, check_request};
+use release::{RELEASE, RELEASE_ALLOW, release_request};
 use tollgate_http::Problem;
 
 // One file an endpoint…
 mod authorize;
 mod check;
 mod operations;
+mod release;
 // …and what they share: reading a body and request ids. Problems, fields,
 // keys, the `/v1/check` schemas and the forwarded request (its peer, match,
 // identity and cost) are the contract every HTTP door shares (`tollgate-http`).
@@ -35,8 +37,9 @@ mod quoted_input;
 pub(crate) mod request_id;
 
 /// Every route, as `tollgate_http_requests_total{endpoint}` names it.
-const ENDPOINTS: [&str; 8] = [
+const ENDPOINTS: [&str; 9] = [
     CHECK,
+    RELEASE,
     "/v1/authorize",
     "/v1/policies",
     "/v1/state",
@@ -103,6 +106,13 @@ async fn dispatch(
             check_request(app, req).await
         } else {
             method_not_allowed(CHECK_ALLOW)
+        };
+    }
+    if path == RELEASE {
+        return if req.method() == Method::POST {
+            release_request(app, req).await
+        } else {
+            method_not_allowed(RELEASE_ALLOW)
         };
     }
     if is_authorize_path(path) {
