@@ -4,10 +4,13 @@
 //! with `match`) and an envoy rule bound to one, naming the policy and the
 //! door; and `explain` states the bound of one it can serve.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
+use support::TestServer;
 
 /// `tollgate <args> --config <config>`: (exit code, stdout, stderr).
 fn run(args: &[&str], config: &Path) -> (i32, String, String) {
@@ -115,4 +118,43 @@ fn explain_states_at_most_limit_in_flight_and_what_a_dead_holder_keeps() {
     assert_eq!(span["lease_ms"], 60_000);
     assert_eq!(span["dead_holder_keeps_permit_ms_at_most"], 60_000);
     assert_eq!(span["applies_to"], "each instance");
+}
+
+#[tokio::test]
+async fn forward_auth_skips_a_concurrency_policy_without_match_which_v1_check_still_holds() {
+    let server = TestServer::start(
+        "server:\n  trusted_proxies: [127.0.0.1]\npolicies:\n  - {name: reports, algorithm: concurrency, limit: 1, lease: 1m, identity: [{header: X-Tenant}]}\n",
+    )
+    .await;
+    for _ in 0..3 {
+        let authorized = server
+            .client
+            .get(server.url("/v1/authorize"))
+            .header("x-original-method", "POST")
+            .header("x-original-uri", "/reports")
+            .header("x-tenant", "acme")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(authorized.status(), 200);
+        assert!(!authorized.headers().contains_key("ratelimit"));
+    }
+    let check = || async {
+        let answer: Value = server
+            .client
+            .post(server.url("/v1/check"))
+            .body(r#"{"policy":"reports","key":{"x-tenant":"acme"}}"#)
+            .send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json");
+        answer
+    };
+    // Forward auth took none of the one permit.
+    let first = check().await;
+    assert_eq!(first["allowed"], true);
+    assert_eq!(first["permit"].as_str().map(str::len), Some(16));
+    assert_eq!(check().await["allowed"], false);
 }

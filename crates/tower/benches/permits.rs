@@ -40,7 +40,7 @@ const BUCKET: &str = r"
 const PERMITS: &str = r"
   - name: reports
     algorithm: concurrency
-    limit: 1000000
+    limit: 10000
     lease: 1m
     identity: [{ header: X-Tenant }]
     on_store_failure: fail_closed";

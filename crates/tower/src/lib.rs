@@ -10,7 +10,9 @@
 //!
 //! The flow: request → each [`Rule`]'s identity and cost → one
 //! all-or-nothing [`Decider::decide`](tollgate_limiter::Decider) → the
-//! inner service, or the rejection.
+//! inner service, or the rejection. A concurrency policy's permit is held
+//! by the response's [`PermitBody`] and released when it ends or is
+//! dropped.
 
 #![deny(missing_docs)]
 
