@@ -203,6 +203,17 @@ async fn a_batch_retry_and_refused_releases() {
             "policy \"writes\" is not a concurrency policy: it holds no permits",
         ),
     ];
+    let refund = r#"{"policy":"reports","key":"refused","refund":true}"#;
+    let (status, problem) = post(client, base, "/v1/check", refund).await;
+    assert_eq!(
+        (status, problem["detail"].clone()),
+        (
+            422,
+            json!(
+                "refund: policy \"reports\" holds permits, not units: hand the permit to /v1/release"
+            )
+        )
+    );
     for (body, status, detail) in bad {
         let (got, problem) = post(client, base, "/v1/release", body).await;
         assert_eq!(
