@@ -1,6 +1,10 @@
 //! A small API behind tollgate's tower layer: `POST /orders`, `GET /items`
 //! and `POST /reports?ms=N` (a handler that sleeps N ms, for capacity
 //! tests), each answering 200 with a short JSON body when admitted.
+//! `GET /reports/in_flight` says how many reports are being made now and
+//! the most made at once since the start, which a concurrency limit
+//! bounds; `POST /reports?ms=N&panic=true` panics after N ms, as a handler
+//! with a bug does.
 //!
 //! ```sh
 //! cargo run --release -p tollgate-tower --example axum_app -- \
@@ -17,9 +21,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::extract::Query;
+use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use prometheus_client::registry::Registry;
@@ -32,17 +37,17 @@ use tollgate_tower::{
 };
 
 /// `--config FILE --listen ADDR [--remote URL]`.
-struct Args {
+pub struct Args {
     config: PathBuf,
     listen: SocketAddr,
     remote: Option<String>,
 }
 
-fn args() -> Result<Args, String> {
+/// The arguments after the program's name.
+pub fn args(mut given: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut config = None;
     let mut listen = None;
     let mut remote = None;
-    let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
         let value = given
             .next()
@@ -70,23 +75,76 @@ fn args() -> Result<Args, String> {
 #[derive(serde::Deserialize)]
 struct Report {
     ms: Option<u64>,
+    #[serde(default)]
+    panic: bool,
 }
 
-fn api() -> Router {
+/// Reports being made now, and the most at once since the start.
+#[derive(Default)]
+pub struct InFlight {
+    now: AtomicU64,
+    most: AtomicU64,
+}
+
+impl InFlight {
+    /// Reports being made now.
+    pub fn now(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    /// The most reports made at once since the start.
+    pub fn most(&self) -> u64 {
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
+/// One report being made: counted until its handler ends, however it
+/// ends (answered, panicked, or dropped when its client left).
+struct Making(Arc<InFlight>);
+
+impl Making {
+    fn start(in_flight: &Arc<InFlight>) -> Self {
+        let now = in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        in_flight.most.fetch_max(now, Ordering::SeqCst);
+        Self(Arc::clone(in_flight))
+    }
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn report(
+    State(in_flight): State<Arc<InFlight>>,
+    Query(report): Query<Report>,
+) -> Json<serde_json::Value> {
+    let _making = Making::start(&in_flight);
+    let ms = report.ms.unwrap_or(0).min(60_000);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    if report.panic {
+        panic!("a report failed after {ms} ms");
+    }
+    Json(json!({"report": "done", "ms": ms}))
+}
+
+/// The routes, the reports handler counted in `in_flight`.
+pub fn api(in_flight: Arc<InFlight>) -> Router {
     Router::new()
         .route(
             "/orders",
             post(|| async { Json(json!({"order": "placed"})) }),
         )
         .route("/items", get(|| async { Json(json!({"items": []})) }))
+        .route("/reports", post(report))
         .route(
-            "/reports",
-            post(|Query(report): Query<Report>| async move {
-                let ms = report.ms.unwrap_or(0).min(60_000);
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                Json(json!({"report": "done", "ms": ms}))
+            "/reports/in_flight",
+            get(|State(in_flight): State<Arc<InFlight>>| async move {
+                Json(json!({"now": in_flight.now(), "most": in_flight.most()}))
             }),
         )
+        .with_state(in_flight)
 }
 
 async fn serve(app: Router, listen: SocketAddr) -> std::io::Result<()> {
@@ -102,7 +160,12 @@ async fn serve(app: Router, listen: SocketAddr) -> std::io::Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = args()?;
+    run(args(std::env::args().skip(1))?).await
+}
+
+/// Serves until the process ends.
+pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let in_flight = Arc::new(InFlight::default());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     match args.remote {
         None => {
@@ -110,7 +173,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // upkeep, and reloads the file on SIGHUP as `tollgate serve` does.
             let configured = Arc::new(Configured::load(&args.config, clock).await?);
             tokio::spawn(reload_on_hangup(Arc::clone(&configured))?);
-            serve(api().layer(configured.layer()), args.listen).await?;
+            serve(api(in_flight).layer(configured.layer()), args.listen).await?;
         }
         Some(url) => {
             // Only the rules are read here: the remote decides on its stores.
@@ -120,7 +183,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let metrics = LimiterMetrics::register(&mut registry, Arc::clone(&clock));
             let rules = rules_of(&config, &metrics);
             let remote = RemoteTollgate::new(&RemoteConfig::new(url), clock)?;
-            serve(api().layer(RateLimitLayer::new(remote, rules)), args.listen).await?;
+            let layer = RateLimitLayer::new(remote, rules);
+            serve(api(in_flight).layer(layer), args.listen).await?;
         }
     }
     Ok(())

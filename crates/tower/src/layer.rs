@@ -7,8 +7,9 @@
 //! clone-and-swap), so the readiness `poll_ready` reserved is the one the
 //! request uses; a request the limits reject never reaches it, and drops
 //! it — releasing what it reserved (a concurrency permit, a buffer slot)
-//! — as soon as the rejection is written. Nothing is spawned: the decision
-//! is awaited inside the response future.
+//! — as soon as the rejection is written. The decision is awaited inside
+//! the response future; only a concurrency permit's release is spawned,
+//! when the response ends (crate::permit).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,12 +21,13 @@ use http::request::Parts;
 use http::{HeaderName, Request, Response, StatusCode};
 use smallvec::SmallVec;
 use tollgate_config::normalize;
-use tollgate_core::Identity;
+use tollgate_core::{Identity, PermitId};
 use tollgate_http::{Answer, Matched, Problem, RequestFault, answer, request_id_from_header};
-use tollgate_limiter::{Check, Decider, RequestId};
+use tollgate_limiter::{Check, Decided, Decider, Plan, RequestId};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::permit::{Held, Pending, PermitBody};
 use crate::rule::Rule;
 
 /// What every clone of the layer and its services shares.
@@ -34,6 +36,8 @@ struct Shared<D> {
     /// Swapped whole by [`RateLimitLayer::reload`]; a request holds the
     /// set it started with until it is answered.
     rules: ArcSwap<Vec<Rule>>,
+    /// Permit releases spawned and not yet answered.
+    pending: Pending,
 }
 
 /// Limits every request to the wrapped service by `rules`, decided by a
@@ -61,6 +65,7 @@ impl<D: Decider> RateLimitLayer<D> {
             shared: Arc::new(Shared {
                 decider,
                 rules: ArcSwap::from_pointee(rules),
+                pending: Pending::default(),
             }),
             request_ids: None,
         }
@@ -132,9 +137,9 @@ where
     B: Send + 'static,
     ResBody: From<String> + Send + 'static,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<PermitBody<ResBody>>;
     type Error = S::Error;
-    type Future = BoxFuture<Result<Response<ResBody>, S::Error>>;
+    type Future = BoxFuture<Result<Response<PermitBody<ResBody>>, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -153,11 +158,12 @@ where
                 match rule.applies(&parts) {
                     Ok(Some((identity, cost))) => matched.push((rule, identity, cost)),
                     Ok(None) => {}
-                    Err(problem) => return Ok(problem.response().map(ResBody::from)),
+                    Err(problem) => return Ok(own(problem.response())),
                 }
             }
             if matched.is_empty() {
-                return ready.call(Request::from_parts(parts, body)).await;
+                let response = ready.call(Request::from_parts(parts, body)).await?;
+                return Ok(response.map(PermitBody::plain));
             }
             let checks: SmallVec<[Check<'_>; INLINE_RULES]> = matched
                 .iter()
@@ -165,7 +171,7 @@ where
                 .collect();
             let (id, shape) = match request_id(request_ids.as_ref(), &matched, &parts) {
                 Ok(found) => found.unzip(),
-                Err(problem) => return Ok(problem.response().map(ResBody::from)),
+                Err(problem) => return Ok(own(problem.response())),
             };
             let decided = shared
                 .decider
@@ -177,17 +183,59 @@ where
                 shadow: rule.plan.shadow(),
                 cost: *cost,
             });
+            // Held from here on: a rejection, an inner error, a panic or a
+            // cancelled call drops it, and its permits go back.
+            let held = hold(&shared, &matched, &decided);
             match answer(answered, &decided, StatusCode::TOO_MANY_REQUESTS) {
                 Ok(Answer::Admit(admission)) => {
                     let mut response = ready.call(Request::from_parts(parts, body)).await?;
                     admission.write_headers(response.headers_mut());
-                    Ok(response)
+                    Ok(response.map(|body| PermitBody::new(body, held)))
                 }
-                Ok(Answer::Deny(response)) => Ok(response.map(ResBody::from)),
-                Err(problem) => Ok(problem.response().map(ResBody::from)),
+                Ok(Answer::Deny(response)) => Ok(own(response)),
+                Err(problem) => Ok(own(problem.response())),
             }
         })
     }
+}
+
+/// The permits `decided` gave the request's concurrency checks, released
+/// through the decider when the response ends; `None` when it gave none.
+fn hold<D: Decider>(
+    shared: &Arc<Shared<D>>,
+    matched: &[(&Rule, Identity, u64)],
+    decided: &Decided,
+) -> Option<Held> {
+    let permits: SmallVec<[(Arc<Plan>, Identity, PermitId); 1]> = matched
+        .iter()
+        .zip(&decided.decisions)
+        .filter_map(|((rule, identity, _), decision)| {
+            Some((Arc::clone(&rule.plan), identity.clone(), decision.permit?))
+        })
+        .collect();
+    if permits.is_empty() {
+        return None;
+    }
+    let releasing = Arc::clone(shared);
+    let release = move || -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            for (plan, identity, permit) in permits {
+                if let Err(error) = releasing.decider.release(&plan, &identity, permit).await {
+                    tracing::warn!(
+                        policy = plan.policy().name(),
+                        %error,
+                        "a permit could not be released: it frees when its lease ends"
+                    );
+                }
+            }
+        })
+    };
+    Some(Held::new(Box::new(release), &shared.pending))
+}
+
+/// An answer of the layer's own, which holds no permits.
+fn own<ResBody: From<String>>(response: Response<String>) -> Response<PermitBody<ResBody>> {
+    response.map(|text| PermitBody::plain(ResBody::from(text)))
 }
 
 /// The client's request id from header `name` when every matched rule

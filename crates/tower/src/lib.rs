@@ -10,16 +10,20 @@
 //!
 //! The flow: request → each [`Rule`]'s identity and cost → one
 //! all-or-nothing [`Decider::decide`](tollgate_limiter::Decider) → the
-//! inner service, or the rejection.
+//! inner service, or the rejection. A concurrency policy's permit is held
+//! by the response's [`PermitBody`] and released when it ends or is
+//! dropped.
 
 #![deny(missing_docs)]
 
 mod configured;
 mod layer;
+mod permit;
 mod remote;
 mod rule;
 
 pub use configured::{ConfigError, Configured, Reloaded, rules_of};
 pub use layer::{RateLimit, RateLimitLayer};
+pub use permit::{MAX_PENDING_RELEASES, PermitBody};
 pub use remote::{RemoteConfig, RemoteError, RemoteTollgate};
 pub use rule::{Applies, Rule};

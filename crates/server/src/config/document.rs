@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use tollgate_config::{Config, ServerFields, check_identity_key, top_level};
+use tollgate_config::{Config, Matcher, ServerFields, check_identity_key, top_level};
 use tollgate_core::{ConfigError, SecretHasher, describe, node_path};
 
 use super::ServeConfig;
@@ -39,6 +39,7 @@ pub(super) fn parse_doc(
         &fields,
         !envoy_ratelimit_configs.is_empty(),
     )?;
+    refuse_forward_auth_permits(&shared)?;
     let tokens =
         EndpointTokens::from_env(&env).map_err(|e| ConfigError::Document(e.to_string()))?;
     tokens.require(&server.require_tokens).map_err(|e| {
@@ -59,6 +60,26 @@ pub(super) fn parse_doc(
         decision_sampling,
         trace_identity,
     })
+}
+
+/// A concurrency policy with `match` is one forward auth would apply, and
+/// forward auth never hears that a request ended: every permit it took
+/// would be held until its lease ended. Refused, naming the door; without
+/// `match` the policy is for /v1/check and /v1/release (which /v1/authorize
+/// skips), and the tower layer matches requests itself.
+fn refuse_forward_auth_permits(config: &Config) -> Result<(), ConfigError> {
+    let found = config.policies.iter().enumerate().find(|(_, serve)| {
+        serve.declared.limits().holds_permits() && serve.matcher != Matcher::default()
+    });
+    let Some((i, serve)) = found else {
+        return Ok(());
+    };
+    Err(ConfigError::Field {
+        policy: serve.declared.name().to_owned(),
+        field: "match".to_owned(),
+        reason: "a concurrency policy cannot be applied by forward auth (/v1/authorize): a proxy's auth request never says when the request ends, so its permit would be held until its lease ends; take `match` away and acquire and release through /v1/check and /v1/release, or apply it in the service with tollgate-tower".to_owned(),
+    }
+    .at(node_path!["policies", i, "match"]))
 }
 
 /// How the hot identity series name identities (`server.hot_identity_metrics`).

@@ -322,12 +322,24 @@ fn extend(
                 format!("no tollgate policy named {name:?} in `policies`"),
             )
         })?;
+        if policy.limits().holds_permits() {
+            return Err(src.err(
+                &format!("{ext_path}.policy"),
+                format!("policy {name:?} is a concurrency policy, which Envoy's rate limit service (RLS) cannot apply: RLS never says when a request ends, so its permit would be held until its lease ends; bind this rule to a rate policy"),
+            ));
+        }
         report_as(rule, policy.limits(), unit);
         rule.kind = RuleKind::Limited {
             policy: policy.clone(),
             bound: Some(name.to_owned()),
         };
         return Ok(());
+    }
+    if ext.get("algorithm").and_then(Value::as_str) == Some("concurrency") {
+        return Err(src.err(
+            &format!("{ext_path}.algorithm"),
+            "concurrency cannot be applied by Envoy's rate limit service (RLS): RLS never says when a request ends, so a permit would be held until its lease ends; use a rate algorithm",
+        ));
     }
     let mut fields = Map::new();
     let generated = policy_name(src.domain, &rule.key);

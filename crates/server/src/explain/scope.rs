@@ -315,8 +315,14 @@ fn global_promise(declared: &Policy, role: &str, redis: Option<&RedisConfig>) ->
 }
 
 /// What `factor` copies of `policy` admit, in the policy's own units: a
-/// window's count per window, a bucket's burst then its refill rate.
+/// window's count per window, a bucket's burst then its refill rate, a
+/// concurrency policy's permits in flight.
 fn admits(policy: &Policy, factor: u64) -> String {
+    // Permits are held, not spent: a count at any instant, not per span.
+    if policy.limits().holds_permits() {
+        let limit = policy.limits().limit();
+        return format!("{} in flight", limit.saturating_mul(factor));
+    }
     let (count, span_ms) = policy.limits().count_per_span();
     let pace = format!(
         "{} per {}",

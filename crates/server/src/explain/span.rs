@@ -6,7 +6,7 @@
 //! both included, where it is exact.
 
 use serde_json::{Value, json};
-use tollgate_core::{Limits, Rate, Window, format_duration_ms};
+use tollgate_core::{Limits, Permits, Rate, Window, format_duration_ms};
 
 use crate::config::{Deployment, ServePolicy};
 use tollgate_config::Scope;
@@ -21,14 +21,7 @@ pub(super) fn span(serve: &ServePolicy, deployment: &Deployment) -> (String, Val
         Limits::SlidingWindow(w) => sliding_window(w),
         Limits::SlidingLog(w) => sliding_log(w),
         Limits::TokenBucket(r) | Limits::Gcra(r) => bucket(r),
-        Limits::Concurrency(p) => (
-            format!(
-                "at most {} in flight; a holder that dies before releasing keeps its permit until its lease ({}) ends.",
-                p.limit(),
-                format_duration_ms(p.lease_ms())
-            ),
-            json!({"in_flight": p.limit(), "lease_ms": p.lease_ms()}),
-        ),
+        Limits::Concurrency(p) => permits(p),
     };
     // A block is counted when taken and spent within its term; a fixed
     // window's never past its window, so its figures stand.
@@ -168,6 +161,24 @@ fn bucket(r: &Rate) -> (String, Value) {
         "refill_per_ms": r.per_ms(),
         "any_span_at_most": "burst + floor(refill_tokens × T / refill_per_ms), T in ms",
         "within_refill_period_at_most": one_period,
+    });
+    (text, json)
+}
+
+/// Not a rate: at most L held at any instant, whatever the span. A permit
+/// is held from acquire to release, or to its lease's end when no release
+/// comes (its holder died): only the lease bounds what a dead holder keeps.
+fn permits(p: &Permits) -> (String, Value) {
+    let (limit, lease) = (p.limit(), format_duration_ms(p.lease_ms()));
+    let text = format!(
+        "at most {limit} in flight at any instant, whatever the span; a holder that dies before \
+         releasing keeps its permit until its lease ({lease}) ends. Released only by a door that \
+         sees the request end: the tower layer, or /v1/check then /v1/release."
+    );
+    let json = json!({
+        "in_flight": limit,
+        "lease_ms": p.lease_ms(),
+        "dead_holder_keeps_permit_ms_at_most": p.lease_ms(),
     });
     (text, json)
 }

@@ -75,6 +75,12 @@ pub(super) async fn authorize_request<B>(app: &App, peer: Peer, req: http::Reque
     };
     let mut matched: Vec<(&LivePolicy, Identity, u64)> = Vec::new();
     for live in &live_config.policies {
+        // Forward auth never hears that a request ended, so it takes no
+        // permits: a concurrency policy is refused here with `match`
+        // (config load), and one without is for /v1/check + /v1/release.
+        if live.serve.declared.limits().holds_permits() {
+            continue;
+        }
         let hasher = live_config.config.hasher.as_ref();
         match policy_check(&live.serve, &request, hasher, settings.max_key_bytes) {
             Ok(Some((identity, cost))) => matched.push((live, identity, cost)),

@@ -1,0 +1,228 @@
+//! A request's concurrency permits, held by its response and released when
+//! that response ends: its body's last frame read, or the body dropped, or
+//! — before there is a body — the response future dropped (a client that
+//! disconnected, a handler that panicked, a caller that cancelled). Every
+//! way a request can end drops what it held, so `Drop` is the one place a
+//! release starts.
+//!
+//! A release is a store call (or a remote one), and `Drop` cannot await:
+//! it is spawned on the runtime the permits were taken on, off the
+//! request's path. At most [`MAX_PENDING_RELEASES`] wait at once per layer;
+//! past that, a permit is left to its lease, the bound a dead holder
+//! already has, rather than tasks piling up without bound while a store
+//! is slow.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::runtime::Handle;
+
+/// Releases spawned by one layer and not yet answered, at most: each is
+/// one store (or remote) call for one request's permits. A permit refused
+/// a release is still bounded: it frees itself when its lease ends.
+pub const MAX_PENDING_RELEASES: usize = 4096;
+
+/// What releasing one request's permits does, made when it is time to.
+pub(crate) type ReleaseAction =
+    Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// The layer's count of spawned releases not yet answered.
+pub(crate) type Pending = Arc<AtomicUsize>;
+
+/// One request's permits: released once, when this is dropped.
+pub(crate) struct Held {
+    release: Option<ReleaseAction>,
+    pending: Pending,
+    /// The runtime the permits were taken on, where their release runs
+    /// even when the body is dropped on a thread outside it.
+    runtime: Option<Handle>,
+}
+
+impl Held {
+    /// Permits released by `release`, counted in `pending` while it runs.
+    pub(crate) fn new(release: ReleaseAction, pending: &Pending) -> Self {
+        Self {
+            release: Some(release),
+            pending: Arc::clone(pending),
+            runtime: Handle::try_current().ok(),
+        }
+    }
+
+    /// Spawns the release, unless [`MAX_PENDING_RELEASES`] are pending or
+    /// there is no runtime to run it: then the leases free the permits.
+    fn release(&mut self) {
+        let Some(release) = self.release.take() else {
+            return;
+        };
+        let Some(runtime) = &self.runtime else {
+            tracing::warn!(
+                "no runtime to release a request's permits on: they free at their lease"
+            );
+            return;
+        };
+        if self.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_RELEASES {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(
+                pending = MAX_PENDING_RELEASES,
+                "too many permit releases pending: this request's permits free at their lease"
+            );
+            return;
+        }
+        let counted = Counted(Arc::clone(&self.pending));
+        runtime.spawn(async move {
+            release().await;
+            drop(counted);
+        });
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// A pending release, uncounted when it ends, or when its task is dropped
+/// unfinished (a runtime shutting down).
+struct Counted(Pending);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pin_project! {
+    /// The body of a response from a [`RateLimit`](crate::RateLimit)
+    /// service: the inner service's body, holding the request's
+    /// concurrency permits until its last frame is read or it is dropped,
+    /// then releasing them. A response no concurrency policy admitted
+    /// holds nothing.
+    pub struct PermitBody<B> {
+        #[pin]
+        inner: B,
+        held: Option<Held>,
+    }
+}
+
+impl<B> PermitBody<B> {
+    /// `inner`, holding `held` until it ends.
+    pub(crate) fn new(inner: B, held: Option<Held>) -> Self {
+        Self { inner, held }
+    }
+
+    /// A body holding no permits (an answer of the layer's own).
+    pub(crate) fn plain(inner: B) -> Self {
+        Self { inner, held: None }
+    }
+}
+
+impl<B: Body> Body for PermitBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        // The end, or a failure the body will not go on from: what the
+        // request held is no longer used.
+        let ended = match &polled {
+            Poll::Ready(None | Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
+            Poll::Pending => false,
+        };
+        if ended {
+            this.held.take();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: std::fmt::Debug> std::fmt::Debug for PermitBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermitBody")
+            .field("inner", &self.inner)
+            .field("holds_permits", &self.held.is_some())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::sync::mpsc;
+
+    /// A release that says so on `told`.
+    fn told_release(told: &mpsc::UnboundedSender<&'static str>) -> ReleaseAction {
+        let told = told.clone();
+        Box::new(move || {
+            Box::pin(async move {
+                let _ = told.send("released");
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn a_body_read_to_its_end_releases_once_before_it_is_dropped() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let pending = Pending::default();
+        let mut body = PermitBody::new(
+            String::from("report"),
+            Some(Held::new(told_release(&tx), &pending)),
+        );
+        let frame = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(frame.into_data().ok().as_deref(), Some(&b"report"[..]));
+        assert_eq!(rx.recv().await, Some("released"));
+        assert!(body.frame().await.is_none());
+        drop((body, tx));
+        assert_eq!(rx.recv().await, None);
+        assert_eq!(pending.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_unread_or_a_hold_with_no_body_releases_once() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let pending = Pending::default();
+        let body = PermitBody::new(
+            String::from("report"),
+            Some(Held::new(told_release(&tx), &pending)),
+        );
+        drop(body);
+        assert_eq!(rx.recv().await, Some("released"));
+        drop(Held::new(told_release(&tx), &pending));
+        assert_eq!(rx.recv().await, Some("released"));
+        drop(tx);
+        assert_eq!(rx.recv().await, None);
+    }
+
+    #[tokio::test]
+    async fn past_the_pending_bound_a_release_is_left_to_the_lease() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let pending = Pending::default();
+        pending.store(MAX_PENDING_RELEASES, Ordering::SeqCst);
+        drop(Held::new(told_release(&tx), &pending));
+        assert_eq!(pending.load(Ordering::SeqCst), MAX_PENDING_RELEASES);
+        pending.store(MAX_PENDING_RELEASES - 1, Ordering::SeqCst);
+        drop(Held::new(told_release(&tx), &pending));
+        drop(tx);
+        assert_eq!(rx.recv().await, Some("released"));
+        assert_eq!(rx.recv().await, None);
+    }
+}
