@@ -8,7 +8,7 @@ use http::HeaderName;
 /// another family is never believed, whoever sends it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwardAuth {
-    /// `nginx`, `traefik`, `envoy` or `custom`, for messages and docs.
+    /// `nginx`, `traefik`, `envoy`, `custom` or `off`, for messages and docs.
     pub family: &'static str,
     /// The original method; absent: the call's own method.
     pub method: Option<HeaderName>,
@@ -20,6 +20,23 @@ pub struct ForwardAuth {
 }
 
 impl ForwardAuth {
+    /// No forward auth: `/v1/authorize` answers 404, for a tollgate that
+    /// only services ask (`/v1/check`, `/v1/release`), such as the one a
+    /// tower layer's `RemoteTollgate` shares a config file with.
+    pub fn off() -> Self {
+        Self {
+            family: "off",
+            method: None,
+            uri: None,
+            host: None,
+        }
+    }
+
+    /// Whether this is [`ForwardAuth::off`].
+    pub fn is_off(&self) -> bool {
+        self.family == "off"
+    }
+
     /// nginx `auth_request`: `X-Original-Method`, `X-Original-URI` and the
     /// `Host` nginx sets (examples/nginx.conf).
     pub fn nginx() -> Self {

@@ -56,7 +56,7 @@ fn refusal(yaml: &str, files: &[(&str, &str)]) -> String {
 #[test]
 fn a_concurrency_policy_forward_auth_would_apply_is_refused_naming_it_and_the_door() {
     let yaml = "policies:\n  - {name: reports, algorithm: concurrency, limit: 3, lease: 1m, match: {path: /reports}}\n";
-    let message = "policy \"reports\": match: a concurrency policy cannot be applied by forward auth (/v1/authorize): a proxy's auth request never says when the request ends, so its permit would be held until its lease ends; take `match` away and acquire and release through /v1/check and /v1/release, or apply it in the service with tollgate-tower";
+    let message = "policy \"reports\": match: a concurrency policy cannot be applied by forward auth (/v1/authorize): a proxy's auth request never says when the request ends, so its permit would be held until its lease ends; take `match` away and acquire and release through /v1/check and /v1/release, apply it in the service with tollgate-tower, or turn forward auth off here (server.forward_auth: off)";
     assert_eq!(
         refusal(yaml, &[]),
         format!(
@@ -157,4 +157,38 @@ async fn forward_auth_skips_a_concurrency_policy_without_match_which_v1_check_st
     assert_eq!(first["allowed"], true);
     assert_eq!(first["permit"].as_str().map(str::len), Some(16));
     assert_eq!(check().await["allowed"], false);
+}
+
+/// With forward auth off, no door of the server applies `match`: the same
+/// concurrency policy is accepted, `/v1/authorize` is a 404, and
+/// `/v1/check` takes the permit.
+#[tokio::test]
+async fn with_forward_auth_off_a_concurrency_policy_with_match_is_served_by_check() {
+    let server = TestServer::start(
+        "server: {forward_auth: off, watch_interval_ms: 0}\npolicies:\n  - {name: reports, algorithm: concurrency, limit: 1, lease: 1m, match: {path: /reports}, identity: [{header: X-Tenant}]}\n",
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let authorize = client
+        .get(server.url("/v1/authorize"))
+        .header("X-Original-URI", "/reports")
+        .header("X-Tenant", "acme")
+        .send()
+        .await
+        .expect("authorize");
+    assert_eq!(authorize.status(), 404);
+    let problem: Value = authorize.json().await.expect("problem+json");
+    assert_eq!(
+        problem["detail"],
+        "forward auth is off here (server.forward_auth: off)"
+    );
+    let (status, first) = server
+        .check(r#"{"policy":"reports","key":"acme","cost":1}"#)
+        .await;
+    assert_eq!((status, &first["allowed"]), (200, &Value::Bool(true)));
+    assert_eq!(first["permit"].as_str().map(str::len), Some(16));
+    let (_, second) = server
+        .check(r#"{"policy":"reports","key":"acme","cost":1}"#)
+        .await;
+    assert_eq!(second["allowed"], false);
 }

@@ -162,7 +162,7 @@ fn validate_and_serve_refuse_the_same_configs_with_the_same_words() {
         (
             format!("server: {{forward_auth: haproxy}}\n{POLICY}"),
             vec![],
-            "config: server: forward_auth: unknown proxy \"haproxy\" (expected nginx, traefik, envoy, or {method, uri, host} header names)",
+            "config: server: forward_auth: unknown proxy \"haproxy\" (expected nginx, traefik, envoy, off, or {method, uri, host} header names)",
             above_policy("server: {forward_auth: haproxy}", 10),
         ),
     ];

@@ -39,7 +39,9 @@ pub(super) fn parse_doc(
         &fields,
         !envoy_ratelimit_configs.is_empty(),
     )?;
-    refuse_forward_auth_permits(&shared)?;
+    if !server.forward_auth.is_off() {
+        refuse_forward_auth_permits(&shared)?;
+    }
     let tokens =
         EndpointTokens::from_env(&env).map_err(|e| ConfigError::Document(e.to_string()))?;
     tokens.require(&server.require_tokens).map_err(|e| {
@@ -66,7 +68,8 @@ pub(super) fn parse_doc(
 /// forward auth never hears that a request ended: every permit it took
 /// would be held until its lease ended. Refused, naming the door; without
 /// `match` the policy is for /v1/check and /v1/release (which /v1/authorize
-/// skips), and the tower layer matches requests itself.
+/// skips), and the tower layer matches requests itself. A server with
+/// `forward_auth: off` (serving a layer's file) applies no `match`.
 fn refuse_forward_auth_permits(config: &Config) -> Result<(), ConfigError> {
     let found = config.policies.iter().enumerate().find(|(_, serve)| {
         serve.declared.limits().holds_permits() && serve.matcher != Matcher::default()
@@ -77,7 +80,7 @@ fn refuse_forward_auth_permits(config: &Config) -> Result<(), ConfigError> {
     Err(ConfigError::Field {
         policy: serve.declared.name().to_owned(),
         field: "match".to_owned(),
-        reason: "a concurrency policy cannot be applied by forward auth (/v1/authorize): a proxy's auth request never says when the request ends, so its permit would be held until its lease ends; take `match` away and acquire and release through /v1/check and /v1/release, or apply it in the service with tollgate-tower".to_owned(),
+        reason: "a concurrency policy cannot be applied by forward auth (/v1/authorize): a proxy's auth request never says when the request ends, so its permit would be held until its lease ends; take `match` away and acquire and release through /v1/check and /v1/release, apply it in the service with tollgate-tower, or turn forward auth off here (server.forward_auth: off)".to_owned(),
     }
     .at(node_path!["policies", i, "match"]))
 }

@@ -412,12 +412,15 @@ fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D
     use serde::de::Error;
     let value = Value::deserialize(d)?;
     match &value {
+        // YAML reads a bare `off` as false.
+        Value::Bool(false) => Ok(ForwardAuth::off()),
         Value::String(name) => match name.as_str() {
             "nginx" => Ok(ForwardAuth::nginx()),
             "traefik" => Ok(ForwardAuth::traefik()),
             "envoy" => Ok(ForwardAuth::envoy()),
+            "off" => Ok(ForwardAuth::off()),
             other => Err(D::Error::custom(format!(
-                "forward_auth: unknown proxy {other:?} (expected nginx, traefik, envoy, or {{method, uri, host}} header names)"
+                "forward_auth: unknown proxy {other:?} (expected nginx, traefik, envoy, off, or {{method, uri, host}} header names)"
             ))),
         },
         Value::Object(map) => {
@@ -458,7 +461,7 @@ fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D
             Ok(custom)
         }
         other => Err(D::Error::custom(format!(
-            "forward_auth: must be nginx, traefik, envoy or a mapping of header names, got {}",
+            "forward_auth: must be nginx, traefik, envoy, off or a mapping of header names, got {}",
             describe(other)
         ))),
     }

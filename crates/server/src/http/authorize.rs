@@ -11,7 +11,7 @@ use tollgate_http::{
     problem_header, request_id_from_header,
 };
 
-use super::{refuse, unauthorized};
+use super::{ProblemResponse, refuse, unauthorized};
 use crate::app::App;
 use crate::config::ServerSettings;
 use crate::limiter::{Check, Decided};
@@ -45,6 +45,10 @@ pub(super) fn is_authorize_path(path: &str) -> bool {
 /// `/v1/authorize`: the forwarded request's checks, decided by the limiter.
 pub(super) async fn authorize_request<B>(app: &App, peer: Peer, req: http::Request<B>) -> Response {
     let live_config = app.live.load();
+    if live_config.config.server.forward_auth.is_off() {
+        return Problem::not_found("forward auth is off here (server.forward_auth: off)")
+            .into_response();
+    }
     // The proxy's own token (never the client's Authorization): without
     // it, any process that reaches the listener could describe a login
     // from any address and lock that address out.
