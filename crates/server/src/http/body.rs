@@ -10,7 +10,15 @@ use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Body as HttpBody;
 
+use axum::http::HeaderValue;
+use axum::response::Response;
 use tollgate_http::Problem;
+
+use super::linger::LingerOnClose;
+use super::{refuse, unauthorized};
+use crate::app::App;
+use crate::live::LiveConfig;
+use crate::tokens::Guarded;
 
 /// Errors a request body may fail with.
 pub(super) type BodyError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,6 +43,56 @@ impl From<Problem> for BodyRefused {
             left_unread: false,
         }
     }
+}
+
+/// The body of a request to `endpoint` (`/v1/check`, `/v1/release`),
+/// which the check token guards: without the token it is refused unread;
+/// then it is read within the server's `max_body_bytes` and
+/// `request_timeout_ms`. A request refused before its body was read whole
+/// is answered with `Connection: close` and closed lingering.
+pub(super) async fn guarded_body<B>(
+    app: &App,
+    live_config: &LiveConfig,
+    req: http::Request<B>,
+    endpoint: &'static str,
+) -> Result<Bytes, Response>
+where
+    B: HttpBody,
+    B::Error: Into<BodyError>,
+{
+    if !live_config
+        .config
+        .tokens
+        .admits_headers(Guarded::Check, req.headers())
+    {
+        return Err(close_lingering(unauthorized(app, Guarded::Check, endpoint)));
+    }
+    let settings = &live_config.config.server;
+    let timeout = Duration::from_millis(settings.request_timeout_ms);
+    match read_body(req, settings.max_body_bytes, timeout).await {
+        Ok(body) => Ok(body),
+        Err(BodyRefused {
+            problem,
+            left_unread,
+        }) => {
+            let response = refuse(app, problem);
+            Err(if left_unread {
+                close_lingering(response)
+            } else {
+                response
+            })
+        }
+    }
+}
+
+/// `response`, after which the connection closes lingering: the client
+/// may still be sending a body nobody reads.
+fn close_lingering(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response.extensions_mut().insert(LingerOnClose);
+    response
 }
 
 /// The body, whole, within `limit` bytes and `timeout` (a slow client's

@@ -3,10 +3,8 @@
 //! and answered as JSON. The body's and the answer's schemas, and the
 //! words for a refused body, are the contract's (`tollgate-http`).
 
-use std::time::Duration;
-
 use crate::limiter::RequestId;
-use axum::http::{self, HeaderValue, header};
+use axum::http;
 use axum::response::Response;
 use hyper::body::Body as HttpBody;
 use tollgate_core::quote;
@@ -15,14 +13,12 @@ use tollgate_http::{
     diagnose_check_body, parse_check_body,
 };
 
-use super::body::{BodyError, BodyRefused, read_body};
-use super::linger::LingerOnClose;
+use super::body::{BodyError, guarded_body};
 use super::request_id;
-use super::{degraded_path, json_answer, refuse, replayed, unauthorized, unknown_policy};
+use super::{degraded_path, json_answer, refuse, replayed, unknown_policy};
 use crate::app::App;
 use crate::limiter::Check;
 use crate::live::LiveConfig;
-use crate::tokens::Guarded;
 
 /// The endpoint's path.
 pub(super) const CHECK: &str = "/v1/check";
@@ -37,42 +33,12 @@ where
 {
     // One load a request: the config the body is read under decides it too.
     let live_config = app.live.load();
-    if !live_config
-        .config
-        .tokens
-        .admits_headers(Guarded::Check, req.headers())
-    {
-        // The body is left unread: close lingering, as after an oversized body.
-        let mut response = unauthorized(app, Guarded::Check, "check");
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        response.extensions_mut().insert(LingerOnClose);
-        return response;
-    }
-    let settings = &live_config.config.server;
-    let (limit, max_key, max_checks, timeout) = (
-        settings.max_body_bytes,
-        settings.max_key_bytes,
-        settings.max_checks,
-        Duration::from_millis(settings.request_timeout_ms),
-    );
-    let body = match read_body(req, limit, timeout).await {
-        Ok(b) => b,
-        Err(BodyRefused {
-            problem,
-            left_unread,
-        }) => {
-            let mut response = refuse(app, problem);
-            if left_unread {
-                response
-                    .headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                response.extensions_mut().insert(LingerOnClose);
-            }
-            return response;
-        }
+    let body = match guarded_body(app, &live_config, req, "check").await {
+        Ok(body) => body,
+        Err(response) => return response,
     };
+    let settings = &live_config.config.server;
+    let (max_key, max_checks) = (settings.max_key_bytes, settings.max_checks);
     let parsed = match parse_check_body(&body) {
         Ok(parsed) => parsed,
         // Named in tollgate's words, off the success path.

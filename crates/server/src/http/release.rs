@@ -3,19 +3,15 @@
 //! in the policy's store. The body's and the answer's schemas are the
 //! contract's (`tollgate-http`); a refused body releases nothing.
 
-use std::time::Duration;
-
-use axum::http::{self, HeaderValue, header};
+use axum::http;
 use axum::response::Response;
 use hyper::body::Body as HttpBody;
 use tollgate_http::{Problem, ReleaseAnswer, parse_release_body};
 
-use super::body::{BodyError, BodyRefused, read_body};
-use super::linger::LingerOnClose;
-use super::{json_answer, refuse, unauthorized, unknown_policy};
+use super::body::{BodyError, guarded_body};
+use super::{json_answer, refuse, unknown_policy};
 use crate::app::App;
 use crate::limiter::ReleaseError;
-use crate::tokens::Guarded;
 
 /// The endpoint's path.
 pub(super) const RELEASE: &str = "/v1/release";
@@ -31,37 +27,11 @@ where
 {
     let live_config = app.live.load();
     // A release is the end of a check: the check token guards both.
-    if !live_config
-        .config
-        .tokens
-        .admits_headers(Guarded::Check, req.headers())
-    {
-        let mut response = unauthorized(app, Guarded::Check, "release");
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        response.extensions_mut().insert(LingerOnClose);
-        return response;
-    }
-    let settings = &live_config.config.server;
-    let (limit, max_key) = (settings.max_body_bytes, settings.max_key_bytes);
-    let timeout = Duration::from_millis(settings.request_timeout_ms);
-    let body = match read_body(req, limit, timeout).await {
-        Ok(b) => b,
-        Err(BodyRefused {
-            problem,
-            left_unread,
-        }) => {
-            let mut response = refuse(app, problem);
-            if left_unread {
-                response
-                    .headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                response.extensions_mut().insert(LingerOnClose);
-            }
-            return response;
-        }
+    let body = match guarded_body(app, &live_config, req, "release").await {
+        Ok(body) => body,
+        Err(response) => return response,
     };
+    let max_key = live_config.config.server.max_key_bytes;
     let released = async {
         let parsed = parse_release_body(&body)?;
         let live = live_config
