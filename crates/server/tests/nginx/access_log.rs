@@ -175,11 +175,14 @@ async fn nginx_access_logs_replay_as_tollgate_decided() {
          login: offered 9 (cost 9), admitted 8 (cost 8), rejected 1 (cost 1)\n"
     );
 
-    // The same requests in a log_format with the export cost and the host
-    // quoted after combined's fields: the export costs what serve charged.
-    let traced = stack.nginx.log_path("traced.log");
+    traced_log_costs_what_serve_charged(&stack.nginx.log_path("traced.log"));
+}
+
+/// The same requests in a log_format with the export cost and the host
+/// quoted after combined's fields: the export costs what serve charged.
+fn traced_log_costs_what_serve_charged(traced: &Path) {
     let (trace, _) = trace_of(
-        &traced,
+        traced,
         &["--nginx-fields", "http_x_export_rows_thousands,host"],
     );
     let last: serde_json::Value =
@@ -191,9 +194,13 @@ async fn nginx_access_logs_replay_as_tollgate_decided() {
         summary.contains("exports: offered 1 (cost 7), admitted 1 (cost 7), rejected 0 (cost 0)\n"),
         "{summary}"
     );
-    // Read as plain combined, the extra fields are a bad line each,
-    // named by number; skipped on request, with exit 3.
-    let log = std::fs::read(&traced).expect("the traced log");
+    plain_combined_reads_each_extra_field_as_a_bad_line(traced);
+}
+
+/// Read as plain combined, the extra fields are a bad line each, named by
+/// number; skipped on request, with exit 3.
+fn plain_combined_reads_each_extra_field_as_a_bad_line(traced: &Path) {
+    let log = std::fs::read(traced).expect("the traced log");
     let config = example("nginx-tollgate.yaml");
     let (code, trace, stderr) = tollgate(
         &[
