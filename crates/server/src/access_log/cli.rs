@@ -46,9 +46,10 @@ pub struct TraceArgs {
     /// forward auth picks them; a line none takes is left out.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// The cost of each check with --policy (without --config).
-    #[arg(long, default_value_t = 1)]
-    pub cost: u64,
+    /// The cost of each check with --policy, without --config (whose
+    /// policies cost what their `cost` says) [default: 1].
+    #[arg(long)]
+    pub cost: Option<u64>,
     /// JSON formats: the field holding the time, RFC 3339 text or a
     /// number of milliseconds since 1970 [default: start_time for
     /// envoy-json; required for jsonl].
@@ -119,6 +120,12 @@ fn options(args: &TraceArgs) -> Result<TraceOptions, String> {
         return Err("--time-field is for JSON logs: nginx's time is $time_local".into());
     }
     let (policies, key_env) = match &args.config {
+        Some(_) if args.cost.is_some() => {
+            return Err(
+                "--cost is for --policy without --config: a config's policies cost what their `cost` says"
+                    .into(),
+            );
+        }
         Some(path) => {
             let config = ServeConfig::load(path).map_err(|e| e.to_string())?;
             let mut chosen = Vec::new();
@@ -146,7 +153,7 @@ fn options(args: &TraceArgs) -> Result<TraceOptions, String> {
         None => (
             Policies::Named {
                 names: args.policies.clone(),
-                cost: args.cost,
+                cost: args.cost.unwrap_or(1),
             },
             DEFAULT_IDENTITY_KEY_ENV.to_owned(),
         ),

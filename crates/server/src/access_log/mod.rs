@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use thiserror::Error;
-use tollgate_config::{CostRule, ServePolicy, normalize};
+use tollgate_config::{CostRule, Matcher, ServePolicy, normalize};
 use tollgate_core::{Identity, quote};
 use tollgate_limiter::HotSeries;
 
@@ -287,13 +287,38 @@ fn time_of(options: &TraceOptions, fields: &Fields<'_>) -> Result<u64, String> {
 }
 
 /// The config's policies whose `match` takes the line's request, as
-/// forward auth picks them, each with the cost it charges.
+/// forward auth picks them, each with the cost it charges. The request is
+/// read only when a policy has a `match`: one without takes every line.
 fn matched<'p>(
     from: LogFormat,
     fields: &Fields<'_>,
     policies: &'p [ServePolicy],
     key: &str,
 ) -> Result<Vec<Check<'p>>, String> {
+    let mut request = None;
+    let mut checks = Vec::new();
+    for serve in policies {
+        if serve.matcher != Matcher::default() {
+            let (method, path, host) = match &request {
+                Some(read) => read,
+                None => request.insert(request_of(from, fields)?),
+            };
+            if !serve.matcher.matches(method, path, host) {
+                continue;
+            }
+        }
+        checks.push(Check {
+            policy: serve.policy.name(),
+            key: key.to_owned(),
+            cost: cost_of(from, fields, serve)?,
+        });
+    }
+    Ok(checks)
+}
+
+/// The line's request: its method, its path normalized as `serve`
+/// normalizes it, and its host ("" when the log has none).
+fn request_of(from: LogFormat, fields: &Fields<'_>) -> Result<(String, String, String), String> {
     let (method, target) = match from {
         LogFormat::NginxCombined => {
             let request = fields.get("request")?.ok_or("no $request")?;
@@ -303,29 +328,22 @@ fn matched<'p>(
         LogFormat::EnvoyJson | LogFormat::Jsonl => (
             fields
                 .get("method")?
-                .ok_or("no field \"method\" (policies are matched by it)")?
+                .ok_or("no field \"method\" (a policy's match reads it)")?
                 .into_owned(),
             fields
                 .get("path")?
-                .ok_or("no field \"path\" (policies are matched by it)")?
+                .ok_or("no field \"path\" (a policy's match reads it)")?
                 .into_owned(),
         ),
     };
-    let path = normalize(&target).map_err(|fault| format!("path {}: {fault}", quote(&target)))?;
-    let host = fields.get(from.host_field())?;
-    let host = host.as_deref().unwrap_or("");
-    let mut checks = Vec::new();
-    for serve in policies {
-        if !serve.matcher.matches(&method, &path, host) {
-            continue;
-        }
-        checks.push(Check {
-            policy: serve.policy.name(),
-            key: key.to_owned(),
-            cost: cost_of(from, fields, serve)?,
-        });
-    }
-    Ok(checks)
+    let path = normalize(&target)
+        .map_err(|fault| format!("path {}: {fault}", quote(&target)))?
+        .into_owned();
+    let host = fields
+        .get(from.host_field())?
+        .unwrap_or_default()
+        .into_owned();
+    Ok((method, path, host))
 }
 
 /// The cost `policy` charges for the line: its constant, or its cost

@@ -383,3 +383,36 @@ fn unhashed_keys_are_refused() {
     options.keys = HotSeries::Raw;
     assert!(matches!(run(&options, b""), Err(TraceError::Unhashed)));
 }
+
+#[test]
+fn a_request_is_read_only_when_a_policy_has_a_match() {
+    let text = "policies:
+  - {name: login, algorithm: fixed_window, limit: 5, window: 1m, match: {methods: [POST], path: /login}, identity: [client_ip]}
+  - {name: all, algorithm: fixed_window, limit: 5, window: 1m, identity: [client_ip]}
+";
+    let config = ServeConfig::parse(text, |_| None).expect("a config");
+    let mut options = named(LogFormat::Jsonl, "field:user");
+    options.time_field = "t".into();
+    options.policies = Policies::Matched(vec![config.policies[1].clone()]);
+    let line = r#"{"t": 9, "user": "u"}"#;
+    let (trace, _, _) = run(&options, line.as_bytes()).expect("a trace");
+    assert_eq!(
+        trace,
+        format!(
+            "{{\"t_ms\":9,\"policy\":\"all\",\"key\":\"{}\",\"cost\":1}}\n",
+            key_of("u")
+        )
+    );
+    options.policies = Policies::Matched(config.policies.clone());
+    let error = run(&options, line.as_bytes()).expect_err("no method");
+    assert_eq!(
+        error.to_string(),
+        "line 1: no field \"method\" (a policy's match reads it)"
+    );
+    let with_request = r#"{"t": 9, "user": "u", "method": "post", "path": "/login/../login"}"#;
+    let (trace, _, _) = run(&options, with_request.as_bytes()).expect("a trace");
+    assert!(
+        trace.starts_with("{\"t_ms\":9,\"checks\":[{\"policy\":\"login\""),
+        "{trace}"
+    );
+}
