@@ -118,6 +118,9 @@ pub enum TraceError {
     /// The trace could not be written.
     #[error("writing the trace: {0}")]
     Output(io::Error),
+    /// The options ask for a field the format does not have.
+    #[error("{0}")]
+    Fields(String),
     /// The keys would not be hashed.
     #[error("identities must be hashed (server.trace's keyed hash): no identity key")]
     Unhashed,
@@ -150,11 +153,7 @@ pub fn trace_from_log(
     if !matches!(options.keys, HotSeries::Hashed(_)) {
         return Err(TraceError::Unhashed);
     }
-    let names: Vec<String> = NGINX_COMBINED
-        .iter()
-        .map(|n| (*n).to_owned())
-        .chain(options.nginx_fields.iter().cloned())
-        .collect();
+    let names = nginx_names(options)?;
     let mut line = Vec::with_capacity(512);
     let mut text = String::with_capacity(512);
     let mut traced = Traced::default();
@@ -210,6 +209,43 @@ pub fn trace_from_log(
     }
     output.flush().map_err(TraceError::Output)?;
     Ok(traced)
+}
+
+/// nginx's fields by name: combined's, then `--nginx-fields`; each named
+/// once, and the identity among them (for JSON, any name may be there).
+fn nginx_names(options: &TraceOptions) -> Result<Vec<String>, TraceError> {
+    let names: Vec<String> = NGINX_COMBINED
+        .iter()
+        .map(|n| (*n).to_owned())
+        .chain(options.nginx_fields.iter().cloned())
+        .collect();
+    if options.from != LogFormat::NginxCombined {
+        return Ok(names);
+    }
+    for (i, name) in names.iter().enumerate() {
+        if name.is_empty() || names[..i].contains(name) {
+            return Err(TraceError::Fields(format!(
+                "--nginx-fields: {} is {}",
+                quote(name),
+                if name.is_empty() {
+                    "empty"
+                } else {
+                    "named twice (combined's fields are remote_addr, remote_user, time_local, request, status, body_bytes_sent, http_referer, http_user_agent)"
+                }
+            )));
+        }
+    }
+    let wanted = match &options.identity {
+        IdentitySource::Field(name) => name.clone(),
+        IdentitySource::Header(name) => options.from.header_field(name),
+    };
+    if !names.contains(&wanted) {
+        return Err(TraceError::Fields(format!(
+            "nginx's combined format has no field {}: log it (`\"${wanted}\"` after combined's fields in the log_format) and name it in --nginx-fields",
+            quote(&wanted)
+        )));
+    }
+    Ok(names)
 }
 
 /// One check of an event: its policy, hashed key and cost.

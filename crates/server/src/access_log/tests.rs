@@ -416,3 +416,24 @@ fn a_request_is_read_only_when_a_policy_has_a_match() {
         "{trace}"
     );
 }
+
+#[test]
+fn an_nginx_field_the_log_format_lacks_is_refused_before_reading() {
+    let options = named(LogFormat::NginxCombined, "header:X-Tenant");
+    let error = run(&options, NGINX_LINE.as_bytes()).expect_err("no such field");
+    assert_eq!(
+        error.to_string(),
+        "nginx's combined format has no field \"http_x_tenant\": log it (`\"$http_x_tenant\"` after combined's fields in the log_format) and name it in --nginx-fields"
+    );
+    let mut twice = named(LogFormat::NginxCombined, "field:remote_addr");
+    twice.nginx_fields = vec!["status".into()];
+    assert_eq!(
+        run(&twice, b"").expect_err("named twice").to_string(),
+        "--nginx-fields: \"status\" is named twice (combined's fields are remote_addr, remote_user, time_local, request, status, body_bytes_sent, http_referer, http_user_agent)"
+    );
+    let mut tenant = named(LogFormat::NginxCombined, "header:X-Tenant");
+    tenant.nginx_fields = vec!["http_x_tenant".into()];
+    let line = format!("{NGINX_LINE} \"acme\"\n");
+    let (trace, _, _) = run(&tenant, line.as_bytes()).expect("a trace");
+    assert!(trace.contains(&key_of("acme")), "{trace}");
+}
