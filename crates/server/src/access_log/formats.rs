@@ -1,7 +1,9 @@
 //! One access log line as named fields: nginx's `combined` format (with
 //! optional quoted fields after it), or a JSON object (Envoy's
 //! `json_format`, or any JSON lines). A value the log wrote as absent
-//! (`-`, an empty string, `null`) is no value.
+//! (`-`, an empty string, `null`) is no value. A fault never quotes a
+//! field that could hold an identity or a secret (a request's target may
+//! carry a token): it names the field, and how long it was.
 
 use std::borrow::Cow;
 
@@ -120,8 +122,8 @@ pub fn parse_nginx<'a>(line: &'a str, names: &'a [String]) -> Result<Fields<'a>,
     let dash = bare(&mut rest, "`-` after $remote_addr")?;
     if dash != "-" {
         return Err(format!(
-            "expected `-` after $remote_addr, got {}",
-            quote(dash)
+            "expected `-` after $remote_addr, got {} bytes of something else",
+            dash.len()
         ));
     }
     values.push(bare(&mut rest, "$remote_user")?);
@@ -139,8 +141,8 @@ pub fn parse_nginx<'a>(line: &'a str, names: &'a [String]) -> Result<Fields<'a>,
     }
     if !rest.trim().is_empty() {
         return Err(format!(
-            "{} more after the last field ({} fields named: pass --nginx-fields for quoted fields after combined's)",
-            quote(rest.trim()),
+            "{} bytes more after the last field ({} fields named: pass --nginx-fields for quoted fields after combined's)",
+            rest.trim().len(),
             names.len()
         ));
     }
@@ -179,8 +181,8 @@ pub fn split_request(request: &str) -> Result<(&str, &str), String> {
             Ok((method, target))
         }
         _ => Err(format!(
-            "request {} is not METHOD TARGET PROTOCOL",
-            quote(request)
+            "$request ({} bytes) is not METHOD TARGET PROTOCOL",
+            request.len()
         )),
     }
 }

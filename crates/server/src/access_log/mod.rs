@@ -373,7 +373,7 @@ fn request_of(from: LogFormat, fields: &Fields<'_>) -> Result<(String, String, S
         ),
     };
     let path = normalize(&target)
-        .map_err(|fault| format!("path {}: {fault}", quote(&target)))?
+        .map_err(|fault| format!("the request's path: {fault}"))?
         .into_owned();
     let host = fields
         .get(from.host_field())?
