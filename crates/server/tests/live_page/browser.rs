@@ -111,10 +111,9 @@ fn artifact(name: &str) -> PathBuf {
     path
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_page_shows_load_a_rejection_spike_and_a_store_outage_in_chromium() {
-    let browser = Browser::start(1400, 1000).await;
-    let redis = RedisServer::start().expect("redis-server starts");
+/// `tollgate serve` on `redis` with the page on, the admin token and the
+/// identity key set; the config's directory lives as long as it.
+fn serve(redis: &RedisServer) -> (TollgateProcess, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("tollgate.yaml");
     std::fs::write(
@@ -137,13 +136,15 @@ policies:
             ("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY),
         ],
     );
-    let base = tollgate.base.clone();
-    let stop = Arc::new(AtomicBool::new(false));
-    let background = load(&base, 4, &stop);
+    (tollgate, dir)
+}
 
+/// Without the token the page asks for it; with it, it renders and
+/// updates.
+async fn renders_and_updates(browser: &Browser, base: &str) {
     // Without the token the page asks for it, showing nothing.
     browser.go(&format!("{base}/ui")).await;
-    wait_for(&browser, "#status", 20, "that it needs the token", |t| {
+    wait_for(browser, "#status", 20, "that it needs the token", |t| {
         t == "needs the admin token"
     })
     .await;
@@ -159,7 +160,7 @@ policies:
     // takes the token out of the address.
     browser.go(&format!("{base}/ui#token={ADMIN_TOKEN}")).await;
     let decisions = "[data-policy=\"api\"] [data-field=\"decisions\"]";
-    let first = number(&wait_for(&browser, decisions, 20, "the api policy", |_| true).await);
+    let first = number(&wait_for(browser, decisions, 20, "the api policy", |_| true).await);
     assert_eq!(browser.run("return location.hash;").await, "");
     assert_eq!(
         browser
@@ -170,13 +171,13 @@ policies:
     );
 
     // It updates: the count grows between two reads, and a rate is shown.
-    let grown = wait_for(&browser, decisions, 20, "more decisions", |t| {
+    let grown = wait_for(browser, decisions, 20, "more decisions", |t| {
         number(t) > first
     })
     .await;
     assert!(number(&grown) > first);
     let rate = wait_for(
-        &browser,
+        browser,
         "[data-policy=\"api\"] [data-field=\"decision_rate\"]",
         20,
         "a decision rate",
@@ -184,16 +185,18 @@ policies:
     )
     .await;
     println!("decision rate shown: {rate}/s");
+}
 
-    // A rejection spike: exactly the refusals the clients got, and the
-    // identity behind them, hashed.
-    let refused = spike(&base).await;
+/// A rejection spike: exactly the refusals the clients got, and the
+/// identity behind them, hashed.
+async fn shows_a_rejection_spike(browser: &Browser, base: &str) {
+    let refused = spike(base).await;
     assert!(
         refused > 0,
         "a spike of {SPIKE} over a limit of 20 is refused"
     );
     let rejected = "[data-policy=\"login\"] [data-field=\"rejected\"]";
-    wait_for(&browser, rejected, 20, "the spike's rejections", |t| {
+    wait_for(browser, rejected, 20, "the spike's rejections", |t| {
         number(t) == refused
     })
     .await;
@@ -226,23 +229,26 @@ policies:
         "an identity as sent: {page}"
     );
     browser.screenshot(&artifact("live-page-spike.png")).await;
+}
 
+/// A store outage and its end.
+async fn shows_a_store_outage(browser: &Browser, redis: &RedisServer) {
     // A store outage: redis-server stopped, the circuit opens and the
     // policy fails open, each such decision counted as degraded.
     redis.pause().expect("SIGSTOP redis-server");
     let circuit = "[data-store=\"global\"] [data-field=\"circuit\"]";
-    wait_for(&browser, circuit, 30, "the circuit open", |t| {
+    wait_for(browser, circuit, 30, "the circuit open", |t| {
         t == "circuit open"
     })
     .await;
     let degraded = "[data-policy=\"api\"] [data-field=\"degraded\"]";
     let some = number(
-        &wait_for(&browser, degraded, 20, "degraded decisions", |t| {
+        &wait_for(browser, degraded, 20, "degraded decisions", |t| {
             number(t) > 0
         })
         .await,
     );
-    wait_for(&browser, degraded, 20, "degraded decisions growing", |t| {
+    wait_for(browser, degraded, 20, "degraded decisions growing", |t| {
         number(t) > some
     })
     .await;
@@ -250,12 +256,24 @@ policies:
 
     // The store back: the circuit closes again.
     redis.resume().expect("SIGCONT redis-server");
-    wait_for(&browser, circuit, 30, "the circuit closed again", |t| {
+    wait_for(browser, circuit, 30, "the circuit closed again", |t| {
         t == "circuit closed"
     })
     .await;
     browser.screenshot(&artifact("live-page.png")).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_page_shows_load_a_rejection_spike_and_a_store_outage_in_chromium() {
+    let browser = Browser::start(1400, 1000).await;
+    let redis = RedisServer::start().expect("redis-server starts");
+    let (tollgate, _dir) = serve(&redis);
+    let base = tollgate.base.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let background = load(&base, 4, &stop);
+    renders_and_updates(&browser, &base).await;
+    shows_a_rejection_spike(&browser, &base).await;
+    shows_a_store_outage(&browser, &redis).await;
     stop.store(true, Ordering::Relaxed);
     for task in background {
         task.await.expect("load task");

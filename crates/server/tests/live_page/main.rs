@@ -7,5 +7,6 @@
 mod support;
 
 mod browser;
+mod settings;
 mod state;
 mod webdriver;

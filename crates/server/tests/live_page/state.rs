@@ -5,6 +5,7 @@
 //! open circuit with every decision counted as degraded.
 
 use serde_json::{Value, json};
+use tollgate_testkit::RedisServer;
 
 use crate::support::{T0, TestServer, free_port, metric, metrics_text};
 
@@ -306,5 +307,61 @@ policies:
         );
         assert_eq!(metric(&metrics, &series), Some(n), "{series}");
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_leased_policy_shows_every_regions_floor_and_this_regions_share() {
+    let (regional, global) = (
+        RedisServer::start().expect("redis-server"),
+        RedisServer::start().expect("redis-server"),
+    );
+    // 60 a second, half of it floors: 10 for each of three regions, and a
+    // spare of 30 leased by demand.
+    let yaml = format!(
+        r#"server: {{ui: on}}
+region: a
+regions: {{a: {{instances: 1}}, b: {{instances: 1}}, c: {{instances: 1}}}}
+stores:
+  regional: {{redis: {{url: "{}"}}}}
+  global: {{redis: {{url: "{}"}}}}
+policies:
+  - {{name: api, algorithm: fixed_window, limit: 60, window: 1s,
+      scope: {{leased: {{term: 1s, renew: 250ms, floor: 50%}}}}}}
+"#,
+        regional.url(),
+        global.url()
+    );
+    let server = TestServer::start_with_env(&yaml, env).await;
+    // Within the floor: nothing to lease.
+    check(&server, "api", "alice", 4).await;
+    let now = state(&server, None).await;
+    assert_eq!(now["region"], "a");
+    let api = &now["policies"][0];
+    assert_eq!(
+        (api["scope"].clone(), api["allowed"].clone()),
+        (json!("leased"), json!(4))
+    );
+    assert_eq!(
+        api["lease"],
+        json!({
+            "floor": 10, "spare": 30,
+            "floors": [{"region": "a", "floor": 10}, {"region": "b", "floor": 10}, {"region": "c", "floor": 10}],
+            "share": 10, "demand": 0, "unleased": 0, "identities": 0,
+        })
+    );
+    assert_eq!(
+        now["stores"],
+        json!([
+            {"role": "regional", "region": "a", "shared": true, "circuit": "closed", "keys": 0},
+            {"role": "global", "region": null, "shared": true, "circuit": "closed", "keys": 0},
+        ])
+    );
+    // The same share /metrics exports.
+    let metrics = metrics_text(&server.client, &server.base).await;
+    assert_eq!(
+        metric(&metrics, r#"tollgate_lease_share{policy="api",region="a"}"#),
+        Some(10.0)
+    );
     server.stop().await;
 }
