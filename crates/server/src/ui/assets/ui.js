@@ -110,10 +110,13 @@ function number(kind, label, field, value) {
     el("span", { class: "value", "data-field": field }, value));
 }
 
-function hotTable(title, entries) {
-  const table = el("table", {}, el("tr", {}, el("th", {}, title), el("th", {}, "")));
+// This minute's hot identities; early in a minute, the last whole one's.
+function hotTable(title, now, last) {
+  const entries = now.length > 0 ? now : last;
+  const when = now.length > 0 || last.length === 0 ? "this minute" : "last minute";
+  const table = el("table", {}, el("tr", {}, el("th", {}, title), el("th", { class: "count" }, when)));
   if (entries.length === 0) {
-    table.append(el("tr", {}, el("td", { class: "empty", colspan: "2" }, "none this minute")));
+    table.append(el("tr", {}, el("td", { class: "empty", colspan: "2" }, "none")));
   }
   for (const entry of entries.slice(0, 5)) {
     const name = entry.identity === null ? "(unnamed: no identity key)" : entry.identity;
@@ -158,9 +161,9 @@ function policyCard(p, region) {
         `${p.degraded.fail_open} · ${p.degraded.fail_closed} · ${p.degraded.local}`)),
     chart(points),
     el("div", { class: "columns" },
-      hotTable("hot by decisions", p.hot.now.by_decisions),
+      hotTable("hot by decisions", p.hot.now.by_decisions, p.hot.last.by_decisions),
       hotTable(p.mode === "shadow" ? "hot by would-be rejections" : "hot by rejections",
-        p.hot.now.by_rejections)));
+        p.hot.now.by_rejections, p.hot.last.by_rejections)));
   if (p.lease) {
     card.append(leaseTable(p.lease, region));
   }
