@@ -187,3 +187,11 @@ impl Drop for Browser {
         let _ = self.driver.wait();
     }
 }
+
+#[test]
+#[should_panic(
+    expected = "no-such-chromium is missing: install Debian's chromium and chromium-driver: `apt-get install -y chromium chromium-driver`"
+)]
+fn a_missing_browser_fails_saying_what_to_install() {
+    find(&["no-such-chromium", "/no/such/dir/chromium"]);
+}
