@@ -260,6 +260,17 @@ impl Lease {
         self.counters.identities.set(gauge(entries.len() as u64));
     }
 
+    /// Its series on this instance (share, demand, unleased, identities).
+    pub fn counters(&self) -> &LeaseCounters {
+        &self.counters
+    }
+
+    /// The region's floor of each identity's limit, and the policy's
+    /// terms (every region's floor, the spare).
+    pub fn terms(&self) -> (u64, &Leased) {
+        (self.floor, &self.terms)
+    }
+
     /// Identities holding an entry now.
     pub fn identities(&self) -> usize {
         self.entries

@@ -93,8 +93,8 @@ pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, REFUSED_FL
 pub use lease::{DEFAULT_MAX_IDENTITIES, Lease, Leased, Wanting, instance_id, share_of};
 pub use limiter::{Decided, Limiter};
 pub use metrics::{
-    DecisionLabels, DegradedLabels, HotSeries, LeaseCounters, LeaseLabels, LeaseOutcomeLabels,
-    LimiterMetrics, PolicyCounters, PolicyLabels,
+    DecisionLabels, DegradedCounters, DegradedLabels, HotSeries, LeaseCounters, LeaseLabels,
+    LeaseOutcomeLabels, LimiterMetrics, PolicyCounters, PolicyLabels, PolicyPathLabels,
 };
 pub use permits::MAX_TRACKED as MAX_TRACKED_PERMITS;
 pub use plan::{Check, Plan, RetryRule};
@@ -102,7 +102,7 @@ pub use release::ReleaseError;
 pub use sampled_log::{DECISION_TARGET, DecisionSampling, SHADOW_ALLOWED, SHADOW_REJECTED};
 pub use shadow::{shadow_looked, would_allow};
 pub use spans::{SPANS, set_spans, spans_on};
-pub use stores::{StoreHealth, StoreLabels, StoreName, StoreSeries};
+pub use stores::{StoreHealth, StoreLabels, StoreName, StoreReading, StoreSeries};
 pub use trace::TraceSink;
 pub use upkeep::{KeptPlans, SWEEP_INTERVAL_MS, UpkeepHandle};
 

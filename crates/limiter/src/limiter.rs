@@ -552,6 +552,9 @@ impl Limiter {
             let Some(counters) = check.counters() else {
                 continue;
             };
+            if let Some(degraded) = counters.degraded.of(decided.by) {
+                degraded.inc();
+            }
             if check.plan.shadow() {
                 count_shadow(counters, decision);
                 // A shadow plan's summaries are its own (`/v1/hot` lists

@@ -17,6 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, Identity, SecretHasher};
+use tollgate_store::DecidedBy;
 
 use crate::hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, PolicyHot};
 use crate::permits::PermitSeries;
@@ -67,6 +68,15 @@ pub struct DegradedLabels {
     pub outcome: &'static str,
 }
 
+/// A policy's decisions made without the shared store, by path.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyPathLabels {
+    /// The policy's name.
+    pub policy: String,
+    /// `fail_open`, `fail_closed` or `local`.
+    pub path: &'static str,
+}
+
 /// The limiter's series.
 pub struct LimiterMetrics {
     decisions: Family<DecisionLabels, Counter>,
@@ -75,6 +85,7 @@ pub struct LimiterMetrics {
     pub decision_seconds: Histogram,
     /// Requests decided without the shared store, by path and outcome.
     pub degraded: Family<DegradedLabels, Counter>,
+    policy_degraded: Family<PolicyPathLabels, Counter>,
     /// Each store's series, labelled by its role.
     pub stores: Arc<StoreSeries>,
     /// Decisions admitted from a hot identity's local block.
@@ -171,6 +182,37 @@ pub struct PolicyCounters {
     /// (`outcome="shadow"`); `None` for an enforced policy, which so
     /// exports no such series.
     pub shadow: Option<Counter>,
+    /// Its decisions made without the shared store, by path.
+    pub degraded: DegradedCounters,
+}
+
+/// One policy's decisions made without the shared store
+/// (`tollgate_policy_degraded_decisions_total`), one counter a path.
+#[derive(Clone, Debug)]
+pub struct DegradedCounters {
+    /// Admitted unchecked (`fail_open`).
+    pub fail_open: Counter,
+    /// Rejected unchecked (`fail_closed`).
+    pub fail_closed: Counter,
+    /// Decided on this instance's fallback (`local`).
+    pub local: Counter,
+}
+
+impl DegradedCounters {
+    /// The counter of the path that decided, if it is a degraded one.
+    pub fn of(&self, by: DecidedBy) -> Option<&Counter> {
+        match by {
+            DecidedBy::FailOpen => Some(&self.fail_open),
+            DecidedBy::FailClosed => Some(&self.fail_closed),
+            DecidedBy::Local => Some(&self.local),
+            DecidedBy::Shared => None,
+        }
+    }
+
+    /// Every path's count, summed.
+    pub fn total(&self) -> u64 {
+        self.fail_open.get() + self.fail_closed.get() + self.local.get()
+    }
 }
 
 /// A counter registered under `name`.
@@ -262,6 +304,11 @@ impl LimiterMetrics {
                 "degraded_decisions",
                 "Requests decided without the shared store, by path (fail_open, fail_closed, local) and outcome",
             ),
+            policy_degraded: family(
+                registry,
+                "policy_degraded_decisions",
+                "Each policy's checks decided without the shared store, by policy and path (fail_open, fail_closed, local); a request of several policies counts once in each",
+            ),
             lease: LeaseFamilies::register(registry),
             permits: PermitSeries::register(registry, Arc::clone(&clock)),
             stores,
@@ -322,6 +369,24 @@ impl LimiterMetrics {
                 .clone(),
             split_turned_away: None,
             shadow: None,
+            degraded: self.degraded_counters(policy),
+        }
+    }
+
+    /// `policy`'s counts of decisions made without the shared store.
+    fn degraded_counters(&self, policy: &str) -> DegradedCounters {
+        let get = |path| {
+            self.policy_degraded
+                .get_or_create(&PolicyPathLabels {
+                    policy: policy.to_owned(),
+                    path,
+                })
+                .clone()
+        };
+        DegradedCounters {
+            fail_open: get("fail_open"),
+            fail_closed: get("fail_closed"),
+            local: get("local"),
         }
     }
 

@@ -193,9 +193,46 @@ impl StoreSeries {
         }
     }
 
+    /// Every store's last readings, in the limiter's order: what the
+    /// store series say at a scrape (refreshed by
+    /// [`crate::Limiter::maintain_gauges`], as a scrape refreshes them).
+    pub fn readings(&self) -> Vec<StoreReading> {
+        let rows = self.stores.read().unwrap_or_else(PoisonError::into_inner);
+        rows.iter()
+            .map(|row| StoreReading {
+                labels: row.labels.clone(),
+                shared: row.shared,
+                up: row.up,
+                circuit: row.shared.then(|| {
+                    CIRCUIT_STATES
+                        .iter()
+                        .find(|(_, n)| *n == row.stats.circuit)
+                        .map_or("closed", |(state, _)| *state)
+                }),
+                keys: row.stats.keys,
+            })
+            .collect()
+    }
+
     fn rows(&self) -> std::sync::RwLockWriteGuard<'_, Vec<StoreRow>> {
         self.stores.write().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// One store's last readings, as its series state them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreReading {
+    /// Its series labels: `role`, and `region` for a regional store.
+    pub labels: StoreLabels,
+    /// Whether it is a shared store (Redis), which can be down.
+    pub shared: bool,
+    /// Whether it answered its last readiness ping (`tollgate_store_up`).
+    pub up: bool,
+    /// A shared store's circuit: `closed`, `open` or `half_open`
+    /// (`tollgate_store_circuit_state`); `None` for a memory store.
+    pub circuit: Option<&'static str>,
+    /// Keys held in this process (`tollgate_store_keys`).
+    pub keys: u64,
 }
 
 /// Encodes [`StoreSeries`] at each scrape.

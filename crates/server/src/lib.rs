@@ -17,7 +17,8 @@
 //!    reload; `app` is the state every adapter shares (with `connections`,
 //!    who may hold a connection, `deadline`, a request's, and `trace`, the
 //!    capture file's writer), `metrics` and `process_metrics` the server's
-//!    Prometheus series. The decision itself is the `tollgate-limiter`
+//!    Prometheus series, `ui/` the live page's files and the state it
+//!    reads from those series. The decision itself is the `tollgate-limiter`
 //!    crate (stores, failure modes, clock, decision metrics).
 //! 3. **protocol adapters** — input → checks → `Limiter::decide` → answer:
 //!    HTTP (`http/`: the router, a file for each API endpoint and one for
@@ -52,6 +53,7 @@ mod metrics;
 mod otlp;
 mod process_metrics;
 mod trace;
+mod ui;
 use tollgate_limiter as limiter;
 
 // 3. protocol adapters

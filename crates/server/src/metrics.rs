@@ -41,7 +41,8 @@ pub struct StatusLabels {
 /// An endpoint, for refused bearer tokens.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
-    /// `check`, `rls`, `policies`, `state`, `metrics` or `authorize`.
+    /// `check`, `rls`, `policies`, `hot`, `state`, `metrics`, `authorize`
+    /// or `ui`.
     pub endpoint: &'static str,
 }
 
@@ -209,7 +210,7 @@ impl Metrics {
         let unauthorized = registered(
             r,
             "unauthorized_requests",
-            "Requests refused for a missing or wrong bearer token, by endpoint (check, rls, policies, hot, state, metrics)",
+            "Requests refused for a missing or wrong bearer token, by endpoint (check, rls, policies, hot, state, metrics, authorize, ui)",
         );
         let tls_handshake_failures = registered(
             r,

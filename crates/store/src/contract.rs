@@ -168,7 +168,8 @@ pub struct StoreStats {
     pub keys: u64,
     /// Keys evicted to stay within the bound.
     pub evictions: u64,
-    /// The circuit's state as a gauge (0 closed, 1 half-open, 2 open).
+    /// The circuit's state as a gauge (0 closed, 1 open, 2 half-open:
+    /// [`crate::CircuitState::as_gauge`]).
     pub circuit: i64,
     /// Decisions answered from the rejected-until cache, without a call.
     pub answered_locally: u64,

@@ -319,6 +319,12 @@ impl ServeConfig {
                 "server.hot_identity_metrics is raw: the tollgate_hot_identity_* series carry identities as they are (client addresses, header values) to whoever reads /metrics; hashed keeps their shape without who they are".to_owned(),
             );
         }
+        if self.server.ui && matches!(self.decision_sampling.identity, HotSeries::Off) {
+            warnings.push(format!(
+                "server.ui is on, but {} holds no identity key: the page lists its hot identities unnamed (it names them only by their keyed hash); set it to tell them apart",
+                self.server.identity_key_env
+            ));
+        }
         warnings.extend(self.client_request_id_warnings());
         warnings
     }

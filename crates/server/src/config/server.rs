@@ -141,6 +141,10 @@ pub struct ServerSettings {
     /// Trace export over OTLP (`OtlpFile`); the OpenTelemetry
     /// environment names the rest or overrides it. Read at start.
     pub otlp: Option<OtlpFile>,
+    /// The live page at `/ui` and its `/ui/state` (admin token): off
+    /// unless `on`. Reloadable.
+    #[serde(deserialize_with = "on_off")]
+    pub ui: bool,
     /// Whether the file names `trusted_proxies`, even as `[]`: an explicit
     /// empty list says no proxy forwards requests here, which `validate`
     /// then need not warn of.
@@ -232,6 +236,7 @@ impl Default for ServerSettings {
             decision_log: None,
             trace: None,
             otlp: None,
+            ui: false,
             trusted_proxies_declared: false,
         }
     }
@@ -462,6 +467,21 @@ fn forward_auth<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ForwardAuth, D
         }
         other => Err(D::Error::custom(format!(
             "forward_auth: must be nginx, traefik, envoy, off or a mapping of header names, got {}",
+            describe(other)
+        ))),
+    }
+}
+
+/// `on` or `off` (YAML reads both bare words as booleans; `true` and
+/// `false` say the same).
+fn on_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    let value = Value::deserialize(d)?;
+    match &value {
+        Value::Bool(on) => Ok(*on),
+        Value::String(word) if word == "on" => Ok(true),
+        Value::String(word) if word == "off" => Ok(false),
+        other => Err(serde::de::Error::custom(format!(
+            "ui: must be on or off, got {}",
             describe(other)
         ))),
     }

@@ -28,6 +28,7 @@ mod authorize;
 mod check;
 mod operations;
 mod release;
+mod ui;
 // …and what they share: reading a body and request ids. Problems, fields,
 // keys, the `/v1/check` schemas and the forwarded request (its peer, match,
 // identity and cost) are the contract every HTTP door shares (`tollgate-http`).
@@ -38,7 +39,7 @@ mod quoted_input;
 pub(crate) mod request_id;
 
 /// Every route, as `tollgate_http_requests_total{endpoint}` names it.
-const ENDPOINTS: [&str; 9] = [
+const ENDPOINTS: [&str; 13] = [
     CHECK,
     RELEASE,
     "/v1/authorize",
@@ -48,6 +49,10 @@ const ENDPOINTS: [&str; 9] = [
     "/healthz",
     "/readyz",
     "/metrics",
+    "/ui",
+    "/ui/ui.js",
+    "/ui/ui.css",
+    crate::ui::STATE_PATH,
 ];
 
 /// The route template `path` takes, or `unmatched`: a bounded label,
@@ -144,6 +149,10 @@ pub(crate) fn operations_router(app: Arc<App>) -> Router {
         .route("/healthz", get(operations::healthz))
         .route("/readyz", get(operations::readyz))
         .route("/metrics", get(operations::metrics))
+        .route(crate::ui::STATE_PATH, get(ui::ui_state))
+        .route("/ui", get(ui::page))
+        .route("/ui/ui.js", get(ui::page))
+        .route("/ui/ui.css", get(ui::page))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async {
             Problem::new(

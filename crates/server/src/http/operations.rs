@@ -23,7 +23,7 @@ use tollgate_http::Problem;
 use tollgate_http::{CheckDecision, parts_identity, value_identity};
 
 /// The 401 for an admin `endpoint` asked without the admin token, if it was.
-fn admin_refusal(
+pub(super) fn admin_refusal(
     app: &App,
     live_config: &LiveConfig,
     headers: &HeaderMap,
