@@ -59,6 +59,10 @@ mod http;
 mod replay;
 mod rls;
 
+// 3b. what reads replays: pictures, and configs compared
+mod compare;
+mod plot;
+
 // 4. serve
 mod descriptors;
 mod error;
@@ -67,6 +71,7 @@ mod serve;
 mod workers;
 
 // What the binary runs: `serve`, `replay`, `validate` and `explain`.
+pub use compare::{CompareError, CompareOptions, Compared, compare};
 pub use config::{ConfigLoadError, Overrides, ServeConfig};
 pub use descriptors::{DescriptorError, Descriptors, raise_descriptor_limit};
 pub use error::ServeError;
@@ -77,8 +82,10 @@ pub use listen::ListenAddress;
 pub use otlp::{
     Exporter, Exporting, install as install_trace_export, resolve as resolve_trace_export,
 };
+pub use plot::Plot;
 pub use replay::{
-    REPLAY_PREFIX, ReplayError, ReplayFormat, ReplayOptions, ReplayStore, Replayed, replay_trace,
+    DEFAULT_MAX_KEYS, REPLAY_PREFIX, ReplayError, ReplayFormat, ReplayOptions, ReplayPolicy,
+    ReplayStore, Replayed, Seen, Summary, Tally, Verdict, replay_policies, replay_trace,
 };
 pub use serve::{ServeOptions, serve};
 
