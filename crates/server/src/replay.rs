@@ -312,8 +312,9 @@ fn write_line(
     verdict: Verdict,
     refunded: Option<u64>,
 ) {
-    let mut decision_text = match verdict {
-        Verdict::Shadow { would_allow } => {
+    // A refund's answer is a look at the state, a shadow policy's too.
+    let mut decision_text = match (verdict, refunded) {
+        (Verdict::Shadow { would_allow }, None) => {
             let admitted = Decision {
                 allowed: true,
                 ..*decision
