@@ -21,7 +21,7 @@ pub use decide::Verdict;
 pub(crate) use decide::{Decider, Fault, Outcome};
 pub(crate) use event::{Event, Item, parse_event};
 pub use policies::{ReplayPolicy, replay_policies};
-pub use span_watch::SpanWatch;
+pub use span_watch::{MAX_WATCHED, SpanWatch};
 pub use summary::{Summary, Tally};
 
 /// A longer line is refused rather than buffered without bound.

@@ -138,7 +138,7 @@ fn side_by_side_shows_each_algorithm_against_its_bound_as_replay_decides_it() {
     }
     assert_eq!(
         json["policies"][1]["decided"]["worst_span"],
-        serde_json::json!({"span_ms": 10000, "both_ends": false, "admitted": 19})
+        serde_json::json!({"span_ms": 10000, "both_ends": false, "admitted": 19, "admissions_not_followed": 0})
     );
     assert_eq!(json["policies"][2]["decided"]["below_bound"], 1);
 }

@@ -101,6 +101,14 @@ pub struct Side {
 }
 
 impl Side {
+    /// Admissions of identities the worst span did not follow, beyond
+    /// the most it follows at once ([`crate::replay::MAX_WATCHED`]).
+    pub fn not_followed(&self) -> u64 {
+        self.watch.as_ref().map_or(0, |w| w.overflowed)
+    }
+}
+
+impl Side {
     fn new(policy: &ReplayPolicy) -> Self {
         let bound = span_bound(policy.limits());
         Self {

@@ -153,6 +153,14 @@ fn notes(policy: &str, which: &str, side: &Side) -> String {
             t.refunds, t.refunded_units
         );
     }
+    if side.not_followed() > 0 {
+        let _ = write!(
+            text,
+            "; the worst span leaves out {} admissions of identities beyond the {} followed at once",
+            side.not_followed(),
+            crate::replay::MAX_WATCHED
+        );
+    }
     text
 }
 
@@ -209,6 +217,7 @@ fn side_json(side: &Side) -> Value {
         });
         v["bound"] = json!({"any_span_at_most": b.at_most, "per_window": b.per_window});
         v["below_bound"] = json!(i128::from(b.at_most) - i128::from(side.worst));
+        v["worst_span"]["admissions_not_followed"] = json!(side.not_followed());
     }
     v
 }
