@@ -203,3 +203,49 @@ fn the_serving_config_replays_without_its_identity_key_and_says_shadow() {
         .expect("run validate");
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// What only serving needs — tokens it requires, TLS files, the key an API
+/// key policy hashes with — is not asked of a replay; `validate` still
+/// refuses the config without them.
+#[test]
+fn settings_only_serving_uses_do_not_stop_a_replay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        r#"
+server:
+  require_tokens: [check, admin]
+  tls: { cert: missing-cert.pem, key: missing-key.pem }
+  trace: { path: capture.jsonl }
+policies:
+  - name: keyed
+    algorithm: fixed_window
+    limit: 1
+    window: 1h
+    identity:
+      - api_key: X-Api-Key
+"#,
+    )
+    .expect("write config");
+    let trace = "{\"t_ms\": 0, \"policy\": \"keyed\", \"key\": \"hash:0123456789abcdef0123456789abcdef\"}\n"
+        .repeat(2);
+    let (stdout, stderr) = replay_without_key(&config, &trace);
+    assert_eq!(
+        stdout,
+        "{\"allowed\": true, \"limit\": 1, \"remaining\": 0, \"retry_after_ms\": 0, \"reset_after_ms\": 3600000}\n\
+         {\"allowed\": false, \"limit\": 1, \"remaining\": 0, \"retry_after_ms\": 3600000, \"reset_after_ms\": 3600000}\n"
+    );
+    assert_eq!(
+        stderr,
+        "keyed: offered 2 (cost 2), admitted 1 (cost 1), rejected 1 (cost 1)\n"
+    );
+    let out = Command::new(tollgate_bin())
+        .args(["validate", "--config"])
+        .arg(&config)
+        .env_remove("TOLLGATE_IDENTITY_KEY")
+        .output()
+        .expect("run validate");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!dir.path().join("capture.jsonl").exists());
+}
