@@ -131,27 +131,42 @@ impl Decider {
     /// nothing across the enforced ones (one store, one call), or a
     /// refund's look at the state it left with the units it gave back.
     pub async fn decide(&self, event: &Event) -> Result<Outcome, Fault> {
+        // One check, the common line, is decided without lists of plans.
+        if let [item] = event.items() {
+            let plan = self.plan_of(item)?;
+            let identity = item.key.identity().map_err(Fault::Line)?;
+            self.clock.set(event.t_ms);
+            let mut cost = item.cost;
+            let mut refunded = None;
+            if event.refund {
+                let given = self
+                    .limiter
+                    .refund(&Check::new(plan, &identity, cost))
+                    .await;
+                refunded = Some(given.map_err(|e| Fault::Store(e.to_string()))?);
+                cost = 0;
+            }
+            let checks = [Check::new(plan, &identity, cost).uncounted()];
+            let decided = self.limiter.decide(&checks).await;
+            let verdicts = verdicts(&checks, &decided)?;
+            return Ok(Outcome {
+                identities: vec![identity],
+                decisions: decided.decisions,
+                verdicts,
+                refunded,
+            });
+        }
         let mut planned = Vec::with_capacity(event.items().len());
         for item in event.items() {
             let identity = item.key.identity().map_err(Fault::Line)?;
             planned.push((self.plan_of(item)?, identity));
         }
         self.clock.set(event.t_ms);
-        let mut refunded = None;
-        if event.refund
-            && let ([(plan, identity)], [item]) = (planned.as_slice(), event.items())
-        {
-            let check = Check::new(plan, identity, item.cost);
-            let given = self.limiter.refund(&check).await;
-            refunded = Some(given.map_err(|e| Fault::Store(e.to_string()))?);
-        }
+        // A refund is one check's (the line's parser refuses it on `checks`).
         let checks: Vec<Check<'_>> = planned
             .iter()
             .zip(event.items())
-            .map(|((plan, identity), item)| {
-                let cost = if refunded.is_some() { 0 } else { item.cost };
-                Check::new(plan, identity, cost).uncounted()
-            })
+            .map(|((plan, identity), item)| Check::new(plan, identity, item.cost).uncounted())
             .collect();
         let decided = self.limiter.decide(&checks).await;
         let verdicts = verdicts(&checks, &decided)?;
@@ -160,7 +175,7 @@ impl Decider {
             identities,
             decisions: decided.decisions,
             verdicts,
-            refunded,
+            refunded: None,
         })
     }
 
@@ -199,6 +214,16 @@ fn verdicts(checks: &[Check<'_>], decided: &Decided) -> Result<Vec<Verdict>, Fau
         return Err(Fault::Store(
             "the store answered another number of decisions".into(),
         ));
+    }
+    if !checks.iter().any(|c| c.plan.shadow()) {
+        let verdict = |d: &Decision| {
+            if d.allowed {
+                Verdict::Admitted
+            } else {
+                Verdict::Rejected
+            }
+        };
+        return Ok(decided.decisions.iter().map(verdict).collect());
     }
     let looked = shadow_looked(checks, decided);
     Ok(checks
