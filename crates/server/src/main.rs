@@ -368,6 +368,10 @@ fn replay_command(
         Ok(loaded) => tollgate::replay_policies(&loaded),
         Err(message) => return fail(&message, 2),
     };
+    let picture_file = match plot.map(PictureFile::create).transpose() {
+        Ok(file) => file,
+        Err(message) => return fail(&message, 2),
+    };
     let mut picture = plot.map(|_| tollgate::Plot::new(&policies));
     let mut watch = |seen: &tollgate::Seen<'_>| {
         if let Some(picture) = picture.as_mut() {
@@ -382,17 +386,21 @@ fn replay_command(
     ) {
         Ok(replayed) => replayed,
         Err(ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            PictureFile::abandon(picture_file);
             return ExitCode::SUCCESS;
         }
-        Err(e) => return fail(&e, 2),
+        Err(e) => {
+            PictureFile::abandon(picture_file);
+            return fail(&e, 2);
+        }
     };
     if summary {
         let _ = write!(stderr.lock(), "{}", replayed.summary);
     }
-    if let (Some(path), Some(picture)) = (plot, picture)
-        && let Err(e) = write_file(path, &picture.svg())
+    if let (Some(file), Some(picture)) = (picture_file, picture)
+        && let Err(message) = file.write(&picture.svg())
     {
-        return fail(&format_args!("--plot {}: {e}", path.display()), 2);
+        return fail(&message, 2);
     }
     if replayed.skipped > 0 {
         ExitCode::from(3)
@@ -408,14 +416,21 @@ fn compare_command(
     plot: Option<&Path>,
     json: bool,
 ) -> ExitCode {
+    let picture_file = match plot.map(PictureFile::create).transpose() {
+        Ok(file) => file,
+        Err(message) => return fail(&message, 2),
+    };
     let compared = match tollgate::compare(options) {
         Ok(compared) => compared,
-        Err(e) => return fail(&e, 2),
+        Err(e) => {
+            PictureFile::abandon(picture_file);
+            return fail(&e, 2);
+        }
     };
-    if let (Some(path), Some(svg)) = (plot, &compared.svg)
-        && let Err(e) = write_file(path, svg)
+    if let (Some(file), Some(svg)) = (picture_file, &compared.svg)
+        && let Err(message) = file.write(svg)
     {
-        return fail(&format_args!("--plot {}: {e}", path.display()), 2);
+        return fail(&message, 2);
     }
     let text = if json {
         format!("{}\n", compared.json())
@@ -426,14 +441,43 @@ fn compare_command(
     ExitCode::SUCCESS
 }
 
-/// Writes `text` to `path` whole: into a file beside it, then renamed
-/// over it, so a reader never sees half a picture.
-fn write_file(path: &Path, text: &str) -> io::Result<()> {
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    std::fs::write(&partial, text)?;
-    std::fs::rename(&partial, path)
+/// Where a picture goes: a file beside `path`, created before anything
+/// is decided (so a path that cannot be written stops the run before it
+/// starts), renamed over `path` once the picture is whole.
+struct PictureFile {
+    path: PathBuf,
+    partial: PathBuf,
+    file: std::fs::File,
+}
+
+impl PictureFile {
+    fn create(path: &Path) -> Result<Self, String> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let file = std::fs::File::create(&partial)
+            .map_err(|e| format!("--plot {}: {e}", path.display()))?;
+        Ok(Self {
+            path: path.to_owned(),
+            partial,
+            file,
+        })
+    }
+
+    /// Writes `text` whole, then puts it in place.
+    fn write(mut self, text: &str) -> Result<(), String> {
+        let fault = |e: io::Error| format!("--plot {}: {e}", self.path.display());
+        self.file.write_all(text.as_bytes()).map_err(fault)?;
+        self.file.sync_all().map_err(fault)?;
+        std::fs::rename(&self.partial, &self.path).map_err(fault)
+    }
+
+    /// Takes the unfinished file away, if any (a run that stopped).
+    fn abandon(file: Option<Self>) {
+        if let Some(file) = file {
+            let _ = std::fs::remove_file(&file.partial);
+        }
+    }
 }
 
 /// `tollgate validate`: the config's hash and policies, then its warnings;

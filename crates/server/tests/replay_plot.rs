@@ -254,3 +254,37 @@ fn every_policy_has_its_chart_with_axes_series_rejections_and_bound() {
         );
     }
 }
+
+#[test]
+fn a_picture_that_cannot_be_written_stops_the_replay_before_it_decides() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tollgate.yaml");
+    std::fs::write(&config, CONFIG).expect("write config");
+    let picture = dir.path().join("no-such-dir").join("out.svg");
+    let mut replay = Command::new(tollgate_bin())
+        .args(["replay", "--config"])
+        .arg(&config)
+        .arg("--plot")
+        .arg(&picture)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate replay");
+    // The replay may stop before reading: a closed pipe is expected.
+    let _ = replay
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(trace().as_bytes());
+    let out = replay.wait_with_output().expect("replay output");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.stdout, b"", "nothing decided");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "tollgate: --plot {}: No such file or directory (os error 2)\n",
+            picture.display()
+        )
+    );
+}
