@@ -5,7 +5,7 @@
 //!
 //! So `serve` raises the soft `RLIMIT_NOFILE` to the hard limit, the most
 //! an unprivileged process may, and refuses to start when even that cannot
-//! hold a `max_connections` the config sets and [`SPARE`] more: a limiter
+//! hold a `max_connections` the config sets and `SPARE` more: a limiter
 //! that cannot keep its bound is better stopped at start than found out
 //! under a flood. The default `max_connections`, which nobody chose, is
 //! lowered to what the limit holds instead (with a warning), so the same
@@ -28,7 +28,7 @@ pub struct Descriptors {
     pub soft: u64,
     /// The hard limit, above which only a privileged process may raise it.
     pub hard: u64,
-    /// What `max_connections` and [`SPARE`] need.
+    /// What `max_connections` and `SPARE` need.
     pub needed: u64,
     /// The connections this process may hold: `max_connections`, or the
     /// default lowered to fit the limit.
@@ -68,7 +68,7 @@ pub enum DescriptorError {
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (when the hard limit
 /// is unlimited, to what `server` needs), then checks that it holds
-/// `max_connections` and [`SPARE`], lowering the default to fit. The
+/// `max_connections` and `SPARE`, lowering the default to fit. The
 /// process's own limit: call it where `serve` runs.
 pub fn raise_descriptor_limit(server: &ServerSettings) -> Result<Descriptors, DescriptorError> {
     let needed = (server.max_connections as u64).saturating_add(SPARE);

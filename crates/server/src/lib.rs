@@ -22,7 +22,8 @@
 //! 3. **protocol adapters** — input → checks → `Limiter::decide` → answer:
 //!    HTTP (`http/`: the router, a file for each API endpoint and one for
 //!    the operations endpoints), Envoy RLS (`rls/`), `replay` and
-//!    `explain`; both doors write RateLimit fields by `tollgate-http`, the
+//!    `explain`, and `access_log` (`tollgate trace --from`: an access log
+//!    as a trace); both doors write RateLimit fields by `tollgate-http`, the
 //!    HTTP contract every door shares.
 //! 4. **`workers`, `serve`, then `main`** — listen, reload, shut down
 //!    (`descriptors`: the file descriptors those connections need;
@@ -54,6 +55,7 @@ mod trace;
 use tollgate_limiter as limiter;
 
 // 3. protocol adapters
+mod access_log;
 mod explain;
 mod http;
 mod replay;
@@ -70,7 +72,12 @@ mod proxy_socket;
 mod serve;
 mod workers;
 
-// What the binary runs: `serve`, `replay`, `validate` and `explain`.
+// What the binary runs: `serve`, `replay`, `compare`, `trace`, `validate`
+// and `explain`.
+pub use access_log::{
+    IdentitySource, LogFormat, MAX_LINE_BYTES, Policies, TraceArgs, TraceError, TraceOptions,
+    Traced, trace_command, trace_from_log,
+};
 pub use compare::{CompareError, CompareOptions, Compared, compare};
 pub use config::{ConfigLoadError, Overrides, ServeConfig};
 pub use descriptors::{DescriptorError, Descriptors, raise_descriptor_limit};

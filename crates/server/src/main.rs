@@ -152,6 +152,11 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         policy: Option<String>,
     },
+    /// Turn an access log (a file, or stdin) into a trace for `replay`:
+    /// an event a line, its time the log's, its identity one field or
+    /// header (hashed with the identity key, as server.trace writes keys).
+    /// Exit 2 when it stopped, 3 when it skipped a bad line.
+    Trace(tollgate::TraceArgs),
 }
 
 /// What decides how a config loads, alike for `serve`, `validate` and
@@ -333,6 +338,7 @@ fn main() -> ExitCode {
         }
         Command::Validate { load, strict } => validate_command(&load, strict),
         Command::Explain { load, json, policy } => explain_command(&load, json, policy.as_deref()),
+        Command::Trace(args) => ExitCode::from(tollgate::trace_command(&args)),
     }
 }
 

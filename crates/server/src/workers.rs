@@ -138,7 +138,7 @@ pub async fn serve_http(
 }
 
 /// Serves HTTP on `server.proxy_socket`, every peer a trusted proxy, as
-/// [`serve_http`] does on TCP (never TLS: the socket is local).
+/// `serve_http` does on TCP (never TLS: the socket is local).
 pub(crate) async fn serve_proxy_socket(
     app: Arc<App>,
     listener: UnixListener,
@@ -147,9 +147,9 @@ pub(crate) async fn serve_proxy_socket(
     serve_listener(app, Listener::Unix(listener), Protocol::Http, shutdown).await
 }
 
-/// Serves Envoy's rate limit service (`ShouldRateLimit`, [`crate::rls`])
+/// Serves Envoy's rate limit service (`ShouldRateLimit`, `crate::rls`)
 /// and the standard gRPC health service on `listener` until `shutdown`
-/// resolves, as [`serve_http`] does HTTP.
+/// resolves, as `serve_http` does HTTP.
 pub async fn serve_grpc(
     app: Arc<App>,
     listener: TcpListener,

@@ -9,9 +9,8 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
-use support::{envoy_binary, free_port, tollgate_bin};
+use support::{EnvoyProcess, free_port, tollgate_bin};
 
 /// A child process killed on drop.
 struct Process(Child);
@@ -155,25 +154,6 @@ fn envoy_config(
     )
 }
 
-/// Polls Envoy's admin `/ready` until it answers LIVE (bounded).
-async fn wait_ready(client: &reqwest::Client, admin_port: u16, envoy: &mut Process) {
-    for _ in 0..300 {
-        if let Some(status) = envoy.0.try_wait().expect("try_wait") {
-            panic!("envoy exited early: {status}");
-        }
-        let ready = client
-            .get(format!("http://127.0.0.1:{admin_port}/ready"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200);
-        if ready {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("envoy did not become ready");
-}
-
 async fn upstream(listener: tokio::net::TcpListener) {
     let app = axum::Router::new().fallback(|| async { "upstream says hi" });
     let _ = axum::serve(listener, app).await;
@@ -181,7 +161,6 @@ async fn upstream(listener: tokio::net::TcpListener) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_enforces_an_envoyproxy_ratelimit_file_through_tollgate() {
-    let envoy_bin = envoy_binary();
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(dir.path().join("envoy_test.yaml"), RATELIMIT_FILE).expect("write");
     let config = dir.path().join("tollgate.yaml");
@@ -212,24 +191,8 @@ async fn envoy_enforces_an_envoyproxy_ratelimit_file_through_tollgate() {
         ),
     )
     .expect("write");
-    let mut envoy = Process(
-        Command::new(&envoy_bin)
-            .arg("-c")
-            .arg(&envoy_yaml)
-            .args([
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn envoy"),
-    );
     let client = reqwest::Client::new();
-    wait_ready(&client, admin_port, &mut envoy).await;
+    let _envoy = EnvoyProcess::start(&envoy_yaml, admin_port).await;
 
     let get = |port: u16, user: &'static str| {
         let client = client.clone();
@@ -286,29 +249,6 @@ async fn envoy_enforces_an_envoyproxy_ratelimit_file_through_tollgate() {
     assert_eq!(get(allow_port, "carol").await.status(), 200);
 }
 
-/// Envoy with `failure_mode_deny: false` on the second listener, started
-/// on `envoy_yaml`'s config, ready.
-async fn start_envoy(client: &reqwest::Client, envoy_yaml: &Path, admin_port: u16) -> Process {
-    let mut envoy = Process(
-        Command::new(envoy_binary())
-            .arg("-c")
-            .arg(envoy_yaml)
-            .args([
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn envoy"),
-    );
-    wait_ready(client, admin_port, &mut envoy).await;
-    envoy
-}
-
 /// The client's address (Envoy's `remote_address`, read from
 /// `X-Forwarded-For` as Envoy does by default) keys `login`; `X-Api-Key`
 /// keys `keyed`.
@@ -361,7 +301,7 @@ async fn envoy_descriptors_bound_to_a_policy_key_by_its_identity_rules() {
     )
     .expect("write");
     let client = reqwest::Client::new();
-    let _envoy = start_envoy(&client, &envoy_yaml, admin_port).await;
+    let _envoy = EnvoyProcess::start(&envoy_yaml, admin_port).await;
     let get = |from: String, key: Option<&'static str>| {
         let mut request = client
             .get(format!("http://127.0.0.1:{allow_port}/login"))

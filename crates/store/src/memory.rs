@@ -247,7 +247,7 @@ impl MemoryStore {
         }
     }
 
-    /// Decides one check now; the synchronous heart of [`Store::decide`].
+    /// Decides one check now; the synchronous heart of [`Store::decide`](crate::Store::decide).
     /// [`StoreError::Full`] when its key is new and its shard holds only
     /// limiting states: nothing is stored then.
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
@@ -355,7 +355,7 @@ impl MemoryStore {
         }
     }
 
-    /// Decides every check all-or-nothing, now. See [`Store::decide_all`].
+    /// Decides every check all-or-nothing, now. See [`Store::decide_all`](crate::Store::decide_all).
     /// [`StoreError::Full`] when a new key finds no room: nothing is written.
     pub fn decide_all_now(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {

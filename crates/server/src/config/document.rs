@@ -127,12 +127,17 @@ fn series_of(
     Ok(match (mode, key) {
         (HotIdentityMetrics::Off, _) | (HotIdentityMetrics::Hashed, None) => HotSeries::Off,
         (HotIdentityMetrics::Raw, _) => HotSeries::Raw,
-        (HotIdentityMetrics::Hashed, Some(key)) => {
-            check_identity_key(&server.identity_key_env, key)?;
-            let material = [b"tollgate hot identity series\0".as_slice(), key.as_bytes()].concat();
-            HotSeries::Hashed(SecretHasher::new(&material))
-        }
+        (HotIdentityMetrics::Hashed, Some(key)) => hashed_series(&server.identity_key_env, key)?,
     })
+}
+
+/// Identities named by the keyed hash of `key` (the variable `env`
+/// holds it), as the hashed hot identity series, the logs and
+/// `server.trace` name them; a key too short is refused.
+pub fn hashed_series(env: &str, key: &str) -> Result<HotSeries, ConfigError> {
+    check_identity_key(env, key)?;
+    let material = [b"tollgate hot identity series\0".as_slice(), key.as_bytes()].concat();
+    Ok(HotSeries::Hashed(SecretHasher::new(&material)))
 }
 
 /// How `server.decision_log` samples decisions, and how every log line

@@ -11,7 +11,7 @@ mod document;
 mod hazards;
 mod server;
 
-pub use document::{Overrides, Reading};
+pub use document::{Overrides, Reading, hashed_series};
 pub use server::{
     DEFAULT_MAX_CONNECTIONS, HotIdentityMetrics, OtlpFile, Protocol, ProxySocket, SamplerName,
     ServerSettings, TraceSettings, sampler_ratio,

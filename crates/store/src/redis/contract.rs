@@ -77,7 +77,7 @@ impl Store for RedisStore {
     /// Under a request id: never answered from the rejected-until cache (a
     /// replay admits). One check is batched with other single checks under
     /// ids (`decide_each_once.lua`); several are one `decide_once.lua` call
-    /// per slot (see [`RedisStore::once_or_nothing`]).
+    /// per slot (see `RedisStore::once_or_nothing`).
     fn decide_once<'s>(
         &'s self,
         checks: &[Check<'_>],

@@ -70,7 +70,7 @@ use crate::request_id::Retry;
 /// so a fast replay never outruns its own state.
 const GIVEN_TIME_MARGIN_MS: u64 = 600_000;
 
-/// A [`Store`] on Redis: standalone, Cluster or Sentinel. Cheap to clone.
+/// A [`Store`](crate::Store) on Redis: standalone, Cluster or Sentinel. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisStore {
     shared: Arc<Shared>,
@@ -262,7 +262,7 @@ impl RedisStore {
             })
     }
 
-    /// [`Store::decide_all`] at `now_ms` instead of Redis's clock.
+    /// [`Store::decide_all`](crate::Store::decide_all) at `now_ms` instead of Redis's clock.
     pub async fn decide_all_at(
         &self,
         checks: &[Check<'_>],
@@ -277,7 +277,7 @@ impl RedisStore {
         Ok(decisions)
     }
 
-    /// Decides `check` as [`Store::decide`] does, unbatched and never from
+    /// Decides `check` as [`Store::decide`](crate::Store::decide) does, unbatched and never from
     /// the rejected-until cache, and says where its units came from, so the
     /// ones never used can be given back ([`RedisStore::give_back`]): a
     /// hot-lease block.

@@ -28,7 +28,7 @@ enum Part {
 }
 
 impl RedisStore {
-    /// [`Store::decide_once`] at `now_ms` instead of Redis's clock.
+    /// [`Store::decide_once`](crate::Store::decide_once) at `now_ms` instead of Redis's clock.
     pub async fn decide_once_at(
         &self,
         checks: &[Check<'_>],

@@ -96,7 +96,7 @@ impl RedisStore {
         }
     }
 
-    /// Marks the prefix as a serving tollgate's for [`LIVE_TTL_MS`], and
+    /// Marks the prefix as a serving tollgate's for `LIVE_TTL_MS`, and
     /// takes a replay's mark off it: a serve calls this at start and every
     /// [`LIVE_REFRESH_MS`] while it serves, so no replay writes there while
     /// it does, nor after it stops (its keys are no replay's).

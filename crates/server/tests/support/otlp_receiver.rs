@@ -1,8 +1,11 @@
-//! An OTLP collector inside the test: what `tollgate serve` exports, over
-//! gRPC (the collector's `TraceService`) or HTTP (`POST /v1/traces`,
-//! protobuf), kept as it arrived.
+//! An OTLP collector inside the test: what `tollgate serve` (and a real
+//! Envoy) exports, over gRPC (the collector's `TraceService`) or HTTP
+//! (`POST /v1/traces`, protobuf), kept as it arrived. Shared by the trace
+//! tests (`#[path = "../support/otlp_receiver.rs"]`).
+#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -17,8 +20,15 @@ use std::collections::BTreeMap;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+/// `SPAN_KIND_INTERNAL` in OTLP's numbering.
+pub const INTERNAL: i32 = 1;
 /// `SPAN_KIND_SERVER` in OTLP's numbering.
 pub const SERVER: i32 = 2;
+/// `SPAN_KIND_CLIENT` in OTLP's numbering.
+pub const CLIENT: i32 = 3;
+
+/// How long [`Collector::wait_for`] waits for what a test expects.
+const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Export requests as they arrived.
 #[derive(Clone, Default)]
@@ -96,6 +106,49 @@ impl Collector {
     pub fn received(&self) -> Received {
         Received(self.inbox.0.lock().expect("inbox").clone())
     }
+
+    /// What was received once `done` holds of its spans, polled until a
+    /// deadline (exporters send in batches, when they choose); past it the
+    /// test fails, naming `what` it waited for and showing what came.
+    pub async fn wait_for(&self, what: &str, done: impl Fn(&[Span]) -> bool) -> Received {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let received = self.received();
+            let spans = received.spans();
+            if done(&spans) {
+                return received;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not received within {DEADLINE:?}; received {spans:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The one span of `spans` named `name` with `attribute` = `value`.
+pub fn one<'a>(spans: &'a [Span], name: &str, attribute: &str, value: &str) -> &'a Span {
+    let found: Vec<&Span> = spans
+        .iter()
+        .filter(|s| {
+            s.name == name && s.attributes.get(attribute).map(String::as_str) == Some(value)
+        })
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one {name} with {attribute}={value} in {spans:#?}"
+    );
+    found[0]
+}
+
+/// `pairs` as a span's attributes, to compare with [`Span::attributes`].
+pub fn attributes(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 /// What a collector received.
@@ -104,6 +157,8 @@ pub struct Received(Vec<ExportTraceServiceRequest>);
 /// A span as the tests read it: ids in hex, attributes as text.
 #[derive(Debug)]
 pub struct Span {
+    /// The `service.name` of the resource it came under.
+    pub service: String,
     pub name: String,
     pub trace_id: String,
     pub span_id: String,
@@ -134,28 +189,36 @@ impl Received {
 
     /// Every span received.
     pub fn spans(&self) -> Vec<Span> {
-        self.0
-            .iter()
-            .flat_map(|r| &r.resource_spans)
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| &s.spans)
-            .map(|span| Span {
-                name: span.name.clone(),
-                trace_id: hex(&span.trace_id),
-                span_id: hex(&span.span_id),
-                parent: hex(&span.parent_span_id),
-                kind: span.kind,
-                attributes: text_of(&span.attributes)
-                    .into_iter()
-                    // What the tracing bridge adds of its own (source
-                    // locations, thread ids) is not tollgate's to state.
-                    .filter(|(k, _)| !k.starts_with("code.") && !k.starts_with("thread."))
-                    .filter(|(k, _)| {
-                        k != "busy_ns" && k != "idle_ns" && k != "target" && k != "level"
-                    })
-                    .collect(),
-            })
-            .collect()
+        let mut spans = Vec::new();
+        for resource in self.0.iter().flat_map(|r| &r.resource_spans) {
+            let service = resource
+                .resource
+                .as_ref()
+                .map(|r| text_of(&r.attributes))
+                .unwrap_or_default()
+                .remove("service.name")
+                .unwrap_or_default();
+            for span in resource.scope_spans.iter().flat_map(|s| &s.spans) {
+                spans.push(Span {
+                    service: service.clone(),
+                    name: span.name.clone(),
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent: hex(&span.parent_span_id),
+                    kind: span.kind,
+                    attributes: text_of(&span.attributes)
+                        .into_iter()
+                        // What the tracing bridge adds of its own (source
+                        // locations, thread ids) is not tollgate's to state.
+                        .filter(|(k, _)| !k.starts_with("code.") && !k.starts_with("thread."))
+                        .filter(|(k, _)| {
+                            k != "busy_ns" && k != "idle_ns" && k != "target" && k != "level"
+                        })
+                        .collect(),
+                });
+            }
+        }
+        spans
     }
 
     /// Every byte of every export as debug text, to search for what must
