@@ -1,8 +1,10 @@
 //! `tollgate compare` on the example traces (examples/traces): the four
-//! `api` configs beside them as one config of four policies, side by side;
+//! `api` configs beside them as one config of four policies
+//! (algorithms.yaml), side by side;
 //! each policy's totals are exactly what `tollgate replay` decides for the
 //! trace through that `api` config. And `--against`, one algorithm against
-//! another, names exactly the identities whose decisions changed.
+//! another, names exactly the identities whose decisions changed. The
+//! pictures in docs/pictures are what scripts/example-pictures makes.
 
 mod support;
 
@@ -15,27 +17,6 @@ use support::tollgate_bin;
 use tollgate_core::{Identity, SecretHasher};
 
 const KEY: &str = "compare-examples-identity-key-32-bytes";
-
-/// The example configs' `api`, each under its algorithm's name.
-const FOUR: &str = r#"
-policies:
-  - name: fixed
-    algorithm: fixed_window
-    limit: 20
-    window: 1m
-  - name: sliding
-    algorithm: sliding_window
-    limit: 20
-    window: 1m
-  - name: bucket
-    algorithm: token_bucket
-    capacity: 20
-    refill: { tokens: 20, per: 1m }
-  - name: log
-    algorithm: sliding_log
-    limit: 20
-    window: 1m
-"#;
 
 const CONFIGS: [(&str, &str); 4] = [
     ("fixed", "api-fixed-window.yaml"),
@@ -84,9 +65,8 @@ fn path_str(path: &Path) -> &str {
 
 #[test]
 fn side_by_side_on_every_example_trace_agrees_with_replay() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let four = dir.path().join("four.yaml");
-    std::fs::write(&four, FOUR).expect("config");
+    // The four `api` configs' policy, each under its algorithm's name.
+    let four = examples().join("algorithms.yaml");
     for name in TRACES {
         let trace = examples().join(format!("{name}.jsonl"));
         let args = [
@@ -253,4 +233,41 @@ fn against_on_the_example_traces_names_exactly_the_changed_identities() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn the_committed_pictures_are_what_the_script_makes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pictures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/pictures");
+    for name in TRACES {
+        let made = dir.path().join(format!("{name}.svg"));
+        stdout_of(&run(
+            &[
+                "compare",
+                "--config",
+                path_str(&examples().join("algorithms.yaml")),
+                "--trace",
+                path_str(&examples().join(format!("{name}.jsonl"))),
+                "--plot",
+                path_str(&made),
+            ],
+            None,
+            None,
+        ));
+        let committed = pictures.join(format!("{name}.svg"));
+        let same = std::fs::read(&committed).ok() == std::fs::read(&made).ok();
+        assert!(
+            same,
+            "{} differs from what scripts/example-pictures makes: run it and commit the result",
+            committed.display()
+        );
+    }
+    let script = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/example-pictures"),
+    )
+    .expect("scripts/example-pictures");
+    assert!(
+        script.contains("compare --config examples/traces/algorithms.yaml"),
+        "{script}"
+    );
 }

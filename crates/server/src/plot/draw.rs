@@ -78,6 +78,9 @@ fn draw_chart(area: &Area<'_>, chart: &Chart, plot: &Plot) -> Result<(), Fault> 
         .build_cartesian_2d(0f64..x_end, 0f64..top)?;
     cartesian
         .configure_mesh()
+        // The bold lines at each label only: a light line between every
+        // two would make the file several times larger.
+        .max_light_lines(0)
         .x_desc("time since the first event (s)")
         .y_desc("units")
         .draw()?;
