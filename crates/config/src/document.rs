@@ -236,6 +236,9 @@ fn identity_hasher(
     {
         return Ok(None);
     }
+    if !server.reads_requests && key.is_none_or(|k| k.len() < MIN_IDENTITY_KEY_BYTES) {
+        return Ok(None);
+    }
     let key = key.ok_or_else(|| {
         ConfigError::Document(format!(
             "a policy hashes an API key or bearer token, so the environment variable {} must hold the hashing key (server.identity_key_env names it)",

@@ -30,6 +30,11 @@ pub struct ServerFields {
     pub shadow_mode: bool,
     /// How every door reads a request.
     pub request: RequestSettings,
+    /// Whether requests are read by this config: a policy hashing an API
+    /// key then needs the identity key. `false` for a reader of the
+    /// policies alone (`tollgate replay`, whose trace carries identities
+    /// already keyed), which builds no hasher without a key.
+    pub reads_requests: bool,
 }
 
 impl Default for ServerFields {
@@ -38,6 +43,7 @@ impl Default for ServerFields {
             identity_key_env: DEFAULT_IDENTITY_KEY_ENV.to_owned(),
             shadow_mode: false,
             request: RequestSettings::default(),
+            reads_requests: true,
         }
     }
 }

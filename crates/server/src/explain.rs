@@ -27,6 +27,7 @@ mod span;
 
 pub use envoy::envoy_rules_json;
 pub use lines::WIDTH as EXPLAIN_WIDTH;
+pub use span::{SpanBound, span_bound};
 
 /// `name: algorithm capacity C refill N per P` or `name: algorithm limit L per W`.
 pub fn describe_policy(policy: &Policy) -> String {

@@ -63,6 +63,10 @@ mod http;
 mod replay;
 mod rls;
 
+// 3b. what reads replays: pictures, and configs compared
+mod compare;
+mod plot;
+
 // 4. serve
 mod descriptors;
 mod error;
@@ -70,11 +74,13 @@ mod proxy_socket;
 mod serve;
 mod workers;
 
-// What the binary runs: `serve`, `replay`, `trace`, `validate` and `explain`.
+// What the binary runs: `serve`, `replay`, `compare`, `trace`, `validate`
+// and `explain`.
 pub use access_log::{
     IdentitySource, LogFormat, MAX_LINE_BYTES, Policies, TraceArgs, TraceError, TraceOptions,
     Traced, trace_command, trace_from_log,
 };
+pub use compare::{CompareError, CompareOptions, Compared, compare};
 pub use config::{ConfigLoadError, Overrides, ServeConfig};
 pub use descriptors::{DescriptorError, Descriptors, raise_descriptor_limit};
 pub use error::ServeError;
@@ -85,8 +91,10 @@ pub use listen::ListenAddress;
 pub use otlp::{
     Exporter, Exporting, install as install_trace_export, resolve as resolve_trace_export,
 };
+pub use plot::Plot;
 pub use replay::{
-    REPLAY_PREFIX, ReplayError, ReplayFormat, ReplayOptions, ReplayStore, Replayed, replay_trace,
+    DEFAULT_MAX_KEYS, REPLAY_PREFIX, ReplayError, ReplayFormat, ReplayOptions, ReplayPolicy,
+    ReplayStore, Replayed, Seen, Summary, Tally, Verdict, replay_policies, replay_trace,
 };
 pub use serve::{ServeOptions, serve};
 

@@ -63,7 +63,7 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
         /// The most keys the memory store keeps before evicting.
-        #[arg(long, default_value_t = 10_000_000)]
+        #[arg(long, default_value_t = tollgate::DEFAULT_MAX_KEYS)]
         max_keys: usize,
         /// Where to decide: `memory` (default), or a `redis://HOST:PORT`
         /// whose scripts decide at each event's own time.
@@ -93,6 +93,41 @@ enum Command {
         /// Flush stdout after every decision, for a reader following along.
         #[arg(long)]
         line_buffered: bool,
+        /// Also draw the replay as an SVG picture into this file: per
+        /// policy, the units offered and admitted over time, its
+        /// rejections with their retry-after, and its bound.
+        #[arg(long, value_name = "OUT.svg")]
+        plot: Option<PathBuf>,
+    },
+    /// Decide one trace by several policies side by side (each offered
+    /// every check of the trace), or by two configs (`--against OLD`): per
+    /// policy, what was offered, admitted and rejected, the most one
+    /// identity was admitted in any span of the policy's length against
+    /// its bound, and with --against what the new config decides
+    /// differently and for which identities (hashed as the metrics hash
+    /// them).
+    Compare {
+        /// The policy config (YAML); with --against, the new one.
+        #[arg(long)]
+        config: PathBuf,
+        /// The trace (JSON lines, as `replay` reads them).
+        #[arg(long)]
+        trace: PathBuf,
+        /// The old config, to compare --config against.
+        #[arg(long, value_name = "OLD")]
+        against: Option<PathBuf>,
+        /// Only these policies, in this order [default: all].
+        #[arg(long, value_delimiter = ',', value_name = "A,B,...")]
+        policies: Vec<String>,
+        /// Also draw the decisions as an SVG picture into this file.
+        #[arg(long, value_name = "OUT.svg")]
+        plot: Option<PathBuf>,
+        /// The summary as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The most keys the memory store keeps before evicting.
+        #[arg(long, default_value_t = tollgate::DEFAULT_MAX_KEYS)]
+        max_keys: usize,
     },
     /// Check a config as `serve` would load it (the same flags and TOLLGATE_*
     /// variables) and print its policies; exit 1 when it is invalid.
@@ -264,6 +299,7 @@ fn main() -> ExitCode {
             skip_bad_lines,
             summary,
             line_buffered,
+            plot,
         } => {
             let options = ReplayOptions {
                 format: match format {
@@ -274,11 +310,31 @@ fn main() -> ExitCode {
                 line_buffered,
             };
             let target = ReplayStore {
+                max_keys,
                 store,
                 prefix,
                 write_live_keys,
             };
-            replay_command(&config, max_keys, &target, options, summary)
+            replay_command(&config, &target, options, summary, plot.as_deref())
+        }
+        Command::Compare {
+            config,
+            trace,
+            against,
+            policies,
+            plot,
+            json,
+            max_keys,
+        } => {
+            let options = tollgate::CompareOptions {
+                config,
+                trace,
+                against,
+                policies,
+                plot: plot.is_some(),
+                max_keys,
+            };
+            compare_command(&options, plot.as_deref(), json)
         }
         Command::Validate { load, strict } => validate_command(&load, strict),
         Command::Explain { load, json, policy } => explain_command(&load, json, policy.as_deref()),
@@ -305,38 +361,128 @@ fn serve_command(options: ServeOptions) -> ExitCode {
     }
 }
 
-/// `tollgate replay`: stdin's trace decided onto stdout; exit 2 when it
-/// stopped, 3 when it skipped a bad line.
+/// `tollgate replay`: stdin's trace decided onto stdout (and drawn into
+/// `plot`); exit 2 when it stopped, 3 when it skipped a bad line.
 fn replay_command(
     config: &Path,
-    max_keys: usize,
     target: &ReplayStore,
     options: ReplayOptions,
     summary: bool,
+    plot: Option<&Path>,
 ) -> ExitCode {
-    let policies = match load_policies(config) {
-        Ok(p) => p,
+    let policies = match ServeConfig::load_policies(config) {
+        Ok(loaded) => tollgate::replay_policies(&loaded),
         Err(message) => return fail(&message, 2),
+    };
+    let picture_file = match plot.map(PictureFile::create).transpose() {
+        Ok(file) => file,
+        Err(message) => return fail(&message, 2),
+    };
+    let mut picture = plot.map(|_| tollgate::Plot::new(&policies));
+    let mut watch = |seen: &tollgate::Seen<'_>| {
+        if let Some(picture) = picture.as_mut() {
+            picture.see(seen);
+        }
     };
     let stdin = io::stdin().lock();
     let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let stderr = io::stderr();
     let replayed = match tollgate::replay_trace(
-        &policies, max_keys, target, options, stdin, stdout, &stderr,
+        &policies, target, options, stdin, stdout, &stderr, &mut watch,
     ) {
         Ok(replayed) => replayed,
         Err(ReplayError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            PictureFile::abandon(picture_file);
             return ExitCode::SUCCESS;
         }
-        Err(e) => return fail(&e, 2),
+        Err(e) => {
+            PictureFile::abandon(picture_file);
+            return fail(&e, 2);
+        }
     };
     if summary {
         let _ = write!(stderr.lock(), "{}", replayed.summary);
+    }
+    if let (Some(file), Some(picture)) = (picture_file, picture)
+        && let Err(message) = file.write(&picture.svg())
+    {
+        return fail(&message, 2);
     }
     if replayed.skipped > 0 {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `tollgate compare`: the table (or JSON) on stdout, the picture into
+/// `plot`; exit 2 when the comparison could not be made.
+fn compare_command(
+    options: &tollgate::CompareOptions,
+    plot: Option<&Path>,
+    json: bool,
+) -> ExitCode {
+    let picture_file = match plot.map(PictureFile::create).transpose() {
+        Ok(file) => file,
+        Err(message) => return fail(&message, 2),
+    };
+    let compared = match tollgate::compare(options) {
+        Ok(compared) => compared,
+        Err(e) => {
+            PictureFile::abandon(picture_file);
+            return fail(&e, 2);
+        }
+    };
+    if let (Some(file), Some(svg)) = (picture_file, &compared.svg)
+        && let Err(message) = file.write(svg)
+    {
+        return fail(&message, 2);
+    }
+    let text = if json {
+        format!("{}\n", compared.json())
+    } else {
+        compared.table()
+    };
+    let _ = io::stdout().lock().write_all(text.as_bytes());
+    ExitCode::SUCCESS
+}
+
+/// Where a picture goes: a file beside `path`, created before anything
+/// is decided (so a path that cannot be written stops the run before it
+/// starts), renamed over `path` once the picture is whole.
+struct PictureFile {
+    path: PathBuf,
+    partial: PathBuf,
+    file: std::fs::File,
+}
+
+impl PictureFile {
+    fn create(path: &Path) -> Result<Self, String> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let file = std::fs::File::create(&partial)
+            .map_err(|e| format!("--plot {}: {e}", path.display()))?;
+        Ok(Self {
+            path: path.to_owned(),
+            partial,
+            file,
+        })
+    }
+
+    /// Writes `text` whole, then puts it in place.
+    fn write(mut self, text: &str) -> Result<(), String> {
+        let fault = |e: io::Error| format!("--plot {}: {e}", self.path.display());
+        self.file.write_all(text.as_bytes()).map_err(fault)?;
+        self.file.sync_all().map_err(fault)?;
+        std::fs::rename(&self.partial, &self.path).map_err(fault)
+    }
+
+    /// Takes the unfinished file away, if any (a run that stopped).
+    fn abandon(file: Option<Self>) {
+        if let Some(file) = file {
+            let _ = std::fs::remove_file(&file.partial);
+        }
     }
 }
 
@@ -415,11 +561,6 @@ fn explain_command(load: &Load, json: bool, policy: Option<&str>) -> ExitCode {
 enum ReplayFormat {
     Decision,
     Full,
-}
-
-/// Any tollgate config (a serve config's extra sections are checked too).
-fn load_policies(path: &Path) -> Result<tollgate_core::PolicySet, ConfigLoadError> {
-    ServeConfig::load(path).map(|c| c.replay_policies())
 }
 
 fn fail(message: &dyn std::fmt::Display, code: u8) -> ExitCode {

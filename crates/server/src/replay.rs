@@ -3,30 +3,35 @@
 //! them), streaming line by line so a trace of any length runs in constant
 //! memory (beyond the store's own bounded keys).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, BufRead, Write};
-use std::sync::Arc;
 
 use thiserror::Error;
-use tollgate_core::{Decision, ManualClock, PolicySet};
-use tollgate_limiter::{
-    Backend, Check, Decided, Limiter, OnStoreFailure, Plan, RedisConfig, RedisStore, StoreError,
-};
-use tollgate_store::PrefixHolds;
+use tollgate_core::{Decision, Identity};
+use tollgate_limiter::StoreError;
 
-use crate::metrics::Metrics;
-
+mod decide;
 mod event;
+mod policies;
+mod span_watch;
+mod store;
+mod summary;
 
-use event::{Event, Item, parse_event};
+pub use decide::Verdict;
+pub(crate) use decide::{Decider, Fault, Outcome};
+pub(crate) use event::{Event, Item, parse_event};
+pub use policies::{ReplayPolicy, replay_policies};
+pub use span_watch::{MAX_WATCHED, SpanWatch};
+pub use summary::{Summary, Tally};
 
 /// A longer line is refused rather than buffered without bound.
-const MAX_LINE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
 /// How many decisions pass between sweeps of the memory store's idle keys.
 const SWEEP_EVERY: u64 = 65_536;
 /// The prefix `serve` writes under unless its config says otherwise.
-const SERVE_PREFIX: &str = "tollgate";
+pub(crate) const SERVE_PREFIX: &str = "tollgate";
+/// The memory store's keys when `--max-keys` is not given.
+pub const DEFAULT_MAX_KEYS: usize = 10_000_000;
 /// A replay's own prefix when it is given none.
 pub const REPLAY_PREFIX: &str = "tollgate-replay";
 
@@ -64,8 +69,10 @@ pub enum ReplayFormat {
 
 /// Where a replay decides: the memory store, or a Redis under a prefix of
 /// its own, never a serving tollgate's keys unless told.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ReplayStore {
+    /// The most keys the memory store keeps before evicting.
+    pub max_keys: usize,
     /// `memory` (or none), or a `redis://` / `rediss://` URL.
     pub store: Option<String>,
     /// The Redis key prefix ([`REPLAY_PREFIX`] when none).
@@ -73,6 +80,18 @@ pub struct ReplayStore {
     /// Write into a prefix that holds keys no replay wrote, or into
     /// `serve`'s default prefix: the operator says they mean it.
     pub write_live_keys: bool,
+}
+
+impl Default for ReplayStore {
+    /// The memory store, with room for [`DEFAULT_MAX_KEYS`].
+    fn default() -> Self {
+        Self {
+            max_keys: DEFAULT_MAX_KEYS,
+            store: None,
+            prefix: None,
+            write_live_keys: false,
+        }
+    }
 }
 
 /// How a replay reads and writes.
@@ -97,176 +116,62 @@ pub struct Replayed {
     pub summary: Summary,
 }
 
-/// Per policy, by name: events offered, admitted and rejected, each with
-/// its summed cost.
-#[derive(Debug, Default)]
-pub struct Summary(BTreeMap<String, Tally>);
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    admitted: u64,
-    admitted_cost: u64,
-    rejected: u64,
-    rejected_cost: u64,
-    refunds: u64,
-    refunded_units: u64,
-}
-
-impl Summary {
-    fn count(&mut self, policy: &str, cost: u64, allowed: bool) {
-        let tally = match self.0.get_mut(policy) {
-            Some(t) => t,
-            None => self.0.entry(policy.to_owned()).or_default(),
-        };
-        if allowed {
-            tally.admitted += 1;
-            tally.admitted_cost = tally.admitted_cost.saturating_add(cost);
-        } else {
-            tally.rejected += 1;
-            tally.rejected_cost = tally.rejected_cost.saturating_add(cost);
-        }
-    }
-
-    fn refund(&mut self, policy: &str, units: u64) {
-        let tally = match self.0.get_mut(policy) {
-            Some(t) => t,
-            None => self.0.entry(policy.to_owned()).or_default(),
-        };
-        tally.refunds += 1;
-        tally.refunded_units = tally.refunded_units.saturating_add(units);
-    }
-}
-
-/// One line a policy, in name order: `fw: offered 3 (cost 4), admitted 2
-/// (cost 3), rejected 1 (cost 1)` — checks counted, their costs summed —
-/// and `, refunded 1 (units 2)` after a policy that had refunds.
-impl fmt::Display for Summary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (name, t) in &self.0 {
-            write!(
-                f,
-                "{name}: offered {} (cost {}), admitted {} (cost {}), rejected {} (cost {})",
-                t.admitted + t.rejected,
-                t.admitted_cost.saturating_add(t.rejected_cost),
-                t.admitted,
-                t.admitted_cost,
-                t.rejected,
-                t.rejected_cost
-            )?;
-            if t.refunds > 0 {
-                write!(f, ", refunded {} (units {})", t.refunds, t.refunded_units)?;
-            }
-            writeln!(f)?;
-        }
-        Ok(())
-    }
+/// One check as a replay decided it, for a reader watching alongside
+/// the output (`--plot`, `compare`).
+pub struct Seen<'a> {
+    /// The event's time.
+    pub t_ms: u64,
+    /// The check's policy.
+    pub policy: &'a str,
+    /// Its identity (a capture's is the keyed hash `serve` wrote).
+    pub identity: &'a Identity,
+    /// Its cost (a refund's: the units asked back).
+    pub cost: u64,
+    /// The decision; a refund's look at the state it left.
+    pub decision: &'a Decision,
+    /// Admitted, rejected, or a shadow policy's verdict.
+    pub verdict: Verdict,
+    /// Whether the whole request was admitted, and so spent: a check that
+    /// admits alone spends nothing in a request another check rejected.
+    pub request_admitted: bool,
+    /// A refund's units given back (`None` for a decided check).
+    pub refunded: Option<u64>,
 }
 
 /// Replays on the store `target` names: `memory` (or none), or a
 /// `redis://` / `rediss://` URL under a prefix that is empty or a
 /// replay's. The limiter's clock is set to each event's time; the memory
 /// store reads it, and Redis is handed it. Bad lines, when skipped, are
-/// reported on `errors`.
+/// reported on `errors`; `watch` sees every decided check.
 pub fn replay_trace(
-    policies: &PolicySet,
-    max_keys: usize,
+    policies: &[ReplayPolicy],
     target: &ReplayStore,
     options: ReplayOptions,
     input: impl BufRead,
     output: impl Write,
     errors: impl Write,
+    watch: &mut dyn FnMut(&Seen<'_>),
 ) -> Result<Replayed, ReplayError> {
-    let clock = Arc::new(ManualClock::new(0));
     // One thread: the trace is read, decided and written in order.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(ReplayError::Input)?;
-    let backend = match target.store.as_deref() {
-        None | Some("memory") => Backend::memory(max_keys, clock.clone()),
-        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            let store = runtime.block_on(open_redis(url, target))?;
-            Backend::redis_at_clock(store, clock.clone())
-        }
-        Some(other) => {
-            return Err(ReplayError::Store(StoreError::Config(format!(
-                "--store {:?}: expected memory or a redis:// URL",
-                tollgate_store::redact_url(other)
-            ))));
-        }
-    };
-    let metrics = Metrics::new(clock.clone());
-    let limiter = Limiter::new(vec![backend], Arc::clone(&metrics.limiter), clock.clone());
-    // One plan a policy, on the one store. Unguarded: a replay stops at a
-    // store error (below).
-    let plans: BTreeMap<&str, Plan> = policies
-        .iter()
-        .map(|p| {
-            let plan = Plan::new(p.clone(), 0).with_failure_mode(OnStoreFailure::FailClosed);
-            (p.name(), plan)
-        })
-        .collect();
-    runtime.block_on(replay(
-        &plans, &limiter, &clock, options, input, output, errors,
-    ))
-}
-
-/// A Redis store under the replay's prefix, once it is known to hold no
-/// live keys (or the operator said to write there anyway), marked as a
-/// replay's.
-async fn open_redis(url: &str, target: &ReplayStore) -> Result<RedisStore, ReplayError> {
-    let mut config = RedisConfig::standalone(url);
-    config.prefix = target
-        .prefix
-        .clone()
-        .unwrap_or_else(|| REPLAY_PREFIX.to_owned());
-    // A replay waits for its store rather than fail an event.
-    config.timeout_ms = 10_000;
-    config.validate().map_err(ReplayError::Store)?;
-    let refuse = |why: String| {
-        Err(ReplayError::Store(StoreError::Config(format!(
-            "{why}: a replay would spend or reset live limits there; choose another --prefix, or pass --write-live-keys to write there anyway"
-        ))))
-    };
-    let prefix = config.prefix.clone();
-    if prefix == SERVE_PREFIX && !target.write_live_keys {
-        return refuse(format!(
-            "--prefix {prefix:?} is where `serve` keeps its keys by default"
-        ));
-    }
-    let store = RedisStore::connect(&config)
-        .await
-        .map_err(ReplayError::Store)?;
-    match store.prefix_holds().await.map_err(ReplayError::Store)? {
-        PrefixHolds::Live if !target.write_live_keys => {
-            return refuse(format!(
-                "a serving tollgate marks {prefix:?} as its own ({prefix}:live, refreshed while it serves), whatever a replay left there"
-            ));
-        }
-        PrefixHolds::Other { key } if !target.write_live_keys => {
-            return refuse(format!(
-                "keys under {prefix:?} were not written by a replay (one is {key:?})"
-            ));
-        }
-        _ => {}
-    }
-    store
-        .mark_replay_prefix()
-        .await
-        .map_err(ReplayError::Store)?;
-    Ok(store)
+    runtime.block_on(async {
+        let decider = Decider::open(policies, target).await?;
+        replay(&decider, options, input, output, errors, watch).await
+    })
 }
 
 /// Replays every event of `input` through `limiter`, its clock set to each
 /// event's time, writing one decision a line to `output`.
 async fn replay(
-    plans: &BTreeMap<&str, Plan>,
-    limiter: &Limiter,
-    clock: &ManualClock,
+    decider: &Decider,
     options: ReplayOptions,
     mut input: impl BufRead,
     mut output: impl Write,
     mut errors: impl Write,
+    watch: &mut dyn FnMut(&Seen<'_>),
 ) -> Result<Replayed, ReplayError> {
     let mut line = Vec::with_capacity(256);
     let mut text = String::with_capacity(256);
@@ -294,9 +199,7 @@ async fn replay(
             parse_event(trimmed)
         };
         let decided = match event {
-            Ok(event) => decide(plans, limiter, clock, &event)
-                .await
-                .map(|outcome| (event, outcome)),
+            Ok(event) => decider.decide(&event).await.map(|outcome| (event, outcome)),
             Err(fault) => Err(Fault::Line(fault)),
         };
         let (event, outcome) = match decided {
@@ -315,22 +218,14 @@ async fn replay(
             }
         };
         text.clear();
-        for (item, decision) in event.items().iter().zip(&outcome.decisions) {
-            write_line(
-                &mut text,
-                options.format,
-                event.t_ms,
-                item,
-                decision,
-                outcome.refunded,
-            );
-            match outcome.refunded {
-                Some(units) => replayed.summary.refund(&item.policy, units),
-                None => replayed
-                    .summary
-                    .count(&item.policy, item.cost, decision.allowed),
-            }
-        }
+        record(
+            &event,
+            &outcome,
+            options.format,
+            &mut text,
+            &mut replayed.summary,
+            watch,
+        );
         output
             .write_all(text.as_bytes())
             .map_err(ReplayError::Output)?;
@@ -339,17 +234,11 @@ async fn replay(
         }
         replayed.decided += 1;
         if replayed.decided.is_multiple_of(SWEEP_EVERY) {
-            limiter.sweep();
+            decider.sweep();
         }
     }
     output.flush().map_err(ReplayError::Output)?;
     Ok(replayed)
-}
-
-/// Why an event was not decided: its line (skippable), or the store.
-enum Fault {
-    Line(String),
-    Store(String),
 }
 
 /// Reads and drops what is left of an overlong line, up to its newline.
@@ -366,87 +255,80 @@ fn skip_rest_of_line(input: &mut impl BufRead, buffer: &mut Vec<u8>) -> Result<(
     Ok(())
 }
 
-/// An event decided by the limiter at its own time: each check's
-/// decision, all or nothing across them (one store, one call), or a
-/// refund's look at the state it left with the units it gave back.
-async fn decide(
-    plans: &BTreeMap<&str, Plan>,
-    limiter: &Limiter,
-    clock: &ManualClock,
+/// Writes `event`'s decided checks to `text`, counts them in `summary`
+/// and shows them to `watch`.
+fn record(
     event: &Event,
-) -> Result<Outcome, Fault> {
-    let plan_of = |item: &Item| {
-        plans
-            .get(item.policy.as_str())
-            .ok_or_else(|| Fault::Line(format!("unknown policy {:?}", item.policy)))
-    };
-    // One check, the common line, is decided without building lists.
-    if let [item] = event.items() {
-        let plan = plan_of(item)?;
-        let identity = item.key.identity().map_err(Fault::Line)?;
-        clock.set(event.t_ms);
-        let mut cost = item.cost;
-        let mut refunded = None;
-        if event.refund {
-            let check = Check::new(plan, &identity, item.cost);
-            let given = limiter.refund(&check).await;
-            refunded = Some(given.map_err(|e| Fault::Store(e.to_string()))?);
-            cost = 0;
-        }
-        let decided = limiter
-            .decide(&[Check::new(plan, &identity, cost).uncounted()])
-            .await;
-        return outcome(decided, 1, refunded);
-    }
-    let mut identities = Vec::with_capacity(event.items().len());
-    for item in event.items() {
-        identities.push((plan_of(item)?, item.key.identity().map_err(Fault::Line)?));
-    }
-    clock.set(event.t_ms);
-    let checks: Vec<Check<'_>> = identities
+    outcome: &Outcome,
+    format: ReplayFormat,
+    text: &mut String,
+    summary: &mut Summary,
+    watch: &mut dyn FnMut(&Seen<'_>),
+) {
+    let checks = event
+        .items()
         .iter()
-        .zip(event.items())
-        .map(|((plan, identity), item)| Check::new(plan, identity, item.cost).uncounted())
-        .collect();
-    let decided = limiter.decide(&checks).await;
-    outcome(decided, checks.len(), None)
-}
-
-/// A decided event's outcome: `expected` decisions, or the store's fault.
-fn outcome(decided: Decided, expected: usize, refunded: Option<u64>) -> Result<Outcome, Fault> {
-    if let Some(e) = decided.error {
-        return Err(Fault::Store(e.to_string()));
+        .zip(&outcome.decisions)
+        .zip(&outcome.verdicts)
+        .zip(&outcome.identities);
+    let request_admitted = outcome.verdicts.iter().all(|v| v.admitted());
+    for (((item, decision), verdict), identity) in checks {
+        write_line(
+            text,
+            format,
+            event.t_ms,
+            item,
+            decision,
+            *verdict,
+            outcome.refunded,
+        );
+        match outcome.refunded {
+            Some(units) => summary.refund(&item.policy, units),
+            None => summary.count(&item.policy, item.cost, *verdict),
+        }
+        watch(&Seen {
+            t_ms: event.t_ms,
+            policy: &item.policy,
+            identity,
+            cost: item.cost,
+            decision,
+            verdict: *verdict,
+            request_admitted,
+            refunded: outcome.refunded,
+        });
     }
-    if decided.decisions.len() != expected {
-        return Err(Fault::Store(
-            "the store answered another number of decisions".into(),
-        ));
-    }
-    Ok(Outcome {
-        decisions: decided.decisions,
-        refunded,
-    })
 }
 
-/// What an event came to.
-struct Outcome {
-    /// One a check, in the line's order.
-    decisions: Vec<Decision>,
-    /// The units a refund gave back (none for a decided event).
-    refunded: Option<u64>,
-}
-
-/// The output line of one decided check, newline included; a refund's
-/// line ends with the units it gave back.
+/// The output line of one decided check, newline included; a shadow
+/// policy's is admitted, its figures the would-be decision's, and ends
+/// with `"shadow": true, "would_allow": …` as `serve` answers it; a
+/// refund's line ends with the units it gave back.
 fn write_line(
     out: &mut String,
     format: ReplayFormat,
     t_ms: u64,
     item: &Item,
     decision: &Decision,
+    verdict: Verdict,
     refunded: Option<u64>,
 ) {
-    let mut decision_text = decision.vector_line();
+    // A refund's answer is a look at the state, a shadow policy's too.
+    let mut decision_text = match (verdict, refunded) {
+        (Verdict::Shadow { would_allow }, None) => {
+            let admitted = Decision {
+                allowed: true,
+                ..*decision
+            };
+            let mut line = admitted.vector_line();
+            line.pop();
+            let _ = fmt::Write::write_fmt(
+                &mut line,
+                format_args!(", \"shadow\": true, \"would_allow\": {would_allow}}}"),
+            );
+            line
+        }
+        _ => decision.vector_line(),
+    };
     if let Some(units) = refunded {
         decision_text.pop();
         let _ = fmt::Write::write_fmt(

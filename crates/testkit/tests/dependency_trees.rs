@@ -3,7 +3,8 @@
 //! feature) names no Redis client, TLS or OpenSSL; a client of `/v1/check`
 //! alone (`tollgate-http` as it comes, without `request`) compiles the HTTP
 //! contract and nothing of a door: no config crate, store, limiter, Redis
-//! client or TLS.
+//! client or TLS; the binary draws its pictures (`replay --plot`) as SVG
+//! with no font or image library.
 
 use std::path::Path;
 use std::process::Command;
@@ -59,5 +60,27 @@ fn the_http_contract_alone_depends_on_no_config_store_redis_or_tls_crate() {
         "openssl",
     ];
     let named = naming(&tree, &door);
+    assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
+}
+
+#[test]
+fn the_pictures_are_drawn_as_svg_without_a_font_or_image_library() {
+    let tree = tree(&["-p", "tollgate"]);
+    assert!(
+        tree.lines().any(|l| l.contains("plotters-svg v")),
+        "`replay --plot` draws with plotters' SVG backend:\n{tree}"
+    );
+    let named = naming(
+        &tree,
+        &[
+            "font-kit v",
+            "ttf-parser v",
+            "ab_glyph v",
+            "plotters-bitmap v",
+            " image v",
+            "freetype",
+            "fontconfig",
+        ],
+    );
     assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
 }

@@ -17,12 +17,24 @@ use crate::envoy_rules::EnvoyRules;
 use crate::tokens::EndpointTokens;
 use tollgate_limiter::{DecisionSampling, HotSeries};
 
+/// What a config is read for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Serving it: every setting is required as `serve` needs it.
+    Serve,
+    /// Deciding by its policies alone (`replay`, `compare`): the identity
+    /// key, the endpoint tokens and `server.trace`'s key are not needed,
+    /// so none of them is read from the environment.
+    Policies,
+}
+
 /// A parsed document as a validated config; `text` is hashed to tell which
 /// config an instance runs, `env` resolves environment variables.
 pub(super) fn parse_doc(
     text: &str,
     doc: Value,
     env: impl Fn(&str) -> Option<String>,
+    reading: Reading,
 ) -> Result<ServeConfig, ConfigError> {
     let top: &Map<String, Value> = top_level(&doc)?;
     let envoy_ratelimit_configs = parse_envoy_paths(top.get("envoy_ratelimit_configs"))?;
@@ -31,6 +43,7 @@ pub(super) fn parse_doc(
         identity_key_env: server.identity_key_env.clone(),
         shadow_mode: server.shadow_mode,
         request: server.request(),
+        reads_requests: reading == Reading::Serve,
     };
     let shared = Config::read(
         text,
@@ -41,6 +54,19 @@ pub(super) fn parse_doc(
     )?;
     if !server.forward_auth.is_off() {
         refuse_forward_auth_permits(&shared)?;
+    }
+    if reading == Reading::Policies {
+        return Ok(ServeConfig {
+            shared,
+            server,
+            envoy_ratelimit_configs,
+            envoy: Arc::new(EnvoyRules::default()),
+            tokens: EndpointTokens::default(),
+            tls: None,
+            hot_series: HotSeries::Off,
+            decision_sampling: DecisionSampling::default(),
+            trace_identity: HotSeries::Off,
+        });
     }
     let tokens =
         EndpointTokens::from_env(&env).map_err(|e| ConfigError::Document(e.to_string()))?;

@@ -11,7 +11,7 @@ mod document;
 mod hazards;
 mod server;
 
-pub use document::{Overrides, hashed_series};
+pub use document::{Overrides, Reading, hashed_series};
 pub use server::{
     DEFAULT_MAX_CONNECTIONS, HotIdentityMetrics, OtlpFile, Protocol, ProxySocket, SamplerName,
     ServerSettings, TraceSettings, sampler_ratio,
@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tollgate_config::{Config, LoadError, Matcher, replace_store};
-use tollgate_core::{ConfigError, PolicySet, parse_yaml, parse_yaml_named};
+use tollgate_core::{ConfigError, parse_yaml, parse_yaml_named};
 
-use crate::envoy_rules::{EnvoyRules, RuleKind};
+use crate::envoy_rules::EnvoyRules;
 use crate::limiter::MAX_REPLAYS;
 use crate::listen::ListenAddress;
 use crate::tls::EdgeTls;
@@ -137,6 +137,7 @@ impl ServeConfig {
                 None => std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
             },
             overrides.store.as_deref(),
+            Reading::Serve,
         )?;
         if let Some(shadow_mode) = overrides.shadow_mode {
             config.server.shadow_mode = shadow_mode;
@@ -150,13 +151,27 @@ impl ServeConfig {
         path: &Path,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigLoadError> {
-        Self::load_inner(path, env, None)
+        Self::load_inner(path, env, None, Reading::Serve)
+    }
+
+    /// The file at `path` read for its policies alone, as `tollgate
+    /// replay` and `compare` read it: what only serving uses (`server.trace`
+    /// and the identity key it needs, the endpoint tokens, `server.tls`'s
+    /// files) is parsed but neither required nor loaded.
+    pub fn load_policies(path: &Path) -> Result<Self, ConfigLoadError> {
+        Self::load_inner(
+            path,
+            |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
+            None,
+            Reading::Policies,
+        )
     }
 
     fn load_inner(
         path: &Path,
         env: impl Fn(&str) -> Option<String>,
         store: Option<&str>,
+        reading: Reading,
     ) -> Result<Self, ConfigLoadError> {
         let shown = || path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
@@ -167,13 +182,13 @@ impl ServeConfig {
             if let Some(store) = store {
                 replace_store(&mut doc, store)?;
             }
-            parse_doc(&text, doc, env)
+            parse_doc(&text, doc, env, reading)
         });
         let mut config = parsed.map_err(|source| LoadError::Invalid {
             path: shown(),
             source: source.locate(&text, &shown()),
         })?;
-        if let Some(paths) = &config.server.tls {
+        if let (Some(paths), Reading::Serve) = (&config.server.tls, reading) {
             let base = path.parent().unwrap_or_else(|| Path::new("."));
             let tls = EdgeTls::load(paths, base).map_err(|source| ConfigLoadError::Tls {
                 path: shown(),
@@ -206,26 +221,6 @@ impl ServeConfig {
         }
     }
 
-    /// What `tollgate replay` decides by: the policies, then each unbound
-    /// envoyproxy/ratelimit rule's own (`domain.key`, a fixed window), so a
-    /// capture of RLS traffic replays. A per-request `limit` override is
-    /// not among them: its limit was the request's.
-    pub fn replay_policies(&self) -> PolicySet {
-        let mut set = self.set.clone();
-        for rule in &self.envoy.rules {
-            if let RuleKind::Limited {
-                policy,
-                bound: None,
-            } = &rule.kind
-                && set.get(policy.name()).is_none()
-            {
-                // Unique by the check above.
-                let _ = set.push(policy.clone());
-            }
-        }
-        set
-    }
-
     /// The envoyproxy/ratelimit paths as read, relative to `config_path`.
     pub fn envoy_paths(&self, config_path: &Path) -> Vec<PathBuf> {
         let base = config_path.parent().unwrap_or_else(|| Path::new("."));
@@ -237,7 +232,7 @@ impl ServeConfig {
 
     /// Parses and validates; `env` resolves environment variables.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        parse_doc(text, parse_yaml(text)?, env)
+        parse_doc(text, parse_yaml(text)?, env, Reading::Serve)
     }
 
     /// [`Self::parse`] for the text of file `source`, which an error names
@@ -247,7 +242,8 @@ impl ServeConfig {
         source: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        parse_doc(text, parse_yaml_named(text, source)?, env).map_err(|e| e.locate(text, source))
+        parse_doc(text, parse_yaml_named(text, source)?, env, Reading::Serve)
+            .map_err(|e| e.locate(text, source))
     }
 
     /// What is valid but probably not meant, or dangerous to serve on the

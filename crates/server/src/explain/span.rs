@@ -85,6 +85,52 @@ pub(super) fn span(serve: &ServePolicy, deployment: &Deployment) -> (String, Val
     (text, json)
 }
 
+/// What a policy admits per identity over a span of its own length, in
+/// `explain`'s figures: what a picture draws as the bound and `compare`
+/// measures against. `None` for concurrency, which bounds no span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanBound {
+    /// The span: a window's length, or a bucket's refill period.
+    pub span_ms: u64,
+    /// Whether the span holds both its ends (a bucket's, from an instant
+    /// to T later), or only its start (a window's, s ≤ t < s + T).
+    pub both_ends: bool,
+    /// The most any such span can see.
+    pub at_most: u64,
+    /// A window's limit per epoch-aligned window, or a bucket's burst.
+    pub per_window: u64,
+}
+
+/// `limits`' [`SpanBound`], read from the figures `explain` states.
+pub fn span_bound(limits: &Limits) -> Option<SpanBound> {
+    let figure = |json: &Value, field: &str| json[field].as_u64();
+    match limits {
+        Limits::FixedWindow(w) | Limits::SlidingWindow(w) | Limits::SlidingLog(w) => {
+            let (_, json) = match limits {
+                Limits::FixedWindow(_) => fixed_window(w),
+                Limits::SlidingWindow(_) => sliding_window(w),
+                _ => sliding_log(w),
+            };
+            Some(SpanBound {
+                span_ms: figure(&json, "window_ms")?,
+                both_ends: false,
+                at_most: figure(&json, "any_window_span_at_most")?,
+                per_window: figure(&json, "per_window_at_most")?,
+            })
+        }
+        Limits::TokenBucket(r) | Limits::Gcra(r) => {
+            let (_, json) = bucket(r);
+            Some(SpanBound {
+                span_ms: figure(&json, "refill_per_ms")?,
+                both_ends: true,
+                at_most: figure(&json, "within_refill_period_at_most")?,
+                per_window: figure(&json, "burst")?,
+            })
+        }
+        Limits::Concurrency(_) => None,
+    }
+}
+
 /// Exact per epoch-aligned window; a span of a window's length across a
 /// boundary holds the end of one window and the start of the next.
 fn fixed_window(w: &Window) -> (String, Value) {
