@@ -261,7 +261,7 @@ fn a_misspelt_algorithm_is_named_unknown_at_its_own_line_with_the_field_it_meant
 
 #[test]
 fn a_misspelt_server_or_store_field_is_told_as_a_policys_is() {
-    let server = "listen, deny_status, trusted_proxies, forward_auth, max_headers, max_header_bytes, identity_key_env, max_body_bytes, max_key_bytes, max_checks, watch_interval_ms, grpc_listen, grpc_response_headers, http_workers, max_connections, max_connections_per_peer, proxy_reserved_connections, header_timeout_ms, proxy_idle_timeout_ms, proxy_socket, request_timeout_ms, tls, request_id_header, require_tokens, hot_identity_metrics, shadow_mode, decision_log, trace, otlp";
+    let server = "listen, deny_status, trusted_proxies, forward_auth, max_headers, max_header_bytes, identity_key_env, max_body_bytes, max_key_bytes, max_checks, watch_interval_ms, grpc_listen, grpc_response_headers, http_workers, max_connections, max_connections_per_peer, proxy_reserved_connections, header_timeout_ms, proxy_idle_timeout_ms, proxy_socket, request_timeout_ms, tls, request_id_header, require_tokens, hot_identity_metrics, shadow_mode, decision_log, trace, otlp, ui";
     let policy = "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1s}\n";
     let message =
         format!("config: server: listn: unknown field, did you mean listen? (expected: {server})");
