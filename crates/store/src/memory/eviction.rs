@@ -52,7 +52,12 @@ pub(super) struct Now {
 
 impl Now {
     /// The wall time minus the monotonic time, less `base`.
+    /// Saturated to i64 (in i64 arithmetic where both times fit it, as
+    /// they do for 292 million years after 1970).
     pub(super) fn lead(wall: u64, mono: u64, base: i64) -> i64 {
+        if let (Ok(wall), Ok(mono)) = (i64::try_from(wall), i64::try_from(mono)) {
+            return (wall - mono).saturating_sub(base);
+        }
         let raw = i128::from(wall) - i128::from(mono) - i128::from(base);
         i64::try_from(raw).unwrap_or(if raw < 0 { i64::MIN } else { i64::MAX })
     }
