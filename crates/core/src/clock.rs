@@ -93,7 +93,8 @@ impl SystemClock {
         let elapsed_ns = counter
             .clock
             .delta_as_nanos(counter.start, counter.clock.raw());
-        elapsed_ns.saturating_add(MONOTONIC_START_NS)
+        // No overflow for 584 years of uptime.
+        elapsed_ns.wrapping_add(MONOTONIC_START_NS)
     }
 
     /// Both times in ns, from one read of the counter: the wall time is
@@ -103,15 +104,25 @@ impl SystemClock {
     fn now_ns(&self) -> (u64, u64) {
         let mono = Self::monotonic_ns();
         let read_at = WALL_READ_AT_NS.load(Ordering::Relaxed);
-        let wall = if mono.saturating_sub(read_at) >= WALL_READ_EVERY_NS {
-            let wall = Self::read_wall_ns();
-            WALL_OFFSET_NS.store(wall.wrapping_sub(mono), Ordering::Relaxed);
-            WALL_READ_AT_NS.store(mono, Ordering::Relaxed);
-            wall
+        // Wrapping: a read stamped later by another thread than this
+        // one's time reads the wall again, which is as exact.
+        let wall = if mono.wrapping_sub(read_at) >= WALL_READ_EVERY_NS {
+            Self::read_wall_at(mono)
         } else {
             mono.wrapping_add(WALL_OFFSET_NS.load(Ordering::Relaxed))
         };
         (wall, mono)
+    }
+
+    /// Reads the wall clock at monotonic time `mono` and carries it from
+    /// there; once a millisecond, out of the common path.
+    #[cold]
+    #[inline(never)]
+    fn read_wall_at(mono: u64) -> u64 {
+        let wall = Self::read_wall_ns();
+        WALL_OFFSET_NS.store(wall.wrapping_sub(mono), Ordering::Relaxed);
+        WALL_READ_AT_NS.store(mono, Ordering::Relaxed);
+        wall
     }
 }
 
