@@ -164,7 +164,7 @@ pub struct MemoryStore {
     /// shard ([`MemoryStore::shard_index`]).
     shard_shift: u32,
     max_per_shard: usize,
-    hasher: foldhash::quality::RandomState,
+    hasher: foldhash::fast::RandomState,
     clock: Arc<dyn Clock>,
     /// The wall time minus the monotonic time when the store was made.
     base_lead_ms: i64,
@@ -206,7 +206,7 @@ impl MemoryStore {
                 .collect(),
             shard_shift: 64 - shard_count.trailing_zeros().max(1),
             max_per_shard,
-            hasher: foldhash::quality::RandomState::default(),
+            hasher: foldhash::fast::RandomState::default(),
             base_lead_ms: Now::lead_of(&*clock, 0),
             clock,
             evictions: AtomicU64::new(0),
@@ -219,6 +219,9 @@ impl MemoryStore {
     /// Decides one check now; the synchronous heart of [`Store::decide`].
     /// [`StoreError::Full`] when its key is new and its shard holds only
     /// limiting states: nothing is stored then.
+    // Inlined where it is called (the contract's `decide`), so the decision
+    // is handed back in registers rather than through a `Result` in memory.
+    #[inline]
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.decide_at(check, self.now())
     }
