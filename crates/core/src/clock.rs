@@ -63,9 +63,11 @@ struct Counter {
 
 /// The wall clock's offset from the monotonic one (ns, wrapping: the wall
 /// time is the monotonic time plus it, modulo 2^64), and when it was last
-/// read (monotonic ns, 0: never). Two relaxed atomics: a reader that sees
-/// one updated before the other has the wall time of a millisecond ago at
-/// worst, as if it had read a moment earlier.
+/// read (monotonic ns, 0: never). The offset is stored before the time of
+/// its read, which publishes it (release, acquire): a reader that sees a
+/// read time sees its offset or a later one, never the initial 0 (on x86
+/// both orderings are plain moves). Two writers racing leave an offset of
+/// either, each the wall time to within a microsecond.
 static WALL_OFFSET_NS: AtomicU64 = AtomicU64::new(0);
 static WALL_READ_AT_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -103,7 +105,7 @@ impl SystemClock {
     #[inline]
     fn now_ns(&self) -> (u64, u64) {
         let mono = Self::monotonic_ns();
-        let read_at = WALL_READ_AT_NS.load(Ordering::Relaxed);
+        let read_at = WALL_READ_AT_NS.load(Ordering::Acquire);
         // Wrapping: a read stamped later by another thread than this
         // one's time reads the wall again, which is as exact.
         let wall = if mono.wrapping_sub(read_at) >= WALL_READ_EVERY_NS {
@@ -121,7 +123,7 @@ impl SystemClock {
     fn read_wall_at(mono: u64) -> u64 {
         let wall = Self::read_wall_ns();
         WALL_OFFSET_NS.store(wall.wrapping_sub(mono), Ordering::Relaxed);
-        WALL_READ_AT_NS.store(mono, Ordering::Relaxed);
+        WALL_READ_AT_NS.store(mono, Ordering::Release);
         wall
     }
 }
