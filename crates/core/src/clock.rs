@@ -9,7 +9,7 @@
 //! A decision wants both; [`SystemClock`] reads the time once for the two.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A source of Unix time in whole milliseconds, and of monotonic time.
@@ -50,10 +50,10 @@ pub struct SystemClock;
 
 /// Where [`SystemClock`]'s monotonic time starts: one second before the
 /// first read, so no reading is 0 (0 stands for "never" in the callers).
-const MONOTONIC_START_US: u64 = 1_000_000;
+const MONOTONIC_START_NS: u64 = 1_000_000_000;
 
-/// How often [`SystemClock`] reads the wall clock itself, in monotonic µs.
-const WALL_READ_EVERY_US: u64 = 1_000;
+/// How often [`SystemClock`] reads the wall clock itself, in monotonic ns.
+const WALL_READ_EVERY_NS: u64 = 1_000_000;
 
 /// The TSC-backed clock and its reading at the first use.
 struct Counter {
@@ -61,49 +61,31 @@ struct Counter {
     start: u64,
 }
 
-/// The wall clock's offset from the monotonic one (µs), and when it was
-/// last read (monotonic µs, 0: never). Two relaxed atomics: a reader that
-/// sees one updated before the other has the wall time of a millisecond
-/// ago at worst, as if it had read a moment earlier.
-static WALL_OFFSET_US: AtomicI64 = AtomicI64::new(0);
-static WALL_READ_AT_US: AtomicU64 = AtomicU64::new(0);
+/// The wall clock's offset from the monotonic one (ns, wrapping: the wall
+/// time is the monotonic time plus it, modulo 2^64), and when it was last
+/// read (monotonic ns, 0: never). The offset is stored before the time of
+/// its read, which publishes it (release, acquire): a reader that sees a
+/// read time sees its offset or a later one, never the initial 0 (on x86
+/// both orderings are plain moves). Two writers racing leave an offset of
+/// either, each the wall time to within a microsecond.
+static WALL_OFFSET_NS: AtomicU64 = AtomicU64::new(0);
+static WALL_READ_AT_NS: AtomicU64 = AtomicU64::new(0);
 
 impl SystemClock {
-    /// The wall time, read from the operating system, in µs.
+    /// The wall time, read from the operating system, in ns.
     // The read of the wall clock in core and store (clippy.toml bans the
     // rest): everything else is handed a `Clock`.
     #[allow(clippy::disallowed_methods)]
-    fn read_wall_us() -> i64 {
+    fn read_wall_ns() -> u64 {
         // A clock set before 1970 reads as the epoch rather than panicking.
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    /// Both times in µs, from one read of the counter.
-    fn now_us(&self) -> (u64, u64) {
-        let mono = self.monotonic_us();
-        let read_at = WALL_READ_AT_US.load(Ordering::Relaxed);
-        let wall = if mono.saturating_sub(read_at) >= WALL_READ_EVERY_US {
-            let wall = Self::read_wall_us();
-            let mono_i = i64::try_from(mono).unwrap_or(i64::MAX);
-            WALL_OFFSET_US.store(wall.saturating_sub(mono_i), Ordering::Relaxed);
-            WALL_READ_AT_US.store(mono, Ordering::Relaxed);
-            wall
-        } else {
-            let mono_i = i64::try_from(mono).unwrap_or(i64::MAX);
-            mono_i.saturating_add(WALL_OFFSET_US.load(Ordering::Relaxed))
-        };
-        (u64::try_from(wall).unwrap_or(0), mono)
-    }
-}
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        self.now_us().0 / 1_000
-    }
-
-    fn monotonic_us(&self) -> u64 {
+    /// The monotonic time in ns: the TSC's count since the first read.
+    #[inline]
+    fn monotonic_ns() -> u64 {
         static COUNTER: OnceLock<Counter> = OnceLock::new();
         let counter = COUNTER.get_or_init(|| {
             let clock = quanta::Clock::new();
@@ -113,12 +95,51 @@ impl Clock for SystemClock {
         let elapsed_ns = counter
             .clock
             .delta_as_nanos(counter.start, counter.clock.raw());
-        (elapsed_ns / 1_000).saturating_add(MONOTONIC_START_US)
+        // No overflow for 584 years of uptime.
+        elapsed_ns.wrapping_add(MONOTONIC_START_NS)
+    }
+
+    /// Both times in ns, from one read of the counter: the wall time is
+    /// carried as its offset and read afresh once a millisecond. In
+    /// nanoseconds throughout, so each time in ms is one division.
+    #[inline]
+    fn now_ns(&self) -> (u64, u64) {
+        let mono = Self::monotonic_ns();
+        let read_at = WALL_READ_AT_NS.load(Ordering::Acquire);
+        // Wrapping: a read stamped later by another thread than this
+        // one's time reads the wall again, which is as exact.
+        let wall = if mono.wrapping_sub(read_at) >= WALL_READ_EVERY_NS {
+            Self::read_wall_at(mono)
+        } else {
+            mono.wrapping_add(WALL_OFFSET_NS.load(Ordering::Relaxed))
+        };
+        (wall, mono)
+    }
+
+    /// Reads the wall clock at monotonic time `mono` and carries it from
+    /// there; once a millisecond, out of the common path.
+    #[cold]
+    #[inline(never)]
+    fn read_wall_at(mono: u64) -> u64 {
+        let wall = Self::read_wall_ns();
+        WALL_OFFSET_NS.store(wall.wrapping_sub(mono), Ordering::Relaxed);
+        WALL_READ_AT_NS.store(mono, Ordering::Release);
+        wall
+    }
+}
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        self.now_ns().0 / 1_000_000
+    }
+
+    fn monotonic_us(&self) -> u64 {
+        Self::monotonic_ns() / 1_000
     }
 
     fn now_and_monotonic_ms(&self) -> (u64, u64) {
-        let (wall, mono) = self.now_us();
-        (wall / 1_000, mono / 1_000)
+        let (wall, mono) = self.now_ns();
+        (wall / 1_000_000, mono / 1_000_000)
     }
 }
 
@@ -227,10 +248,9 @@ mod tests {
     #[test]
     fn the_system_wall_clock_is_the_operating_systems_to_the_millisecond() {
         for _ in 0..3 {
-            let before = SystemClock::read_wall_us() / 1_000;
+            let before = SystemClock::read_wall_ns() / 1_000_000;
             let (wall, _) = SystemClock.now_and_monotonic_ms();
-            let wall = i64::try_from(wall).expect("a wall time in ms fits i64");
-            let after = SystemClock::read_wall_us() / 1_000;
+            let after = SystemClock::read_wall_ns() / 1_000_000;
             // Carried for at most a millisecond between reads of the OS;
             // ±1 for a read that straddles a millisecond's edge.
             assert!(before.saturating_sub(1) <= wall);
@@ -243,7 +263,7 @@ mod tests {
     fn the_system_monotonic_clock_never_reads_zero_and_never_steps_back() {
         let a = SystemClock.monotonic_us();
         let b = SystemClock.monotonic_us();
-        assert!(a >= MONOTONIC_START_US);
+        assert!(a >= MONOTONIC_START_NS / 1_000);
         assert!(b >= a);
     }
 }

@@ -328,20 +328,42 @@ impl fmt::Display for Limits {
 }
 
 /// A named, validated policy. Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Policy {
     name: Arc<str>,
     limits: Limits,
+    /// [`Policy::key_digest`], computed once.
+    key_digest: u64,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("name", &self.name)
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 impl Policy {
     /// Takes limits already validated; the name is not checked here (config
     /// parsing does that, with context).
     pub fn new(name: impl Into<Arc<str>>, limits: Limits) -> Self {
+        let name = name.into();
+        let key_digest = key_digest(&name, limits.algorithm());
         Self {
-            name: name.into(),
+            name,
             limits,
+            key_digest,
         }
+    }
+    /// A fixed 64-bit digest of the policy's part of a store key (its name
+    /// and algorithm; FNV-1a), the same for every policy of that name and
+    /// algorithm: a store hashes it with the identity instead of hashing
+    /// the name at every decision. Not seeded and not collision-free: a
+    /// store mixes it into its own seeded hash and still compares names.
+    pub fn key_digest(&self) -> u64 {
+        self.key_digest
     }
     /// The name requests, keys, headers and metrics call it by.
     pub fn name(&self) -> &str {
@@ -359,6 +381,15 @@ impl Policy {
     pub fn algorithm(&self) -> Algorithm {
         self.limits.algorithm()
     }
+}
+
+/// FNV-1a over the name's bytes, then the algorithm's spelling after a
+/// separator no name's UTF-8 holds.
+fn key_digest(name: &str, algorithm: Algorithm) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let bytes = name.bytes().chain([0xff]).chain(algorithm.as_str().bytes());
+    bytes.fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
 pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {

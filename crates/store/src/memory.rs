@@ -32,7 +32,7 @@
 //! any state: a forgotten id costs a retry a second charge, an evicted
 //! state gives its identity a fresh quota. Ids never push a state out.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -48,9 +48,11 @@ use crate::permit::{self, Minter};
 mod contract;
 mod eviction;
 mod full;
+mod identity;
 mod permits;
 mod records;
 use eviction::{Marks, Now, sweep_table};
+use identity::IdentityBytes;
 use records::Records;
 
 /// How a memory store is sized.
@@ -113,42 +115,7 @@ impl Slot {
             // A policy's name is shared, so the pointer almost always answers.
             && (Arc::ptr_eq(&self.policy, check.policy.name_arc())
                 || *self.policy == *check.policy.name())
-            && self.identity.as_bytes() == check.identity.as_bytes()
-    }
-}
-
-/// Identities up to this many encoded bytes are kept inside the slot.
-const INLINE_IDENTITY: usize = 22;
-
-/// An identity's encoded bytes, inside the slot when short (user ids, IPv4
-/// addresses, tenant names): the lookup that finds the slot then has them,
-/// with no further memory read to compare them, and storing them allocates
-/// nothing. Longer identities live on the heap.
-enum IdentityBytes {
-    Inline {
-        len: u8,
-        bytes: [u8; INLINE_IDENTITY],
-    },
-    Heap(Box<[u8]>),
-}
-
-impl IdentityBytes {
-    fn new(identity: &[u8]) -> Self {
-        match u8::try_from(identity.len()) {
-            Ok(len) if identity.len() <= INLINE_IDENTITY => {
-                let mut bytes = [0; INLINE_IDENTITY];
-                bytes[..identity.len()].copy_from_slice(identity);
-                Self::Inline { len, bytes }
-            }
-            _ => Self::Heap(identity.into()),
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Self::Heap(bytes) => bytes,
-        }
+            && self.identity.is(check.identity.as_bytes())
     }
 }
 
@@ -193,9 +160,11 @@ type Guards<'a> = Vec<(usize, MutexGuard<'a, Table>)>;
 /// is shaped this way.
 pub struct MemoryStore {
     shards: Box<[Shard]>,
-    shard_bits: u32,
+    /// How far a hash shifted past its tag is shifted right to name a
+    /// shard ([`MemoryStore::shard_index`]).
+    shard_shift: u32,
     max_per_shard: usize,
-    hasher: foldhash::quality::RandomState,
+    hasher: foldhash::fast::RandomState,
     clock: Arc<dyn Clock>,
     /// The wall time minus the monotonic time when the store was made.
     base_lead_ms: i64,
@@ -235,9 +204,9 @@ impl MemoryStore {
             shards: (0..shard_count)
                 .map(|_| Shard(Mutex::new(Table::default())))
                 .collect(),
-            shard_bits: shard_count.trailing_zeros(),
+            shard_shift: 64 - shard_count.trailing_zeros().max(1),
             max_per_shard,
-            hasher: foldhash::quality::RandomState::default(),
+            hasher: foldhash::fast::RandomState::default(),
             base_lead_ms: Now::lead_of(&*clock, 0),
             clock,
             evictions: AtomicU64::new(0),
@@ -250,6 +219,9 @@ impl MemoryStore {
     /// Decides one check now; the synchronous heart of [`Store::decide`](crate::Store::decide).
     /// [`StoreError::Full`] when its key is new and its shard holds only
     /// limiting states: nothing is stored then.
+    // Inlined where it is called (the contract's `decide`), so the decision
+    // is handed back in registers rather than through a `Result` in memory.
+    #[inline]
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.decide_at(check, self.now())
     }
@@ -303,13 +275,16 @@ impl MemoryStore {
         let mut table = self.shard(hash).0.lock();
         let table = &mut *table;
         let limits = check.policy.limits();
-        let decide = |state: &mut Option<State>| {
-            limits.decide_permit(state, now.wall, check.cost, Intent::Consume, permit)
-        };
         match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
                 let slot = entry.get_mut();
-                let decision = decide(&mut slot.state);
+                let decision = limits.decide_permit(
+                    &mut slot.state,
+                    now.wall,
+                    check.cost,
+                    Intent::Consume,
+                    permit,
+                );
                 match &slot.state {
                     Some(state) => {
                         slot.mark(Marks::of(limits, state, now, &decision, Some(check.cost)));
@@ -320,19 +295,33 @@ impl MemoryStore {
                 }
                 Ok(decision)
             }
-            Err(_) => {
-                let mut state = None;
-                let decision = decide(&mut state);
-                // A peek (cost 0) at an identity never seen stores nothing:
-                // a read must not write, and a fresh state decides as an
-                // absent one does (twin: decide_each in common.lua).
-                if let Some(state) = state.filter(|_| check.cost > 0) {
-                    let marks = Marks::of(limits, &state, now, &decision, Some(check.cost));
-                    self.insert(table, hash, &check, state, marks, now, &[])?;
-                }
-                Ok(decision)
-            }
+            Err(_) => self.decide_new(table, hash, check, now, permit),
         }
+    }
+
+    /// [`MemoryStore::decide_at`] for a key not stored: out of line, so
+    /// the stored key's path keeps its registers.
+    #[inline(never)]
+    fn decide_new(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        check: Check<'_>,
+        now: Now,
+        permit: PermitId,
+    ) -> Result<Decision, StoreError> {
+        let limits = check.policy.limits();
+        let mut state = None;
+        let decision =
+            limits.decide_permit(&mut state, now.wall, check.cost, Intent::Consume, permit);
+        // A peek (cost 0) at an identity never seen stores nothing:
+        // a read must not write, and a fresh state decides as an
+        // absent one does (twin: decide_each in common.lua).
+        if let Some(state) = state.filter(|_| check.cost > 0) {
+            let marks = Marks::of(limits, &state, now, &decision, Some(check.cost));
+            self.insert(table, hash, &check, state, marks, now, &[])?;
+        }
+        Ok(decision)
     }
 
     /// Forgets `policy`'s state for `identity` (an operator's reset): the
@@ -569,12 +558,13 @@ impl MemoryStore {
         self.max_per_shard * self.shards.len()
     }
 
+    /// The key's hash: the policy's digest of its name and algorithm
+    /// (computed once per policy), then the identity's bytes, seeded.
     fn hash(&self, check: &Check<'_>) -> u64 {
-        self.hasher.hash_one((
-            check.policy.name(),
-            check.policy.algorithm() as u8,
-            check.identity.as_bytes(),
-        ))
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write_u64(check.policy.key_digest());
+        hasher.write(check.identity.as_bytes());
+        hasher.finish()
     }
 
     fn shard_index(&self, hash: u64) -> usize {
@@ -582,7 +572,7 @@ impl MemoryStore {
         // (hashbrown's control byte); the shard takes the bits just below the
         // tag. Were it to take the tag's bits, every slot of a shard would
         // share one tag and each probe would compare every slot it passes.
-        ((hash << TAG_BITS) >> (64 - self.shard_bits.max(1))) as usize & (self.shards.len() - 1)
+        ((hash << TAG_BITS) >> self.shard_shift) as usize & (self.shards.len() - 1)
     }
 
     fn shard(&self, hash: u64) -> &Shard {

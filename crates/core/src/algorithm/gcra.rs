@@ -68,6 +68,69 @@ pub(super) fn decide(
     }
 }
 
+/// [`decide`] on a stored state of the policy's own scale, in u64: the
+/// same decision, with no u128 arithmetic (a u128 division is a call of
+/// some 30 instructions; a u128 compare, add or multiply two or three).
+/// `None`, with the state untouched, when a value does not fit 64 bits
+/// (an arrival time past 2^64 units, a vast capacity or cost) or the
+/// state was counted under another scale: [`decide`] answers then.
+#[inline(always)]
+pub(super) fn decide_narrow(
+    rate: &Rate,
+    s: &mut GcraState,
+    now_ms: u64,
+    cost: u64,
+    consume: bool,
+) -> Option<Decision> {
+    let (n, p, capacity) = (rate.units_per_ms(), rate.units_per_token(), rate.capacity());
+    if s.units_per_ms != n || s.units_per_token != p || s.capacity != capacity {
+        return None;
+    }
+    let tat = u64::try_from(s.tat).ok()?;
+    let full = capacity.checked_mul(p)?;
+    let now_scaled = n.checked_mul(now_ms)?;
+    let debt = tat.saturating_sub(now_scaled);
+    let need = cost.checked_mul(p)?;
+    let total = debt.checked_add(need)?;
+    let allowed = total <= full;
+    let debt_after = if allowed && consume { total } else { debt };
+    if allowed && consume && cost > 0 {
+        s.tat = u128::from(now_scaled.checked_add(debt_after)?);
+    }
+    let clamp = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    Some(Decision {
+        allowed,
+        limit: capacity,
+        remaining: if debt_after <= full {
+            clamp(div_floor64(full - debt_after, p))
+        } else {
+            -clamp(div_ceil64(debt_after - full, p))
+        },
+        retry_after_ms: if allowed {
+            Some(0)
+        } else if cost > capacity {
+            None
+        } else {
+            Some(div_ceil64(total - full, n))
+        },
+        reset_after_ms: div_ceil64(debt_after, n),
+        permit: None,
+    })
+}
+
+/// `x / d`, with no division for 1 (n or p is 1 whenever one of a
+/// policy's N and P divides the other).
+#[inline(always)]
+fn div_floor64(x: u64, d: u64) -> u64 {
+    if d == 1 { x } else { x / d }
+}
+
+/// ⌈x / d⌉, as [`div_floor64`].
+#[inline(always)]
+fn div_ceil64(x: u64, d: u64) -> u64 {
+    if d == 1 { x } else { x.div_ceil(d) }
+}
+
 /// The first ms at which a request of cost 1 would be admitted, read off
 /// the state: ⌈(tat + p − C·p) / n⌉, or `now_ms` when that is earlier —
 /// what a cost-1 probe's `retry_after_ms` says, without a decision (the
@@ -165,8 +228,62 @@ pub(super) fn refund(rate: &Rate, s: &mut GcraState, now_ms: u64, units: u64) ->
 
 #[cfg(test)]
 mod tests {
-    use super::{GcraState, admits_one_from_ms, decide};
+    use proptest::prelude::*;
+
+    use super::{GcraState, admits_one_from_ms, decide, decide_narrow};
     use crate::policy::Rate;
+
+    /// Small values, and large ones whose products cross 64 bits (and
+    /// stay well inside the u128 path's own range).
+    fn big() -> impl Strategy<Value = u64> {
+        prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 40]
+    }
+
+    proptest! {
+        #[test]
+        fn the_u64_path_decides_as_the_u128_one_or_declines(
+            (capacity, tokens, per_ms) in (big(), big(), big()),
+            // Any time a clock tells (ms since the epoch, up to year 559,000).
+            now_ms in prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 44],
+            tat_lo in any::<u64>(),
+            tat_wide in any::<bool>(),
+            cost in big(),
+            consume in any::<bool>(),
+        ) {
+            let Some(rate) = Rate::new(capacity, tokens, per_ms) else { return Ok(()) };
+            let state = GcraState {
+                tat: if tat_wide { u128::from(tat_lo) << 8 } else { u128::from(tat_lo) },
+                units_per_ms: rate.units_per_ms(),
+                units_per_token: rate.units_per_token(),
+                capacity: rate.capacity(),
+            };
+            let mut wide = Some(state);
+            let expected = decide(&rate, &mut wide, now_ms, cost, consume);
+            let mut narrow = state;
+            match decide_narrow(&rate, &mut narrow, now_ms, cost, consume) {
+                Some(decision) => {
+                    prop_assert_eq!(decision, expected);
+                    prop_assert_eq!(Some(narrow), wide);
+                }
+                None => prop_assert_eq!(narrow, state),
+            }
+        }
+    }
+
+    #[test]
+    fn a_common_policy_decides_in_u64() {
+        let rate = Rate::new(100, 1, 1).expect("a rate");
+        let now_ms = 1_767_225_600_000u64;
+        let mut state = GcraState {
+            tat: u128::from(now_ms),
+            units_per_ms: 1,
+            units_per_token: 1,
+            capacity: 100,
+        };
+        let decision = decide_narrow(&rate, &mut state, now_ms, 1, true).expect("fits u64");
+        assert_eq!((decision.allowed, decision.remaining), (true, 99));
+        assert_eq!(state.tat, u128::from(now_ms) + 1);
+    }
 
     #[test]
     fn the_arrival_time_names_what_a_cost_one_probe_would() {

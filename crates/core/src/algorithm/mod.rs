@@ -125,7 +125,30 @@ impl Limits {
 
     /// [`Limits::decide_with`], a concurrency acquire holding `permit`
     /// when admitted (its decision says so); other algorithms ignore it.
+    // Inlined where a store decides: a stored gcra state whose values fit
+    // 64 bits (every common policy's) is decided there, in u64, with no
+    // call and no copy of the state; everything else is one call.
+    #[inline(always)]
     pub fn decide_permit(
+        &self,
+        state: &mut Option<State>,
+        now_ms: u64,
+        cost: u64,
+        intent: Intent,
+        permit: PermitId,
+    ) -> Decision {
+        if let (Limits::Gcra(rate), Some(State::Gcra(s))) = (self, &mut *state)
+            && let Some(decision) =
+                gcra::decide_narrow(rate, s, now_ms, cost, intent == Intent::Consume)
+        {
+            return decision;
+        }
+        self.decide_any(state, now_ms, cost, intent, permit)
+    }
+
+    /// [`Limits::decide_permit`] for any state, out of line.
+    #[inline(never)]
+    fn decide_any(
         &self,
         state: &mut Option<State>,
         now_ms: u64,

@@ -52,7 +52,12 @@ pub(super) struct Now {
 
 impl Now {
     /// The wall time minus the monotonic time, less `base`.
+    /// Saturated to i64 (in i64 arithmetic where both times fit it, as
+    /// they do for 292 million years after 1970).
     pub(super) fn lead(wall: u64, mono: u64, base: i64) -> i64 {
+        if let (Ok(wall), Ok(mono)) = (i64::try_from(wall), i64::try_from(mono)) {
+            return (wall - mono).saturating_sub(base);
+        }
         let raw = i128::from(wall) - i128::from(mono) - i128::from(base);
         i64::try_from(raw).unwrap_or(if raw < 0 { i64::MIN } else { i64::MAX })
     }
@@ -135,13 +140,15 @@ impl Marks {
         cost: Option<u64>,
     ) -> Self {
         let now = at.wall;
+        // The decision's waits count from the key's own clock, when later
+        // (read once: `State::expires_at_ms` reads it the same way).
+        let from = state.clock_ms().map_or(now, |clock| clock.max(now));
         // Cheap on the hot path: a state with a unit left is not limiting,
         // and a rejected unit says itself when it would be admitted; only
         // a state spent to 0 otherwise is asked (a second decision).
         let admits_one_from_ms = if decision.remaining >= 1 {
             now
         } else if cost == Some(1) && !decision.allowed {
-            let from = state.clock_ms().map_or(now, |clock| clock.max(now));
             decision
                 .retry_after_ms
                 .map_or(u64::MAX, |wait| from.saturating_add(wait))
@@ -149,17 +156,15 @@ impl Marks {
             limits.admits_one_from_ms(state, now)
         };
         let limit = decision.limit.max(1);
-        let spent = limit
-            - u64::try_from(decision.remaining.max(0))
-                .unwrap_or(0)
-                .min(limit);
+        // A negative `remaining` (gcra after a step back) leaves nothing.
+        let spent = limit - u64::try_from(decision.remaining).unwrap_or(0).min(limit);
         // At most u8::MAX, as `spent ≤ limit`; u128 only for vast limits.
         let consumed = match spent.checked_mul(u64::from(u8::MAX)) {
             Some(scaled) => scaled / limit,
             None => (u128::from(spent) * u128::from(u8::MAX) / u128::from(limit)) as u64,
         };
         Self {
-            expires_at_ms: at.mono_of(state.expires_at_ms(now, decision)),
+            expires_at_ms: at.mono_of(from.saturating_add(decision.reset_after_ms)),
             admits_one_from_ms: at.mono_of(admits_one_from_ms),
             consumed: u8::try_from(consumed).unwrap_or(u8::MAX),
             lead_ms: at.kept_lead(),
