@@ -250,6 +250,7 @@ fn settle<D: Decider>(
         let rule = rules.get(*at)?;
         Some(Matched {
             policy_item: &rule.policy_item,
+            policy_value: rule.policy_value.as_ref(),
             policy: rule.plan.policy(),
             shadow: rule.plan.shadow(),
             cost: *cost,
