@@ -33,7 +33,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::permit::{Held, Pending, PermitBody};
-use crate::response::ResponseFuture;
+use crate::response::{ResponseFuture, own};
 use crate::rule::Rule;
 
 /// What every clone of the layer and its services shares.
@@ -300,13 +300,6 @@ fn hold<D: Decider>(
         })
     };
     Some(Held::new(Box::new(release), &shared.pending))
-}
-
-/// An answer of the layer's own, which holds no permits.
-pub(crate) fn own<ResBody: From<String>>(
-    response: Response<String>,
-) -> Response<PermitBody<ResBody>> {
-    response.map(|text| PermitBody::plain(ResBody::from(text)))
 }
 
 /// The client's request id from header `name` when every matched rule

@@ -13,7 +13,6 @@ use http::Response;
 use pin_project_lite::pin_project;
 use tollgate_http::Admission;
 
-use crate::layer::own;
 use crate::permit::{Held, PermitBody};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -46,6 +45,13 @@ pin_project! {
             future: BoxFuture<Result<Response<PermitBody<ResBody>>, E>>,
         },
     }
+}
+
+/// An answer of the layer's own, which holds no permits.
+pub(crate) fn own<ResBody: From<String>>(
+    response: Response<String>,
+) -> Response<PermitBody<ResBody>> {
+    response.map(|text| PermitBody::plain(ResBody::from(text)))
 }
 
 impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
