@@ -5,13 +5,13 @@
 //! `Tollgate-Problem` (nginx's `auth_request` drops the body).
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
-use tollgate_core::Policy;
+use tollgate_core::{Decision, Policy};
 use tollgate_limiter::{Decided, DecidedBy, Replay};
 
 use crate::request_id::request_id_mismatch;
 use crate::response::{
     PROBLEM_HEADER, Problem, degraded_header, problem_header, ratelimit_values, rejection,
-    replayed_header, write_ratelimit_values,
+    replayed_header, state_value, write_ratelimit_values,
 };
 
 /// A matched policy as its answer names it.
@@ -20,6 +20,10 @@ pub struct Matched<'a> {
     /// Its `RateLimit-Policy` item ([`policy_item`](crate::policy_item)),
     /// written once when the policy was loaded.
     pub policy_item: &'a str,
+    /// The same item as a header value, when the caller keeps one: written
+    /// as it is (shared, not rendered again) when this is the answer's one
+    /// enforced policy.
+    pub policy_value: Option<&'a HeaderValue>,
     /// The policy.
     pub policy: &'a Policy,
     /// Shadow mode: decided and counted, never answered.
@@ -61,6 +65,19 @@ impl Admission {
     }
 }
 
+/// The fields of an answer whose one enforced policy comes with its
+/// `RateLimit-Policy` value: that value shared, and the state rendered.
+fn one_policy_values<'a, 'd>(
+    mut enforced: impl Iterator<Item = (Matched<'a>, &'d Decision)>,
+) -> Option<(HeaderValue, HeaderValue)> {
+    let (only, decision) = enforced.next()?;
+    let policy_value = only.policy_value?;
+    if enforced.next().is_some() {
+        return None;
+    }
+    Some((policy_value.clone(), state_value(only.policy, decision)?))
+}
+
 /// The answer to `decided`, the decisions of `matched` in order; a denial
 /// has status `deny` (429, or a door's own). A request id sent before with
 /// another request is the client's fault, a 422 problem for the caller to
@@ -90,7 +107,8 @@ where
     let admission = Admission {
         replayed: decided.replay == Replay::Replayed,
         degraded: decided.by.is_degraded().then(|| decided.by.name()),
-        ratelimit: ratelimit_values(enforced().map(|(m, d)| (m.policy_item, m.policy, d))),
+        ratelimit: one_policy_values(enforced())
+            .or_else(|| ratelimit_values(enforced().map(|(m, d)| (m.policy_item, m.policy, d)))),
     };
     if enforced().all(|(_, d)| d.allowed) {
         return Ok(Answer::Admit(admission));

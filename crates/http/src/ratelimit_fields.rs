@@ -126,6 +126,23 @@ fn state_item(out: &mut String, policy: &Policy, decision: &Decision) {
     out.push_str(number.format(decision.reset_after_ms.div_ceil(1000)));
 }
 
+/// One policy's `RateLimit` value alone, in a string exactly its length
+/// (so it becomes a header value's buffer without another allocation).
+pub(crate) fn state_field(policy: &Policy, decision: &Decision) -> String {
+    let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let remaining = remaining.format(decision.remaining.max(0));
+    let reset = reset.format(decision.reset_after_ms.div_ceil(1000));
+    let name = policy.name();
+    let mut out = String::with_capacity(name.len() + remaining.len() + reset.len() + 7);
+    out.push('"');
+    out.push_str(name);
+    out.push_str("\";r=");
+    out.push_str(remaining);
+    out.push_str(";t=");
+    out.push_str(reset);
+    out
+}
+
 /// Whole seconds rounded up, for `Retry-After` (never 0, never early).
 pub fn retry_after_seconds(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)

@@ -32,6 +32,22 @@ pub trait Decider: Send + Sync + 'static {
         shape: Option<&str>,
     ) -> impl Future<Output = Decided> + Send;
 
+    /// [`Decider::decide_request`] decided now, without awaiting, when
+    /// this decider can (the in-process limiter on the embedded memory
+    /// store, which answers without I/O); `None`, having decided and
+    /// recorded nothing, when the caller must await
+    /// [`Decider::decide_request`] (Redis, a remote tollgate). The default
+    /// never decides now.
+    fn decide_now(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+        shape: Option<&str>,
+    ) -> Option<Decided> {
+        let _ = (checks, id, shape);
+        None
+    }
+
     /// [`Decider::decide_request`] without a request id.
     fn decide(&self, checks: &[Check<'_>]) -> impl Future<Output = Decided> + Send {
         self.decide_request(checks, None, None)
@@ -59,6 +75,15 @@ impl Decider for Limiter {
         Limiter::decide_request(self, checks, id, shape)
     }
 
+    fn decide_now(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+        shape: Option<&str>,
+    ) -> Option<Decided> {
+        Limiter::decide_now(self, checks, id, shape)
+    }
+
     fn release(
         &self,
         plan: &Plan,
@@ -78,6 +103,15 @@ impl<D: Decider> Decider for Arc<D> {
         shape: Option<&str>,
     ) -> impl Future<Output = Decided> + Send {
         D::decide_request(self, checks, id, shape)
+    }
+
+    fn decide_now(
+        &self,
+        checks: &[Check<'_>],
+        id: Option<&RequestId>,
+        shape: Option<&str>,
+    ) -> Option<Decided> {
+        D::decide_now(self, checks, id, shape)
     }
 
     fn release(

@@ -73,6 +73,7 @@ mod hot_lease;
 mod lease;
 mod limiter;
 mod metrics;
+mod now;
 mod permits;
 mod plan;
 mod refund;

@@ -1,13 +1,14 @@
 //! The layer's overhead per request, in process (no sockets): the bare
 //! axum app, the app behind tollgate's layer on the embedded store, and
-//! the app behind `tower_governor`, in the same run. Each request names a
+//! the app behind `tower_governor` (without and with its own headers on
+//! an admission), in the same run. Each request names a
 //! tenant (`X-Tenant`) and both limiters key by it, with limits no run
 //! reaches, so every request is admitted and answered by the handler.
 
 #[path = "apps/mod.rs"]
 mod apps;
 
-use apps::{app, governor_app, tollgate_app};
+use apps::{app, governor_app, governor_headers_app, tollgate_app};
 use axum::body::Body;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::Request;
@@ -29,6 +30,7 @@ fn layer_overhead(c: &mut Criterion) {
         ("bare axum", app()),
         ("tollgate layer, memory store", tollgate_app(100_000)),
         ("tower_governor", governor_app()),
+        ("tower_governor, its headers on", governor_headers_app()),
     ] {
         group.bench_function(name, |b| {
             b.to_async(&rt).iter(|| {

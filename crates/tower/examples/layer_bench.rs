@@ -1,14 +1,15 @@
 //! The tower layer's overhead, measured outside criterion: `GET /items`
 //! answered by one handler, bare, behind tollgate's `RateLimitLayer`
 //! (embedded memory store, `SystemClock`, one rule keyed by `X-Tenant`) or
-//! behind `tower_governor` keyed by the same header, with limits no run
-//! reaches (the app of `benches/layer.rs`).
+//! behind `tower_governor` keyed by the same header (`governor-headers`:
+//! writing its `x-ratelimit-*` fields on an admission too), with limits no
+//! run reaches (the apps of `benches/layer.rs`).
 //!
 //! ```sh
 //! # served for wrk (bench/layer.sh): prints `listening on http://ADDR`
-//! layer_bench bare|tollgate|governor --listen 127.0.0.1:0
+//! layer_bench bare|tollgate|governor|governor-headers --listen 127.0.0.1:0
 //! # N in-process calls and exit, for callgrind's instruction counts
-//! layer_bench bare|tollgate|governor --calls 100000
+//! layer_bench bare|tollgate|governor|governor-headers --calls 100000
 //! ```
 
 #[path = "../benches/apps/mod.rs"]
@@ -16,7 +17,7 @@ mod apps;
 
 use std::net::SocketAddr;
 
-use apps::{app, governor_app, tollgate_app};
+use apps::{app, governor_app, governor_headers_app, tollgate_app};
 use axum::Router;
 use axum::body::Body;
 use http::Request;
@@ -56,12 +57,16 @@ async fn serve(app: Router, listen: SocketAddr) -> Result<(), String> {
 fn main() -> Result<(), String> {
     let given: Vec<String> = std::env::args().skip(1).collect();
     let [mode, flag, value] = given.as_slice() else {
-        return Err("usage: layer_bench bare|tollgate|governor --listen ADDR | --calls N".into());
+        return Err(
+            "usage: layer_bench bare|tollgate|governor|governor-headers --listen ADDR | --calls N"
+                .into(),
+        );
     };
     let app = match mode.as_str() {
         "bare" => app(),
         "tollgate" => tollgate_app(1_000_000),
         "governor" => governor_app(),
+        "governor-headers" => governor_headers_app(),
         other => return Err(format!("unknown app {other}")),
     };
     match flag.as_str() {

@@ -7,27 +7,33 @@
 //! clone-and-swap), so the readiness `poll_ready` reserved is the one the
 //! request uses; a request the limits reject never reaches it, and drops
 //! it — releasing what it reserved (a concurrency permit, a buffer slot)
-//! — as soon as the rejection is written. The decision is awaited inside
-//! the response future; only a concurrency permit's release is spawned,
-//! when the response ends (crate::permit).
+//! — as soon as the rejection is written. On the embedded memory store
+//! the decision is made in `call` (it needs no I/O) and an admitted
+//! request's inner future is called there too; on Redis or a remote
+//! tollgate it is awaited inside the response future (crate::response).
+//! Only a concurrency permit's release is spawned, when the response ends
+//! (crate::permit).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Guard};
 use http::request::Parts;
 use http::{HeaderName, Request, Response, StatusCode};
 use smallvec::SmallVec;
 use tollgate_config::normalize;
 use tollgate_core::{Identity, PermitId};
-use tollgate_http::{Answer, Matched, Problem, RequestFault, answer, request_id_from_header};
+use tollgate_http::{
+    Admission, Answer, Matched, Problem, RequestFault, answer, request_id_from_header,
+};
 use tollgate_limiter::{Check, Decided, Decider, Plan, RequestId};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::permit::{Held, Pending, PermitBody};
+use crate::response::{ResponseFuture, own};
 use crate::rule::Rule;
 
 /// What every clone of the layer and its services shares.
@@ -127,7 +133,9 @@ impl<S: Clone, D> Clone for RateLimit<S, D> {
 /// heap: a request matching this many or fewer allocates no list.
 const INLINE_RULES: usize = 4;
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// A request's matched rules: each rule's place in the set the request
+/// started with, the identity it checks and the cost.
+type Matches = SmallVec<[(usize, Identity, u64); INLINE_RULES]>;
 
 impl<S, D, B, ResBody> Service<Request<B>> for RateLimit<S, D>
 where
@@ -139,63 +147,122 @@ where
 {
     type Response = Response<PermitBody<ResBody>>;
     type Error = S::Error;
-    type Future = BoxFuture<Result<Response<PermitBody<ResBody>>, S::Error>>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
+    /// Decides in `call` when the decider can without awaiting (the
+    /// embedded memory store), and calls the inner service at once with
+    /// an admission or answers a rejection: no future of the layer's own
+    /// to allocate. Otherwise (Redis, a remote tollgate) the decision is
+    /// awaited in the response future.
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
-        let shared = Arc::clone(&self.shared);
-        let rules = shared.rules.load_full();
-        let request_ids = self.request_ids.clone();
-        Box::pin(async move {
-            let (parts, body) = request.into_parts();
-            let mut matched: SmallVec<[_; INLINE_RULES]> = SmallVec::new();
-            for rule in rules.iter() {
-                match rule.applies(&parts) {
-                    Ok(Some((identity, cost))) => matched.push((rule, identity, cost)),
-                    Ok(None) => {}
-                    Err(problem) => return Ok(own(problem.response())),
+        let rules = self.shared.rules.load();
+        let (parts, body) = request.into_parts();
+        let matched = match matches(&rules, &parts) {
+            Ok(matched) => matched,
+            Err(problem) => return ResponseFuture::own(problem.response()),
+        };
+        if matched.is_empty() {
+            return ResponseFuture::inner(ready.call(Request::from_parts(parts, body)), None);
+        }
+        let (id, shape) = match request_id(self.request_ids.as_ref(), &rules, &matched, &parts) {
+            Ok(found) => found.unzip(),
+            Err(problem) => return ResponseFuture::own(problem.response()),
+        };
+        let checks = checks_of(&rules, &matched);
+        let decided = self
+            .shared
+            .decider
+            .decide_now(&checks, id.as_ref(), shape.as_deref());
+        drop(checks);
+        let Some(decided) = decided else {
+            let shared = Arc::clone(&self.shared);
+            let rules = Guard::into_inner(rules);
+            let later = async move {
+                let checks = checks_of(&rules, &matched);
+                let decided = shared
+                    .decider
+                    .decide_request(&checks, id.as_ref(), shape.as_deref())
+                    .await;
+                match settle(&shared, &rules, &matched, &decided) {
+                    Settled::Admit(admission, held) => {
+                        let mut response = ready.call(Request::from_parts(parts, body)).await?;
+                        admission.write_headers(response.headers_mut());
+                        Ok(response.map(|body| PermitBody::new(body, held)))
+                    }
+                    Settled::Own(response) => Ok(own(response)),
                 }
-            }
-            if matched.is_empty() {
-                let response = ready.call(Request::from_parts(parts, body)).await?;
-                return Ok(response.map(PermitBody::plain));
-            }
-            let checks: SmallVec<[Check<'_>; INLINE_RULES]> = matched
-                .iter()
-                .map(|(rule, identity, cost)| Check::new(&rule.plan, identity, *cost))
-                .collect();
-            let (id, shape) = match request_id(request_ids.as_ref(), &matched, &parts) {
-                Ok(found) => found.unzip(),
-                Err(problem) => return Ok(own(problem.response())),
             };
-            let decided = shared
-                .decider
-                .decide_request(&checks, id.as_ref(), shape.as_deref())
-                .await;
-            let answered = matched.iter().map(|(rule, _, cost)| Matched {
-                policy_item: &rule.policy_item,
-                policy: rule.plan.policy(),
-                shadow: rule.plan.shadow(),
-                cost: *cost,
-            });
-            // Held from here on: a rejection, an inner error, a panic or a
-            // cancelled call drops it, and its permits go back.
-            let held = hold(&shared, &matched, &decided);
-            match answer(answered, &decided, StatusCode::TOO_MANY_REQUESTS) {
-                Ok(Answer::Admit(admission)) => {
-                    let mut response = ready.call(Request::from_parts(parts, body)).await?;
-                    admission.write_headers(response.headers_mut());
-                    Ok(response.map(|body| PermitBody::new(body, held)))
-                }
-                Ok(Answer::Deny(response)) => Ok(own(response)),
-                Err(problem) => Ok(own(problem.response())),
-            }
+            return ResponseFuture::deciding(Box::pin(later));
+        };
+        match settle(&self.shared, &rules, &matched, &decided) {
+            Settled::Admit(admission, held) => ResponseFuture::inner(
+                ready.call(Request::from_parts(parts, body)),
+                Some((admission, held)),
+            ),
+            Settled::Own(response) => ResponseFuture::own(response),
+        }
+    }
+}
+
+/// The rules that apply to the request, with its identity and cost under
+/// each; a rule's refusal (a missing identity part, a bad cost) is the
+/// request's answer.
+fn matches(rules: &[Rule], parts: &Parts) -> Result<Matches, Problem> {
+    let mut matched = Matches::new();
+    for (at, rule) in rules.iter().enumerate() {
+        if let Some((identity, cost)) = rule.applies(parts)? {
+            matched.push((at, identity, cost));
+        }
+    }
+    Ok(matched)
+}
+
+/// Each matched rule's check.
+fn checks_of<'a>(rules: &'a [Rule], matched: &'a Matches) -> SmallVec<[Check<'a>; INLINE_RULES]> {
+    matched
+        .iter()
+        .filter_map(|(at, identity, cost)| Some(Check::new(&rules.get(*at)?.plan, identity, *cost)))
+        .collect()
+}
+
+/// What a decided request gets.
+enum Settled {
+    /// The inner service's answer, with these fields and permits.
+    Admit(Admission, Option<Held>),
+    /// An answer of the layer's own: the rejection, or a problem.
+    Own(Response<String>),
+}
+
+/// The answer to `decided`, the decisions of `matched` under `rules`.
+fn settle<D: Decider>(
+    shared: &Arc<Shared<D>>,
+    rules: &[Rule],
+    matched: &Matches,
+    decided: &Decided,
+) -> Settled {
+    let answered = matched.iter().filter_map(|(at, _, cost)| {
+        let rule = rules.get(*at)?;
+        Some(Matched {
+            policy_item: &rule.policy_item,
+            policy_value: rule.policy_value.as_ref(),
+            policy: rule.plan.policy(),
+            shadow: rule.plan.shadow(),
+            cost: *cost,
         })
+    });
+    // Held from here on: a rejection, an inner error, a panic or a
+    // cancelled call drops it, and its permits go back.
+    let held = hold(shared, rules, matched, decided);
+    match answer(answered, decided, StatusCode::TOO_MANY_REQUESTS) {
+        Ok(Answer::Admit(admission)) => Settled::Admit(admission, held),
+        Ok(Answer::Deny(response)) => Settled::Own(response),
+        Err(problem) => Settled::Own(problem.response()),
     }
 }
 
@@ -203,14 +270,16 @@ where
 /// through the decider when the response ends; `None` when it gave none.
 fn hold<D: Decider>(
     shared: &Arc<Shared<D>>,
-    matched: &[(&Rule, Identity, u64)],
+    rules: &[Rule],
+    matched: &Matches,
     decided: &Decided,
 ) -> Option<Held> {
     let permits: SmallVec<[(Arc<Plan>, Identity, PermitId); 1]> = matched
         .iter()
         .zip(&decided.decisions)
-        .filter_map(|((rule, identity, _), decision)| {
-            Some((Arc::clone(&rule.plan), identity.clone(), decision.permit?))
+        .filter_map(|((at, identity, _), decision)| {
+            let permit = decision.permit?;
+            Some((Arc::clone(&rules.get(*at)?.plan), identity.clone(), permit))
         })
         .collect();
     if permits.is_empty() {
@@ -233,21 +302,19 @@ fn hold<D: Decider>(
     Some(Held::new(Box::new(release), &shared.pending))
 }
 
-/// An answer of the layer's own, which holds no permits.
-fn own<ResBody: From<String>>(response: Response<String>) -> Response<PermitBody<ResBody>> {
-    response.map(|text| PermitBody::plain(ResBody::from(text)))
-}
-
 /// The client's request id from header `name` when every matched rule
 /// honours client ids, with the request's method and normalized path the
 /// id is bound to (as forward auth binds it).
 fn request_id(
     name: Option<&HeaderName>,
-    matched: &[(&Rule, Identity, u64)],
+    rules: &[Rule],
+    matched: &Matches,
     parts: &Parts,
 ) -> Result<Option<(RequestId, String)>, Problem> {
-    let Some(name) = name.filter(|_| matched.iter().all(|(rule, ..)| rule.client_request_ids))
-    else {
+    let honoured = |(at, ..): &(usize, Identity, u64)| {
+        rules.get(*at).is_some_and(|rule| rule.client_request_ids)
+    };
+    let Some(name) = name.filter(|_| matched.iter().all(honoured)) else {
         return Ok(None);
     };
     let fault = |RequestFault(detail)| Problem::bad_request(detail);

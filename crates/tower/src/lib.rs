@@ -20,10 +20,12 @@ mod configured;
 mod layer;
 mod permit;
 mod remote;
+mod response;
 mod rule;
 
 pub use configured::{ConfigError, Configured, Reloaded, rules_of};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use permit::{MAX_PENDING_RELEASES, PermitBody};
 pub use remote::{RemoteConfig, RemoteError, RemoteTollgate};
+pub use response::ResponseFuture;
 pub use rule::{Applies, Rule};

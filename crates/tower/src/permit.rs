@@ -53,6 +53,14 @@ impl Held {
         }
     }
 
+    /// The runtime to release on, when none was found where the permits
+    /// were taken: the one polling now.
+    pub(crate) fn find_runtime(&mut self) {
+        if self.runtime.is_none() {
+            self.runtime = Handle::try_current().ok();
+        }
+    }
+
     /// Spawns the release, unless [`MAX_PENDING_RELEASES`] are pending or
     /// there is no runtime to run it: then the leases free the permits.
     fn release(&mut self) {

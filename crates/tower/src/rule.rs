@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use http::HeaderValue;
 use http::request::Parts;
 use tollgate_core::Identity;
 use tollgate_http::{Problem, policy_item};
@@ -24,6 +25,9 @@ pub struct Rule {
     pub(crate) plan: Arc<Plan>,
     /// Its `RateLimit-Policy` item, written once.
     pub(crate) policy_item: String,
+    /// The same as a header value, shared by every answer it is the one
+    /// enforced policy of.
+    pub(crate) policy_value: Option<HeaderValue>,
     /// Whether a client's request id may replay its admissions.
     pub(crate) client_request_ids: bool,
     judge: Arc<Judge>,
@@ -48,8 +52,10 @@ impl Rule {
             Some(_) => plan,
             None => plan.with_failure_mode(OnStoreFailure::FailClosed),
         };
+        let policy_item = policy_item(plan.policy());
         Self {
-            policy_item: policy_item(plan.policy()),
+            policy_value: HeaderValue::from_str(&policy_item).ok(),
+            policy_item,
             plan: Arc::new(plan),
             client_request_ids: false,
             judge: Arc::new(judge),

@@ -138,6 +138,7 @@ fn answer(
 ) -> Result<Response, Problem> {
     let answered = matched.iter().map(|(live, _, cost)| Matched {
         policy_item: &live.policy_item,
+        policy_value: None,
         policy: &live.serve.policy,
         shadow: live.plan.shadow(),
         cost: *cost,

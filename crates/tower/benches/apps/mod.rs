@@ -2,8 +2,9 @@
 //! (criterion) and `examples/layer_bench.rs` (callgrind, wrk): `GET
 //! /items` answered by one handler, bare, behind tollgate's
 //! `RateLimitLayer` (embedded memory store, `SystemClock`, one rule keyed
-//! by `X-Tenant`) or behind `tower_governor` keyed by the same header,
-//! with limits no run reaches.
+//! by `X-Tenant`) or behind `tower_governor` keyed by the same header
+//! (without and with its own headers on an admission), with limits no
+//! run reaches.
 
 use std::sync::Arc;
 
@@ -62,6 +63,20 @@ pub fn governor_app() -> Router {
         .key_extractor(Tenant)
         .per_nanosecond(1)
         .burst_size(u32::MAX)
+        .finish()
+        .unwrap_or_else(|| unreachable!());
+    app().layer(GovernorLayer::new(config))
+}
+
+/// governor as above, writing its own fields on an admission
+/// (`use_headers`: `x-ratelimit-limit` and `x-ratelimit-remaining`), as
+/// tollgate writes `RateLimit-Policy` and `RateLimit`: like for like.
+pub fn governor_headers_app() -> Router {
+    let config = GovernorConfigBuilder::default()
+        .key_extractor(Tenant)
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .use_headers()
         .finish()
         .unwrap_or_else(|| unreachable!());
     app().layer(GovernorLayer::new(config))
