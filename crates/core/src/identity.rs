@@ -44,14 +44,23 @@ impl Identity {
     pub fn composite<'a>(
         parts: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Self, IdentityError> {
-        let mut parts: Vec<(&str, &str)> = parts.into_iter().collect();
-        if parts.is_empty() {
-            return Err(IdentityError::Empty);
-        }
+        let mut parts = parts.into_iter();
+        let first = parts.next().ok_or(IdentityError::Empty)?;
+        // One part (the common case: a single header or claim) needs no
+        // sorting and no list of its own: encoded in one allocation.
+        let Some(second) = parts.next() else {
+            return Ok(Self::encode_composite(&[first]));
+        };
+        let mut parts: Vec<(&str, &str)> = [first, second].into_iter().chain(parts).collect();
         parts.sort_unstable();
         if let Some(pair) = parts.windows(2).find(|p| p[0].0 == p[1].0) {
             return Err(IdentityError::DuplicatePart(pair[0].0.to_owned()));
         }
+        Ok(Self::encode_composite(&parts))
+    }
+
+    /// Sorted, distinct named parts, encoded.
+    fn encode_composite(parts: &[(&str, &str)]) -> Self {
         let len: usize = parts.iter().map(|(n, v)| n.len() + v.len() + 10).sum();
         let mut encoded = Vec::with_capacity(1 + len);
         encoded.push(TAG_COMPOSITE);
@@ -59,7 +68,7 @@ impl Identity {
             put_length_prefixed(&mut encoded, name.as_bytes());
             put_length_prefixed(&mut encoded, value.as_bytes());
         }
-        Ok(Self { encoded })
+        Self { encoded }
     }
 
     /// Shard `index` of this identity (a policy with `shards: N` splits each

@@ -133,7 +133,7 @@ pub(crate) fn state_field(policy: &Policy, decision: &Decision) -> String {
     let remaining = remaining.format(decision.remaining.max(0));
     let reset = reset.format(decision.reset_after_ms.div_ceil(1000));
     let name = policy.name();
-    let mut out = String::with_capacity(name.len() + remaining.len() + reset.len() + 7);
+    let mut out = String::with_capacity(name.len() + remaining.len() + reset.len() + 8);
     out.push('"');
     out.push_str(name);
     out.push_str("\";r=");

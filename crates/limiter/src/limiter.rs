@@ -412,12 +412,14 @@ impl Limiter {
         if decided.by.is_degraded() {
             return;
         }
-        let now_ms = self.clock.monotonic_ms();
+        // The clock is read only for a look at a hot identity.
+        let mut now_ms = None;
         for (check, decision) in checks.iter().zip(&mut decided.decisions) {
             if check.cost > 0 {
                 continue;
             }
             if let Some(hot) = check.plan.hot_lease() {
+                let now_ms = *now_ms.get_or_insert_with(|| self.clock.monotonic_ms());
                 let unspent = hot.unspent(check.identity, now_ms);
                 let unspent = i64::try_from(unspent).unwrap_or(i64::MAX);
                 decision.remaining = decision.remaining.saturating_add(unspent);
@@ -472,7 +474,12 @@ impl Limiter {
     ) -> Decided {
         let pick = |i: usize| picks.get(i).copied().flatten();
         self.metrics.store_requests.inc();
-        let carried = carried_keys(checks, spill, self.clock.monotonic_ms());
+        // The clock is read only when a check carries a reload's layouts.
+        let carried = if checks.iter().any(|c| c.plan.carries_layouts() > 0) {
+            carried_keys(checks, spill, self.clock.monotonic_ms())
+        } else {
+            Vec::new()
+        };
         match checks {
             [one] if carried.is_empty() => {
                 let share = one.share(&*self.clock);

@@ -269,3 +269,13 @@ fn a_client_that_keeps_asking_is_admitted_at_least_q_in_every_w() {
         }
     }
 }
+
+#[test]
+fn one_state_value_is_allocated_at_its_exact_length() {
+    let orders = policy("orders", 100, 60_000);
+    let state = state_field(&orders, &decision(42, 59_001));
+    assert_eq!(state, "\"orders\";r=42;t=60");
+    // Exactly its length: the header value keeps this buffer, no
+    // reallocation on the way there.
+    assert_eq!(state.capacity(), state.len());
+}
