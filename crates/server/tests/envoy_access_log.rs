@@ -7,22 +7,11 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{TollgateProcess, envoy_binary, free_port, tollgate_bin};
+use support::{EnvoyProcess, TollgateProcess, free_port, tollgate_fed};
 
 const IDENTITY_KEY: &str = "an identity key of thirty-two bytes or more";
-
-/// A child process killed on drop.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -67,27 +56,7 @@ fn render(ports: [(u16, u16); 4], log: &Path) -> String {
 
 /// `tollgate ARGS...` fed `stdin`: its exit code, stdout and stderr.
 fn tollgate(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String) {
-    use std::io::Write;
-    let mut child = Command::new(tollgate_bin())
-        .args(args)
-        .env("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("feed tollgate");
-    let out = child.wait_with_output().expect("tollgate's output");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    tollgate_fed(args, [("TOLLGATE_IDENTITY_KEY", IDENTITY_KEY)], stdin)
 }
 
 /// Envoy writes its access log every second or so: polls (bounded) until
@@ -133,26 +102,6 @@ fn trace_and_replay(log: &[u8], identity: &str) -> (Vec<bool>, String, String) {
     (allowed, summary, trace)
 }
 
-/// Polls Envoy's admin `/ready` until it answers (bounded).
-async fn wait_ready(admin_port: u16, envoy: &mut Process) {
-    let client = reqwest::Client::new();
-    for _ in 0..300 {
-        if let Some(status) = envoy.0.try_wait().expect("try_wait") {
-            panic!("envoy exited early: {status}");
-        }
-        let ready = client
-            .get(format!("http://127.0.0.1:{admin_port}/ready"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200);
-        if ready {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("envoy did not become ready");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_access_logs_replay_as_tollgate_decided() {
     let dir = tempfile::tempdir().expect("dir");
@@ -180,23 +129,7 @@ async fn envoy_access_logs_replay_as_tollgate_decided() {
         (8081, grpc_port),
     ];
     std::fs::write(&yaml, render(ports, &log)).expect("write envoy.yaml");
-    let mut envoy = Process(
-        Command::new(envoy_binary())
-            .arg("-c")
-            .arg(&yaml)
-            .args([
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn envoy"),
-    );
-    wait_ready(admin, &mut envoy).await;
+    let _envoy = EnvoyProcess::start(&yaml, admin).await;
 
     // per-client: 5, then one every 12 minutes, per client address.
     let mut statuses = Vec::new();

@@ -7,35 +7,14 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use crate::harness::*;
-use crate::support::tollgate_bin;
+use crate::support::tollgate_fed;
 
 /// `tollgate ARGS...` with the example's variables, `stdin` fed in: its
 /// exit code, stdout and stderr.
 pub fn tollgate(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String) {
-    use std::io::Write;
-    let mut child = Command::new(tollgate_bin())
-        .args(args)
-        .envs(example_env("nginx-tollgate.yaml"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("feed tollgate");
-    let out = child.wait_with_output().expect("tollgate's output");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    tollgate_fed(args, example_env("nginx-tollgate.yaml"), stdin)
 }
 
 /// The log at `path` made a trace by the example's config: the trace, and

@@ -281,6 +281,40 @@ impl Drop for TollgateProcess {
     }
 }
 
+/// `tollgate ARGS...` with `envs` set and `stdin` fed in: its exit code,
+/// stdout and stderr.
+pub fn tollgate_fed<K, V>(
+    args: &[&str],
+    envs: impl IntoIterator<Item = (K, V)>,
+    stdin: &[u8],
+) -> (Option<i32>, String, String)
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    use std::io::Write;
+    let mut child = Command::new(tollgate_bin())
+        .args(args)
+        .envs(envs)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("feed tollgate");
+    let out = child.wait_with_output().expect("tollgate's output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
