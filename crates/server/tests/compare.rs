@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::tollgate_bin;
+use support::{summary_line, tollgate_bin};
 use tollgate_core::{Identity, SecretHasher};
 
 const KEY: &str = "compare-test-identity-key-of-32-bytes!";
@@ -125,15 +125,7 @@ fn side_by_side_shows_each_algorithm_against_its_bound_as_replay_decides_it() {
         let d = &row["decided"];
         assert_eq!(
             String::from_utf8_lossy(&replay.stderr),
-            format!(
-                "{policy}: offered {} (cost {}), admitted {} (cost {}), rejected {} (cost {})\n",
-                d["offered"]["checks"],
-                d["offered"]["cost"],
-                d["admitted"]["checks"],
-                d["admitted"]["cost"],
-                d["rejected"]["checks"],
-                d["rejected"]["cost"]
-            )
+            summary_line(policy, d)
         );
     }
     assert_eq!(

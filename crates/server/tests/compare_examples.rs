@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::tollgate_bin;
+use support::{summary_line, tollgate_bin};
 use tollgate_core::{Identity, SecretHasher};
 
 const KEY: &str = "compare-examples-identity-key-32-bytes";
@@ -98,15 +98,7 @@ fn side_by_side_on_every_example_trace_agrees_with_replay() {
             let d = &row["decided"];
             assert_eq!(
                 String::from_utf8_lossy(&replay.stderr),
-                format!(
-                    "api: offered {} (cost {}), admitted {} (cost {}), rejected {} (cost {})\n",
-                    d["offered"]["checks"],
-                    d["offered"]["cost"],
-                    d["admitted"]["checks"],
-                    d["admitted"]["cost"],
-                    d["rejected"]["checks"],
-                    d["rejected"]["cost"]
-                ),
+                summary_line("api", d),
                 "{name} through {config}"
             );
             // Nothing enforced goes past its bound.

@@ -281,6 +281,21 @@ impl Drop for TollgateProcess {
     }
 }
 
+/// `replay --summary`'s line for `policy`, from a `compare --json` row's
+/// `decided` counts: the two must agree.
+pub fn summary_line(policy: &str, decided: &serde_json::Value) -> String {
+    let d = decided;
+    format!(
+        "{policy}: offered {} (cost {}), admitted {} (cost {}), rejected {} (cost {})\n",
+        d["offered"]["checks"],
+        d["offered"]["cost"],
+        d["admitted"]["checks"],
+        d["admitted"]["cost"],
+        d["rejected"]["checks"],
+        d["rejected"]["cost"]
+    )
+}
+
 /// `tollgate ARGS...` with `envs` set and `stdin` fed in: its exit code,
 /// stdout and stderr.
 pub fn tollgate_fed<K, V>(
