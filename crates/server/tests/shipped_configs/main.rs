@@ -44,9 +44,9 @@ const KNOWN: [&str; 8] = [
 /// keys over its 128 shards, one each.
 const SMALL_MEMORY_STORE: &str = "\nstore:\n  memory:\n    max_keys: 128\n";
 
-/// Clients that exhaust their logins to fill [`SMALL_MEMORY_STORE`]: a
-/// new client's shard is then full but with odds of (127/128)^1500, 1 in
-/// 80,000.
+/// Clients that exhaust their logins to fill [`SMALL_MEMORY_STORE`]: all
+/// but about 10 of its 128 shards then hold a limiting login
+/// (attacks::full_store_logins says why not all).
 const FILLING_CLIENTS: u32 = 1_500;
 
 /// Every address `shipped` is served on: its own listen and its
