@@ -76,6 +76,7 @@ mod metrics;
 mod now;
 mod permits;
 mod plan;
+mod recorded;
 mod refund;
 mod release;
 mod sampled_log;

@@ -67,7 +67,7 @@ pub struct Limiter {
     /// Rejections and degraded decisions at debug, per policy, rate-limited.
     decision_log: DecisionLog,
     /// Every sampled decision at debug (`server.decision_log`).
-    sampled_log: SampledLog,
+    pub(crate) sampled_log: SampledLog,
     /// Sampled decisions as replay lines (`server.trace`), set once at start.
     trace: OnceLock<TraceSink>,
 }
@@ -203,24 +203,7 @@ impl Limiter {
         } else {
             self.decide_checks(checks, id).await
         };
-        let took_us = self.clock.monotonic_us().saturating_sub(started_us);
-        self.metrics
-            .decision_seconds
-            .observe(took_us as f64 / 1_000_000.0);
-        self.sampled_log
-            .log_checks(checks, &decided, took_us, &self.stores);
-        // A retry answered from its record, or a refused id, spent nothing:
-        // replaying it would.
-        if let (Some(trace), Some(now_ms)) = (self.trace.get(), started_ms)
-            && decided.replay == Replay::Fresh
-        {
-            let counted: Vec<(&str, &Identity, u64)> = checks
-                .iter()
-                .filter(|c| c.counted)
-                .map(|c| (c.plan.policy().name(), c.identity, c.cost))
-                .collect();
-            trace.record(now_ms, &counted);
-        }
+        self.record_request(checks, &decided, started_us, started_ms);
         decided
     }
 
@@ -378,37 +361,12 @@ impl Limiter {
                 decided = spilled.timed(store_us);
             }
         }
-        let replayed = decided.replay == Replay::Replayed;
-        // Decided without the store, but a counted check's plan declares
-        // no failure mode (fail_closed answers regardless): no verdict is
-        // counted, only the store's fault. An enforced one makes the whole
-        // request unanswered — no decisions, `by` the path that stood in,
-        // `error` why — so a plan without a mode never fails open. A look
-        // or a shadow limit never makes the answer an error: answered as
-        // fail_open answers, it is a degraded decision.
-        let without_mode = |c: &Check<'_>| c.counted && c.plan.on_failure().is_none();
-        let unanswered = decided.by.is_degraded()
-            && decided.by != DecidedBy::FailClosed
-            && checks.iter().any(without_mode);
-        if unanswered {
-            let fault = Decided::new(DecidedBy::Shared, Vec::new())
-                .with_error(decided.error.clone())
-                .timed(decided.store_us);
-            self.observe_store(store, &fault);
-            if checks.iter().any(|c| without_mode(c) && !c.plan.shadow()) {
-                decided.decisions.clear();
-            }
-            return decided;
-        }
-        self.observe_store(store, &decided);
-        self.count(checks, &decided, replayed, now_ms);
-        self.add_unspent_blocks(checks, &mut decided);
-        decided
+        self.record_store_call(store, checks, decided, now_ms)
     }
 
     /// A look (cost 0) at a hot identity says what remains as its spends
     /// do: the store's state plus what this instance's block has not spent.
-    fn add_unspent_blocks(&self, checks: &[Check<'_>], decided: &mut Decided) {
+    pub(crate) fn add_unspent_blocks(&self, checks: &[Check<'_>], decided: &mut Decided) {
         if decided.by.is_degraded() {
             return;
         }
@@ -542,8 +500,18 @@ impl Limiter {
 
     /// Records each counted check's outcome: its policy's counters, its
     /// hot identity, and degraded or rejected decisions in the log.
-    fn count(&self, checks: &[Check<'_>], decided: &Decided, replayed: bool, now_ms: u64) {
-        for (check, decision) in checks.iter().zip(&decided.decisions) {
+    pub(crate) fn count(
+        &self,
+        checks: &[Check<'_>],
+        decided: &Decided,
+        replayed: bool,
+        now_ms: u64,
+    ) {
+        // By index, not `zip`: this runs on every decision.
+        for (i, check) in checks.iter().enumerate() {
+            let Some(decision) = decided.decisions.get(i) else {
+                break;
+            };
             if decided.by.is_degraded() {
                 self.decision_log.degraded(
                     check.plan.policy().name(),

@@ -5,15 +5,24 @@
 //! [`Decided`] at once and needs no future of its own for the decision (the
 //! tower layer answers from `call`). A check on a shared store (Redis)
 //! sends the caller to the awaited path.
+//!
+//! A plain request (no request id, no shadow-mode, leased, sharded, hot
+//! or reloaded-layout plan, no spans, one memory store) skips even that
+//! poll: its checks go straight to the store's synchronous decision and
+//! the same records the awaited path keeps (crate::recorded), with no
+//! future built, moved or polled through the layers of the general path.
 
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use tollgate_store::{RequestId, StoreError};
+use smallvec::SmallVec;
+use tollgate_store::{GuardedCheck, MemoryStore, RequestId, StoreError};
 
+use crate::backend::Backend;
 use crate::limiter::{Decided, Limiter};
 use crate::plan::Check;
+use crate::spans;
 
 impl Limiter {
     /// [`Limiter::decide_request`], decided now when every check's store
@@ -34,6 +43,11 @@ impl Limiter {
         if !checks.iter().all(on_memory) {
             return None;
         }
+        if id.is_none()
+            && let Some((store, memory)) = self.plain_on(checks)
+        {
+            return Some(self.decide_plain(store, memory, checks));
+        }
         let deciding = pin!(self.decide_request(checks, id, shape));
         match deciding.poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(decided) => Some(decided),
@@ -44,5 +58,45 @@ impl Limiter {
                 "the memory store did not decide at once".to_owned(),
             ))),
         }
+    }
+}
+
+impl Limiter {
+    /// The one memory store every check of a plain request is on, with its
+    /// index; `None` when any check needs more than one store call.
+    fn plain_on(&self, checks: &[Check<'_>]) -> Option<(usize, &MemoryStore)> {
+        let store = checks.first()?.plan.store();
+        let plain = |c: &Check<'_>| {
+            let plan = c.plan;
+            plan.store() == store
+                && !plan.shadow()
+                && plan.lease().is_none()
+                && plan.hot_lease().is_none()
+                && plan.shards().len() <= 1
+                && plan.carries_layouts() == 0
+        };
+        if spans::spans_on() || !checks.iter().all(plain) {
+            return None;
+        }
+        match self.backends.get(store)? {
+            Backend::Memory(memory) => Some((store, memory)),
+            #[cfg(feature = "redis")]
+            _ => None,
+        }
+    }
+
+    /// A plain request decided on `memory` (store `store`): what
+    /// [`Limiter::decide_request`] would do, without its future.
+    fn decide_plain(&self, store: usize, memory: &MemoryStore, checks: &[Check<'_>]) -> Decided {
+        let started_us = self.clock.monotonic_us();
+        let started_ms = self.trace().map(|_| self.clock.now_ms());
+        let now_ms = self.clock.now_ms();
+        self.metrics.store_requests.inc();
+        let guarded: SmallVec<[GuardedCheck<'_>; 4]> =
+            checks.iter().map(|c| c.guarded(None, None)).collect();
+        let decided = memory.decide_guarded(&guarded, None);
+        let decided = self.record_store_call(store, checks, decided, now_ms);
+        self.record_request(checks, &decided, started_us, started_ms);
+        decided
     }
 }

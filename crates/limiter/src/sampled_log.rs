@@ -174,6 +174,10 @@ impl SampledLog {
         took_us: u64,
         stores: &[StoreWatch],
     ) {
+        // Nothing to look at while the log is off (the common case).
+        if !tracing::enabled!(target: DECISION_TARGET, tracing::Level::DEBUG) {
+            return;
+        }
         let degraded = match decided.by {
             DecidedBy::Shared => "none",
             by => by.name(),

@@ -28,7 +28,9 @@ use crate::check::Check;
 use crate::error::StoreError;
 use crate::fallback::{GuardedCheck, GuardedDecisions};
 use crate::lease::{LeaseAsk, LeaseGrant};
-use crate::request_id::{Replay, RequestId, Retried, Retry};
+#[cfg(feature = "redis")]
+use crate::request_id::Replay;
+use crate::request_id::{RequestId, Retried, Retry};
 
 /// Somewhere decisions are made atomically, on the store's own clock.
 pub trait Store: Send + Sync + 'static {
@@ -82,7 +84,9 @@ pub trait Store: Send + Sync + 'static {
 
 /// A request's checks decided by `store` itself, as a [`Decide`] asks:
 /// one alone, more all-or-nothing, under the request id when there is one.
-/// A failure is the caller's (its failure modes answer).
+/// A failure is the caller's (its failure modes answer). The memory store
+/// decides the same way at once (`MemoryStore::decide_guarded`).
+#[cfg(feature = "redis")]
 pub(crate) async fn decide_checks<S: Store>(
     store: &S,
     checks: &[GuardedCheck<'_>],

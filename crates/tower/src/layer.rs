@@ -274,6 +274,9 @@ fn hold<D: Decider>(
     matched: &Matches,
     decided: &Decided,
 ) -> Option<Held> {
+    if decided.decisions.iter().all(|d| d.permit.is_none()) {
+        return None;
+    }
     let permits: SmallVec<[(Arc<Plan>, Identity, PermitId); 1]> = matched
         .iter()
         .zip(&decided.decisions)

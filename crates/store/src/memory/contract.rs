@@ -8,11 +8,11 @@ use tollgate_core::{Decision, Identity, PermitId, Policy, Released, Taken};
 
 use super::MemoryStore;
 use crate::check::Check;
-use crate::contract::{self, Admin, Blocks, Decide, Ledger, Store, StoreStats};
+use crate::contract::{Admin, Blocks, Decide, Ledger, Store, StoreStats};
 use crate::error::StoreError;
 use crate::fallback::{self, GuardedCheck, GuardedDecisions};
 use crate::lease::{LeaseAsk, LeaseGrant};
-use crate::request_id::{RequestId, Retried, Retry};
+use crate::request_id::{Replay, RequestId, Retried, Retry};
 
 impl Store for MemoryStore {
     fn decide(
@@ -47,13 +47,24 @@ impl Store for MemoryStore {
     }
 }
 
-impl Decide for MemoryStore {
-    async fn decide(
+impl MemoryStore {
+    /// [`Decide::decide`], now: the memory store needs no I/O, so a
+    /// caller that cannot await (a tower layer's `call`) decides here, by
+    /// the same path the contract's future takes.
+    pub fn decide_guarded(
         &self,
         checks: &[GuardedCheck<'_>],
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
-        let result = contract::decide_checks(self, checks, retry).await;
+        let result = match (checks, retry) {
+            ([one], None) => self.decide_now(one.check).map(|d| (vec![d], Replay::Fresh)),
+            (_, None) => self
+                .decide_all_now(&plain(checks))
+                .map(|d| (d, Replay::Fresh)),
+            (_, Some(retry)) => self
+                .decide_once_now(&plain(checks), retry)
+                .map(|r| (r.decisions, r.replay)),
+        };
         match result {
             // Full (memory/full.rs): the failure modes answer, and a
             // `local` policy's identities without room share one budget.
@@ -65,6 +76,21 @@ impl Decide for MemoryStore {
             },
             ok => fallback::shared(ok),
         }
+    }
+}
+
+/// The checks themselves, without their failure modes.
+fn plain<'a>(checks: &[GuardedCheck<'a>]) -> Vec<Check<'a>> {
+    checks.iter().map(|g| g.check).collect()
+}
+
+impl Decide for MemoryStore {
+    async fn decide(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        retry: Option<Retry<'_>>,
+    ) -> GuardedDecisions {
+        self.decide_guarded(checks, retry)
     }
 
     async fn release(
