@@ -5,7 +5,7 @@
 //! verdict).
 
 use tollgate_core::Decision;
-use tollgate_store::{DecidedBy, Replay, RequestDigest, RequestId};
+use tollgate_store::{DecidedBy, Decisions, Replay, RequestDigest, RequestId};
 
 use crate::limiter::{Decided, Limiter, worse};
 use crate::plan::Check;
@@ -79,7 +79,7 @@ impl Limiter {
         } else {
             Replay::Fresh
         };
-        Decided::new(by, decisions.into_iter().flatten().collect())
+        Decided::new(by, decisions.into_iter().flatten().collect::<Decisions>())
             .with_error(error)
             .timed(store_us)
             .with_replay(replay)

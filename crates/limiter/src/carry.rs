@@ -18,6 +18,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tollgate_core::{Decision, Identity, Policy};
+use tollgate_store::Decisions;
 
 /// A shard layout a reload replaced, read until its states are forgotten.
 #[derive(Debug)]
@@ -122,12 +123,12 @@ pub(crate) struct CarriedKey<'p> {
 /// `keys`' order) into their checks' decisions: admitted only if every
 /// layout admitted, the least remaining, the longest waits; the limit is
 /// the check's own.
-pub(crate) fn fold(decisions: &mut Vec<Decision>, checks: usize, keys: &[CarriedKey<'_>]) {
+pub(crate) fn fold(decisions: &mut Decisions, checks: usize, keys: &[CarriedKey<'_>]) {
     if decisions.len() != checks + keys.len() {
         decisions.truncate(checks);
         return;
     }
-    let carried = decisions.split_off(checks);
+    let carried: Vec<Decision> = decisions.drain(checks..).collect();
     for (key, old) in keys.iter().zip(carried) {
         if let Some(own) = decisions.get_mut(key.owner) {
             *own = both(own, &old);

@@ -118,8 +118,8 @@ pub use prometheus_client::registry::Registry;
 #[cfg(feature = "redis")]
 pub use tollgate_store::{BatchConfig, RedisConfig, RedisConfigFault, RedisStore, SentinelConfig};
 pub use tollgate_store::{
-    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, FAIL_CLOSED_RETRY_MS, MAX_REPLAYS,
-    MAX_REQUEST_ID_BYTES, MemoryStoreConfig, OnStoreFailure, RETRY_IDS_RANGE,
+    DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, Decisions, FAIL_CLOSED_RETRY_MS,
+    MAX_REPLAYS, MAX_REQUEST_ID_BYTES, MemoryStoreConfig, OnStoreFailure, RETRY_IDS_RANGE,
     RETRY_WINDOW_RANGE_MS, Replay, RequestId, RequestIdError, StoreError,
 };
 // What a check is made of and what it answers, so a caller's plans and

@@ -38,7 +38,7 @@ async fn a_plan_without_a_failure_mode_on_a_dead_store_admits_nothing() {
     let plan = Plan::new(policy(), 0);
     let acme = Identity::value("acme");
     let decided = limiter.decide(&[Check::new(&plan, &acme, 1)]).await;
-    assert_eq!(decided.decisions, Vec::new());
+    assert_eq!(decided.decisions.as_slice(), []);
     assert_eq!(decided.error.as_ref().map(|e| e.kind()), Some("refused"));
     // The path that would have stood in: the store's fault, not a verdict.
     assert_eq!(decided.by, DecidedBy::FailOpen);

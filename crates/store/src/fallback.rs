@@ -5,6 +5,7 @@
 //! so degraded ones can be marked. [`crate::Guarded`] applies this to a
 //! store behind a breaker; the memory store, when full.
 
+use smallvec::SmallVec;
 use tollgate_core::{Decision, Policy};
 
 use crate::check::Check;
@@ -79,11 +80,15 @@ pub struct GuardedCheck<'a> {
     pub local_policy: Option<&'a Policy>,
 }
 
+/// A request's decisions, one per check in the checks' order: inline for
+/// the common request of one check, so deciding it allocates nothing.
+pub type Decisions = SmallVec<[Decision; 1]>;
+
 /// The decisions of one request, with what made them.
 #[derive(Debug, Clone)]
 pub struct GuardedDecisions {
     /// One per check, in the order of the checks.
-    pub decisions: Vec<Decision>,
+    pub decisions: Decisions,
     /// What made them; all of a request's checks take the same one.
     pub by: DecidedBy,
     /// Why the shared store did not decide (`None` when it did, or when an
@@ -100,9 +105,9 @@ pub struct GuardedDecisions {
 
 impl GuardedDecisions {
     /// `decisions` made by `by`: fresh, no store error or latency known.
-    pub fn new(by: DecidedBy, decisions: Vec<Decision>) -> Self {
+    pub fn new(by: DecidedBy, decisions: impl Into<Decisions>) -> Self {
         Self {
-            decisions,
+            decisions: decisions.into(),
             by,
             error: None,
             store_us: None,
@@ -112,23 +117,23 @@ impl GuardedDecisions {
 
     /// Decided by the shared store; `replay`: what the request id made of
     /// the call (a replayed one consumed nothing).
-    pub fn shared(decisions: Vec<Decision>, replay: Replay) -> Self {
+    pub fn shared(decisions: impl Into<Decisions>, replay: Replay) -> Self {
         Self::new(DecidedBy::Shared, decisions).with_replay(replay)
     }
 
     /// Admitted without the store (`fail_open`).
-    pub fn fail_open(decisions: Vec<Decision>) -> Self {
+    pub fn fail_open(decisions: impl Into<Decisions>) -> Self {
         Self::new(DecidedBy::FailOpen, decisions)
     }
 
     /// Rejected without the store (`fail_closed`).
-    pub fn fail_closed(decisions: Vec<Decision>) -> Self {
+    pub fn fail_closed(decisions: impl Into<Decisions>) -> Self {
         Self::new(DecidedBy::FailClosed, decisions)
     }
 
     /// Decided on this process's share of the limits (`local`), which
     /// keeps request ids in its own memory.
-    pub fn local(decisions: Vec<Decision>, replay: Replay) -> Self {
+    pub fn local(decisions: impl Into<Decisions>, replay: Replay) -> Self {
         Self::new(DecidedBy::Local, decisions).with_replay(replay)
     }
 
@@ -159,7 +164,9 @@ pub const FAIL_CLOSED_RETRY_MS: u64 = 1_000;
 
 /// Decisions made by the store itself, with what the request id made of
 /// the call.
-pub(crate) fn shared(result: Result<(Vec<Decision>, Replay), StoreError>) -> GuardedDecisions {
+pub(crate) fn shared(
+    result: Result<(impl Into<Decisions>, Replay), StoreError>,
+) -> GuardedDecisions {
     match result {
         Ok((decisions, replay)) => GuardedDecisions::shared(decisions, replay),
         Err(e) => GuardedDecisions::unanswered(e),
@@ -187,7 +194,7 @@ pub(crate) fn by_failure_mode(
                     OnStoreFailure::FailClosed => fail_closed(g.check.policy),
                     _ => fail_open(g.check.policy),
                 })
-                .collect(),
+                .collect::<Decisions>(),
         );
     }
     let local_checks: Vec<Check<'_>> = checks
@@ -203,7 +210,10 @@ pub(crate) fn by_failure_mode(
         .collect();
     if local_checks.is_empty() {
         return GuardedDecisions::fail_open(
-            checks.iter().map(|g| fail_open(g.check.policy)).collect(),
+            checks
+                .iter()
+                .map(|g| fail_open(g.check.policy))
+                .collect::<Decisions>(),
         );
     }
     let Some((local_decisions, replay)) = local(&local_checks, retry) else {
@@ -214,11 +224,11 @@ pub(crate) fn by_failure_mode(
                     OnStoreFailure::Local { .. } => fail_closed(g.check.policy),
                     _ => fail_open(g.check.policy),
                 })
-                .collect(),
+                .collect::<Decisions>(),
         );
     };
     if replay == Replay::Mismatch {
-        return GuardedDecisions::local(Vec::new(), replay);
+        return GuardedDecisions::local(Decisions::new(), replay);
     }
     let mut local_decisions = local_decisions.into_iter();
     let decisions = checks
@@ -229,7 +239,7 @@ pub(crate) fn by_failure_mode(
                 .unwrap_or_else(|| fail_open(g.check.policy)),
             _ => fail_open(g.check.policy),
         })
-        .collect();
+        .collect::<Decisions>();
     GuardedDecisions::local(decisions, replay)
 }
 

@@ -46,7 +46,8 @@ pub use check::Check;
 pub use contract::{Admin, Blocks, Decide, Ledger, Store, StoreStats};
 pub use error::StoreError;
 pub use fallback::{
-    DecidedBy, FAIL_CLOSED_RETRY_MS, GuardedCheck, GuardedDecisions, OnStoreFailure, local_policy,
+    DecidedBy, Decisions, FAIL_CLOSED_RETRY_MS, GuardedCheck, GuardedDecisions, OnStoreFailure,
+    local_policy,
 };
 pub use guarded::Guarded;
 pub use lease::{LeaseAsk, LeaseGrant, LeaseLimit, LeaseWant, MAX_IDENTITIES_A_CALL};

@@ -256,7 +256,7 @@ async fn a_new_identity_among_limiting_states_gets_its_failure_mode_and_is_count
     assert_eq!(decided.by, DecidedBy::FailClosed);
     assert_eq!(decided.error, full);
     assert_eq!(
-        decided.decisions,
+        decided.decisions.as_slice(),
         [Decision {
             allowed: false,
             limit: 4,
@@ -278,7 +278,7 @@ async fn a_new_identity_among_limiting_states_gets_its_failure_mode_and_is_count
         assert_eq!(decided.by, DecidedBy::FailOpen);
         assert_eq!(decided.error, full);
         assert_eq!(
-            decided.decisions,
+            decided.decisions.as_slice(),
             [Decision {
                 allowed: true,
                 limit: 4,

@@ -8,7 +8,7 @@
 #[path = "apps/mod.rs"]
 mod apps;
 
-use apps::{app, governor_app, governor_headers_app, tollgate_app};
+use apps::{app, governor_app, governor_headers_app, tollgate_app, tollgate_gcra_app};
 use axum::body::Body;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::Request;
@@ -29,6 +29,10 @@ fn layer_overhead(c: &mut Criterion) {
     for (name, app) in [
         ("bare axum", app()),
         ("tollgate layer, memory store", tollgate_app(100_000)),
+        (
+            "tollgate layer, memory store, gcra",
+            tollgate_gcra_app(100_000),
+        ),
         ("tower_governor", governor_app()),
         ("tower_governor, its headers on", governor_headers_app()),
     ] {

@@ -7,9 +7,9 @@
 //!
 //! ```sh
 //! # served for wrk (bench/layer.sh): prints `listening on http://ADDR`
-//! layer_bench bare|tollgate|governor|governor-headers --listen 127.0.0.1:0
+//! layer_bench bare|tollgate|tollgate-gcra|governor|governor-headers --listen 127.0.0.1:0
 //! # N in-process calls and exit, for callgrind's instruction counts
-//! layer_bench bare|tollgate|governor|governor-headers --calls 100000
+//! layer_bench bare|tollgate|tollgate-gcra|governor|governor-headers --calls 100000
 //! ```
 
 #[path = "../benches/apps/mod.rs"]
@@ -17,7 +17,7 @@ mod apps;
 
 use std::net::SocketAddr;
 
-use apps::{app, governor_app, governor_headers_app, tollgate_app};
+use apps::{app, governor_app, governor_headers_app, tollgate_app, tollgate_gcra_app};
 use axum::Router;
 use axum::body::Body;
 use http::Request;
@@ -58,13 +58,14 @@ fn main() -> Result<(), String> {
     let given: Vec<String> = std::env::args().skip(1).collect();
     let [mode, flag, value] = given.as_slice() else {
         return Err(
-            "usage: layer_bench bare|tollgate|governor|governor-headers --listen ADDR | --calls N"
+            "usage: layer_bench bare|tollgate|tollgate-gcra|governor|governor-headers --listen ADDR | --calls N"
                 .into(),
         );
     };
     let app = match mode.as_str() {
         "bare" => app(),
         "tollgate" => tollgate_app(1_000_000),
+        "tollgate-gcra" => tollgate_gcra_app(1_000_000),
         "governor" => governor_app(),
         "governor-headers" => governor_headers_app(),
         other => return Err(format!("unknown app {other}")),

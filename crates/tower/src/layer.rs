@@ -163,10 +163,11 @@ where
         let mut ready = std::mem::replace(&mut self.inner, clone);
         let rules = self.shared.rules.load();
         let (parts, body) = request.into_parts();
-        let matched = match matches(&rules, &parts) {
-            Ok(matched) => matched,
-            Err(problem) => return ResponseFuture::own(problem.response()),
-        };
+        // Filled in place (not returned): a list of this size is a copy.
+        let mut matched = Matches::new();
+        if let Err(problem) = matches(&rules, &parts, &mut matched) {
+            return ResponseFuture::own(problem.response());
+        }
         if matched.is_empty() {
             return ResponseFuture::inner(ready.call(Request::from_parts(parts, body)), None);
         }
@@ -174,7 +175,8 @@ where
             Ok(found) => found.unzip(),
             Err(problem) => return ResponseFuture::own(problem.response()),
         };
-        let checks = checks_of(&rules, &matched);
+        let mut checks = Checks::new();
+        checks_of(&rules, &matched, &mut checks);
         let decided = self
             .shared
             .decider
@@ -184,7 +186,8 @@ where
             let shared = Arc::clone(&self.shared);
             let rules = Guard::into_inner(rules);
             let later = async move {
-                let checks = checks_of(&rules, &matched);
+                let mut checks = Checks::new();
+                checks_of(&rules, &matched, &mut checks);
                 let decided = shared
                     .decider
                     .decide_request(&checks, id.as_ref(), shape.as_deref())
@@ -211,24 +214,25 @@ where
 }
 
 /// The rules that apply to the request, with its identity and cost under
-/// each; a rule's refusal (a missing identity part, a bad cost) is the
-/// request's answer.
-fn matches(rules: &[Rule], parts: &Parts) -> Result<Matches, Problem> {
-    let mut matched = Matches::new();
+/// each, into `matched`; a rule's refusal (a missing identity part, a bad
+/// cost) is the request's answer.
+fn matches(rules: &[Rule], parts: &Parts, matched: &mut Matches) -> Result<(), Problem> {
     for (at, rule) in rules.iter().enumerate() {
         if let Some((identity, cost)) = rule.applies(parts)? {
             matched.push((at, identity, cost));
         }
     }
-    Ok(matched)
+    Ok(())
 }
 
-/// Each matched rule's check.
-fn checks_of<'a>(rules: &'a [Rule], matched: &'a Matches) -> SmallVec<[Check<'a>; INLINE_RULES]> {
-    matched
-        .iter()
-        .filter_map(|(at, identity, cost)| Some(Check::new(&rules.get(*at)?.plan, identity, *cost)))
-        .collect()
+/// A request's checks, one a matched rule.
+type Checks<'a> = SmallVec<[Check<'a>; INLINE_RULES]>;
+
+/// Each matched rule's check, into `checks`.
+fn checks_of<'a>(rules: &'a [Rule], matched: &'a Matches, checks: &mut Checks<'a>) {
+    checks.extend(matched.iter().filter_map(|(at, identity, cost)| {
+        Some(Check::new(&rules.get(*at)?.plan, identity, *cost))
+    }));
 }
 
 /// What a decided request gets.

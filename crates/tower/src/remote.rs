@@ -16,7 +16,7 @@ use std::time::Duration;
 use http::{HeaderValue, Uri};
 use thiserror::Error;
 use tollgate_core::{Clock, Identity, PermitId, Released};
-use tollgate_limiter::{Check, Decided, Decider, Plan, ReleaseError};
+use tollgate_limiter::{Check, Decided, Decider, Decisions, Plan, ReleaseError};
 use tollgate_store::{
     BreakerConfig, DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, Decide, DecidedBy, Guarded,
     GuardedCheck, OnStoreFailure, Replay, RequestHasher, RequestId, Retry,
@@ -143,7 +143,7 @@ impl RemoteTollgate {
                 self.rejected
                     .get(c.plan.policy().name(), c.identity, c.cost, now_ms)
             })
-            .collect::<Option<Vec<_>>>()?;
+            .collect::<Option<Decisions>>()?;
         Some(Decided {
             decisions,
             by: DecidedBy::Shared,

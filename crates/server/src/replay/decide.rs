@@ -151,7 +151,7 @@ impl Decider {
             let verdicts = verdicts(&checks, &decided)?;
             return Ok(Outcome {
                 identities: vec![identity],
-                decisions: decided.decisions,
+                decisions: decided.decisions.into_vec(),
                 verdicts,
                 refunded,
             });
@@ -173,7 +173,7 @@ impl Decider {
         let identities = planned.into_iter().map(|(_, identity)| identity).collect();
         Ok(Outcome {
             identities,
-            decisions: decided.decisions,
+            decisions: decided.decisions.into_vec(),
             verdicts,
             refunded: None,
         })

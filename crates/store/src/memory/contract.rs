@@ -4,13 +4,15 @@
 
 use std::future::{Future, ready};
 
+use smallvec::smallvec;
+
 use tollgate_core::{Decision, Identity, PermitId, Policy, Released, Taken};
 
 use super::MemoryStore;
 use crate::check::Check;
 use crate::contract::{Admin, Blocks, Decide, Ledger, Store, StoreStats};
 use crate::error::StoreError;
-use crate::fallback::{self, GuardedCheck, GuardedDecisions};
+use crate::fallback::{self, Decisions, GuardedCheck, GuardedDecisions};
 use crate::lease::{LeaseAsk, LeaseGrant};
 use crate::request_id::{Replay, RequestId, Retried, Retry};
 
@@ -57,13 +59,15 @@ impl MemoryStore {
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
         let result = match (checks, retry) {
-            ([one], None) => self.decide_now(one.check).map(|d| (vec![d], Replay::Fresh)),
+            ([one], None) => self
+                .decide_now(one.check)
+                .map(|d| (smallvec![d], Replay::Fresh)),
             (_, None) => self
                 .decide_all_now(&plain(checks))
-                .map(|d| (d, Replay::Fresh)),
+                .map(|d| (Decisions::from_vec(d), Replay::Fresh)),
             (_, Some(retry)) => self
                 .decide_once_now(&plain(checks), retry)
-                .map(|r| (r.decisions, r.replay)),
+                .map(|r| (Decisions::from_vec(r.decisions), r.replay)),
         };
         match result {
             // Full (memory/full.rs): the failure modes answer, and a

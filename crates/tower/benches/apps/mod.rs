@@ -2,7 +2,7 @@
 //! (criterion) and `examples/layer_bench.rs` (callgrind, wrk): `GET
 //! /items` answered by one handler, bare, behind tollgate's
 //! `RateLimitLayer` (embedded memory store, `SystemClock`, one rule keyed
-//! by `X-Tenant`) or behind `tower_governor` keyed by the same header
+//! by `X-Tenant`, by a token bucket or by GCRA) or behind `tower_governor` keyed by the same header
 //! (without and with its own headers on an admission), with limits no
 //! run reaches.
 
@@ -25,6 +25,17 @@ pub fn app() -> Router {
 }
 
 pub fn tollgate_app(max_keys: usize) -> Router {
+    tollgate_app_deciding(max_keys, Limits::TokenBucket)
+}
+
+/// The same layer deciding by GCRA, governor's own algorithm: the like
+/// for like of the two deciders.
+pub fn tollgate_gcra_app(max_keys: usize) -> Router {
+    tollgate_app_deciding(max_keys, Limits::Gcra)
+}
+
+/// The layer over one rule limited by `limits` at a rate no run reaches.
+fn tollgate_app_deciding(max_keys: usize, limits: fn(Rate) -> Limits) -> Router {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let mut registry = Registry::default();
     let metrics = Arc::new(LimiterMetrics::register(&mut registry, Arc::clone(&clock)));
@@ -34,7 +45,7 @@ pub fn tollgate_app(max_keys: usize) -> Router {
         clock,
     );
     let rate = Rate::new(1_000_000_000, 1_000_000_000, 1_000).unwrap_or_else(|| unreachable!());
-    let plan = Plan::new(Policy::new("reads", Limits::TokenBucket(rate)), 0)
+    let plan = Plan::new(Policy::new("reads", limits(rate)), 0)
         .with_failure_mode(OnStoreFailure::FailOpen);
     let rule = Rule::new(plan, |parts| {
         let tenant = parts.headers.get("x-tenant")?.to_str().ok()?;
