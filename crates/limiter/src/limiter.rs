@@ -372,11 +372,14 @@ impl Limiter {
         }
         // The clock is read only for a look at a hot identity.
         let mut now_ms = None;
-        for (check, decision) in checks.iter().zip(&mut decided.decisions) {
+        // By index, not `zip`: this runs on every decision.
+        for (i, check) in checks.iter().enumerate() {
             if check.cost > 0 {
                 continue;
             }
-            if let Some(hot) = check.plan.hot_lease() {
+            if let Some(hot) = check.plan.hot_lease()
+                && let Some(decision) = decided.decisions.get_mut(i)
+            {
                 let now_ms = *now_ms.get_or_insert_with(|| self.clock.monotonic_ms());
                 let unspent = hot.unspent(check.identity, now_ms);
                 let unspent = i64::try_from(unspent).unwrap_or(i64::MAX);
