@@ -2,7 +2,8 @@
 # The tower layer's overhead over loopback: one axum app answering
 # `GET /items` (crates/tower/examples/layer_bench.rs), bare, behind
 # tollgate's RateLimitLayer (embedded memory store, one rule keyed by
-# X-Tenant) and behind tower_governor keyed by the same header, with limits
+# X-Tenant; a token bucket, and GCRA) and behind tower_governor keyed by
+# the same header (without and with its own headers), with limits
 # no run reaches, each under wrk in the same run. Each row gives
 # requests/s, latency percentiles, and the CPU a request cost the server
 # and wrk (user + system, µs): on one machine the two share the cores.
@@ -57,12 +58,18 @@ bare=$(start "$bin" bare --listen 127.0.0.1:0)
 bare_pid=$(tail -n1 "$started")
 tollgate=$(start "$bin" tollgate --listen 127.0.0.1:0)
 tollgate_pid=$(tail -n1 "$started")
+tollgate_gcra=$(start "$bin" tollgate-gcra --listen 127.0.0.1:0)
+tollgate_gcra_pid=$(tail -n1 "$started")
 governor=$(start "$bin" governor --listen 127.0.0.1:0)
 governor_pid=$(tail -n1 "$started")
+governor_headers=$(start "$bin" governor-headers --listen 127.0.0.1:0)
+governor_headers_pid=$(tail -n1 "$started")
 
 echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION, $KEYS tenant(s), on $(nproc) cores (load generator on the same machine)"
 printf '%-30s %11s %9s %9s %8s %8s\n' app "requests/s" p50 p99 "server" "wrk"
 run "bare axum" "$bare" "$bare_pid"
 run "tollgate layer, memory store" "$tollgate" "$tollgate_pid"
+run "tollgate layer, gcra" "$tollgate_gcra" "$tollgate_gcra_pid"
 run "tower_governor" "$governor" "$governor_pid"
+run "tower_governor, its headers" "$governor_headers" "$governor_headers_pid"
 run "bare axum (again)" "$bare" "$bare_pid"
