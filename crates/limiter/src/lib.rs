@@ -17,6 +17,12 @@
 //! - **[`Decider`] is what a door needs**: the decision trait above
 //!   `Limiter`, which a remote tollgate's client implements too, so a
 //!   door takes either.
+//! - **One path of records, two ways in**: a request is awaited through
+//!   the stores' futures ([`Limiter::decide_request`]), or, when it is
+//!   plain and on the memory store, decided at once with no future
+//!   ([`Limiter::decide_now`]); both record a decision the same way
+//!   (crate::recorded: counters, store metrics, latency, sampled log,
+//!   capture).
 //! - **Upkeep runs itself**: [`Limiter::upkeep`] sweeps idle keys, gives
 //!   back unspent hot-lease blocks and renews leases for the plans a
 //!   caller hands it (re-read each turn, so a reload's are kept), until
