@@ -223,7 +223,7 @@ impl MemoryStore {
     // is handed back in registers rather than through a `Result` in memory.
     #[inline]
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
-        self.decide_at(check, self.now())
+        self.decide_at(check, || self.now())
     }
 
     /// Both times now: the wall time decides, the monotonic time rests.
@@ -240,7 +240,7 @@ impl MemoryStore {
     /// never used can be given back ([`MemoryStore::give_back`]).
     pub fn take(&self, check: Check<'_>) -> Result<(Decision, Taken), StoreError> {
         let now = self.now();
-        let decision = self.decide_at(check, now)?;
+        let decision = self.decide_at(check, || now)?;
         Ok((decision, Taken::new(now.wall, &decision)))
     }
 
@@ -269,7 +269,19 @@ impl MemoryStore {
         given
     }
 
-    fn decide_at(&self, check: Check<'_>, now: Now) -> Result<Decision, StoreError> {
+    /// Decides `check` at the time `now` reads, once its slot is found.
+    // The clock is read after the key is hashed and its slot looked up, not
+    // before: reading it first (a `SystemClock`'s is a TSC read, microcode
+    // of some 40 µops) put it between one decision's wait for its slot and
+    // the next one's first loads, too far ahead for the core to start
+    // those loads while it waits. On a million keys that serialised two
+    // memory misses a decision (docs/benchmarks.md, "The fourth pass").
+    #[inline(always)]
+    fn decide_at(
+        &self,
+        check: Check<'_>,
+        now: impl FnOnce() -> Now,
+    ) -> Result<Decision, StoreError> {
         let hash = self.hash(&check);
         let permit = self.minter.one(&check);
         let mut table = self.shard(hash).0.lock();
@@ -277,6 +289,7 @@ impl MemoryStore {
         let limits = check.policy.limits();
         match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
+                let now = now();
                 let slot = entry.get_mut();
                 let decision = limits.decide_permit(
                     &mut slot.state,
@@ -295,7 +308,7 @@ impl MemoryStore {
                 }
                 Ok(decision)
             }
-            Err(_) => self.decide_new(table, hash, check, now, permit),
+            Err(_) => self.decide_new(table, hash, check, now(), permit),
         }
     }
 
