@@ -7,13 +7,14 @@
 
 use std::sync::Arc;
 
+use smallvec::smallvec;
 use tollgate_core::{Clock, Decision, Identity, PermitId, Policy, Released, Taken};
 
 use crate::breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 use crate::check::Check;
 use crate::contract::{Admin, Blocks, Decide, Ledger, Store, StoreStats};
 use crate::error::StoreError;
-use crate::fallback::{GuardedCheck, GuardedDecisions, by_failure_mode};
+use crate::fallback::{Decisions, GuardedCheck, GuardedDecisions, by_failure_mode};
 use crate::lease::{LeaseAsk, LeaseGrant};
 use crate::memory::{MemoryStore, MemoryStoreConfig};
 use crate::request_id::{Replay, RequestId, Retry};
@@ -101,7 +102,7 @@ impl<S: Store> Guarded<S> {
                 && let Some(decision) = self.shared.known(one.check)
             {
                 self.breaker.unused(admission);
-                return GuardedDecisions::shared(vec![decision], Replay::Fresh);
+                return GuardedDecisions::shared(smallvec![decision], Replay::Fresh);
             }
             let started = self.clock.monotonic_us();
             let result = match (checks, retry) {
@@ -109,7 +110,7 @@ impl<S: Store> Guarded<S> {
                     .shared
                     .decide(one.check)
                     .await
-                    .map(|d| (vec![d], Replay::Fresh)),
+                    .map(|d| (smallvec![d], Replay::Fresh)),
                 // Inline: a store whose futures are deep boxes them where
                 // they leave it (Redis does); the memory store's are ready.
                 (_, None) => {
@@ -117,14 +118,14 @@ impl<S: Store> Guarded<S> {
                     self.shared
                         .decide_all(&plain)
                         .await
-                        .map(|d| (d, Replay::Fresh))
+                        .map(|d| (Decisions::from_vec(d), Replay::Fresh))
                 }
                 (_, Some(retry)) => {
                     let plain: Vec<Check<'_>> = checks.iter().map(|g| g.check).collect();
                     self.shared
                         .decide_once(&plain, retry)
                         .await
-                        .map(|r| (r.decisions, r.replay))
+                        .map(|r| (Decisions::from_vec(r.decisions), r.replay))
                 }
             };
             let ended = self.clock.monotonic_us();
