@@ -269,13 +269,12 @@ impl MemoryStore {
         given
     }
 
-    /// Decides `check` at the time `now` reads, once its slot is found.
-    // The clock is read after the key is hashed and its slot looked up, not
-    // before: reading it first (a `SystemClock`'s is a TSC read, microcode
-    // of some 40 µops) put it between one decision's wait for its slot and
-    // the next one's first loads, too far ahead for the core to start
-    // those loads while it waits. On a million keys that serialised two
-    // memory misses a decision (docs/benchmarks.md, "The fourth pass").
+    /// Decides `check` at the time `now` reads, once its key is hashed.
+    // Read after the hash (the key's bytes are loading) and before the
+    // lock and the lookup, not first: measured both ways against reading
+    // it first, this place was the best of the three on the real clock
+    // and no worse on the simulated one (docs/benchmarks.md, "The fourth
+    // pass"); why is not established without hardware counters.
     #[inline(always)]
     fn decide_at(
         &self,
@@ -283,13 +282,13 @@ impl MemoryStore {
         now: impl FnOnce() -> Now,
     ) -> Result<Decision, StoreError> {
         let hash = self.hash(&check);
+        let now = now();
         let permit = self.minter.one(&check);
         let mut table = self.shard(hash).0.lock();
         let table = &mut *table;
         let limits = check.policy.limits();
         match table.slots.find_entry(hash, |s| s.is(hash, &check)) {
             Ok(mut entry) => {
-                let now = now();
                 let slot = entry.get_mut();
                 let decision = limits.decide_permit(
                     &mut slot.state,
@@ -308,7 +307,7 @@ impl MemoryStore {
                 }
                 Ok(decision)
             }
-            Err(_) => self.decide_new(table, hash, check, now(), permit),
+            Err(_) => self.decide_new(table, hash, check, now, permit),
         }
     }
 
