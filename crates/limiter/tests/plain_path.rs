@@ -14,9 +14,26 @@ use tollgate_limiter::{
     MemoryStoreConfig, OnStoreFailure, Plan, Policy, Rate, Registry,
 };
 
+/// How the store keeps time: by the limiter's own clock, which then hands
+/// the store the reading it dates the request by, or by a clock of its
+/// own that tells the same times (the store reads that itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreClock {
+    Limiters,
+    Own,
+}
+
 /// A limiter over a memory store of two keys in one shard, so the third
-/// limiting identity finds it full; its metrics and registry.
-fn small_limiter() -> (Limiter, Arc<LimiterMetrics>, Registry) {
+/// limiting identity finds it full; its metrics and registry, and the
+/// clocks to move (the limiter's, then the store's when it has its own).
+fn small_limiter(
+    store_clock: StoreClock,
+) -> (
+    Limiter,
+    Arc<LimiterMetrics>,
+    Registry,
+    Vec<Arc<ManualClock>>,
+) {
     let clock = Arc::new(ManualClock::new(1_000_000));
     let mut registry = Registry::default();
     let metrics = Arc::new(LimiterMetrics::register(&mut registry, clock.clone()));
@@ -24,9 +41,17 @@ fn small_limiter() -> (Limiter, Arc<LimiterMetrics>, Registry) {
         max_keys: 2,
         shards: 1,
     };
-    let backends = vec![Backend::memory_with(config, clock.clone())];
+    let mut clocks = vec![Arc::clone(&clock)];
+    let store_clock = match store_clock {
+        StoreClock::Limiters => Arc::clone(&clock),
+        StoreClock::Own => Arc::new(ManualClock::new(1_000_000)),
+    };
+    if !Arc::ptr_eq(&store_clock, &clock) {
+        clocks.push(Arc::clone(&store_clock));
+    }
+    let backends = vec![Backend::memory_with(config, store_clock)];
     let limiter = Limiter::new(backends, Arc::clone(&metrics), clock);
-    (limiter, metrics, registry)
+    (limiter, metrics, registry, clocks)
 }
 
 /// Three a minute, a burst of three, counted per policy.
@@ -56,10 +81,11 @@ fn seen(decided: &Decided) -> Seen {
     )
 }
 
-/// The scenario, each request decided now (`now`) or awaited; what each
-/// answered, and the registry's exposition after.
-async fn play(now: bool) -> (Vec<Seen>, String) {
-    let (limiter, metrics, registry) = small_limiter();
+/// The scenario, each request decided now (`now`) or awaited, on a store
+/// keeping time by `store_clock`; what each answered, and the registry's
+/// exposition after.
+async fn play(now: bool, store_clock: StoreClock) -> (Vec<Seen>, String) {
+    let (limiter, metrics, registry, clocks) = small_limiter(store_clock);
     let open = plan("open", Some(OnStoreFailure::FailOpen), &metrics);
     let closed = plan("closed", Some(OnStoreFailure::FailClosed), &metrics);
     let bare = plan("bare", None, &metrics);
@@ -92,9 +118,16 @@ async fn play(now: bool) -> (Vec<Seen>, String) {
         vec![Check::new(&bare, &frank, 1)],
         // A batch a full store refuses, by the strictest mode.
         vec![Check::new(&open, &erin, 1), Check::new(&closed, &dave, 1)],
+        // 20 s on (below): acme has one unit back, its last.
+        vec![Check::new(&open, &acme, 1)],
     ];
     let mut answers = Vec::new();
-    for checks in &requests {
+    for (at, checks) in requests.iter().enumerate() {
+        if at == requests.len() - 1 {
+            for clock in &clocks {
+                clock.advance(20_000);
+            }
+        }
         let decided = if now {
             limiter
                 .decide_now(checks, None, None)
@@ -115,10 +148,14 @@ async fn play(now: bool) -> (Vec<Seen>, String) {
 
 #[tokio::test]
 async fn a_plain_request_decided_now_answers_and_counts_as_the_awaited_path() {
-    let (now, now_metrics) = play(true).await;
-    let (awaited, awaited_metrics) = play(false).await;
+    let (now, now_metrics) = play(true, StoreClock::Limiters).await;
+    let (awaited, awaited_metrics) = play(false, StoreClock::Limiters).await;
     assert_eq!(now, awaited);
     assert_eq!(now_metrics, awaited_metrics);
+    // A store on a clock of its own reads it itself: the same again.
+    let (own, own_metrics) = play(true, StoreClock::Own).await;
+    assert_eq!(own, awaited);
+    assert_eq!(own_metrics, awaited_metrics);
     // And the scenario meant what it says.
     let verdicts: Vec<(bool, &str)> = now
         .iter()
@@ -138,17 +175,20 @@ async fn a_plain_request_decided_now_answers_and_counts_as_the_awaited_path() {
             (true, "fail_open"),
             (false, "fail_open"),
             (false, "fail_closed"),
+            (true, "shared"),
         ]
     );
+    // Acme's last unit, dated by the time the limiter read.
+    assert_eq!(now[11].0, vec![(true, 0, Some(0))]);
     // The plan without a failure mode was left without a decision.
     assert_eq!(now[9].0, Vec::new());
     // Counted as the scenario says: acme's three and carol, erin admitted
     // open and (in the batch a full store refused) by fail_open's answer;
     // the plan without a failure mode counted no verdict.
     for series in [
-        "store_requests_total 11",
-        "decision_duration_seconds_count 11",
-        r#"decisions_total{policy="open",outcome="allowed"} 6"#,
+        "store_requests_total 12",
+        "decision_duration_seconds_count 12",
+        r#"decisions_total{policy="open",outcome="allowed"} 7"#,
         r#"decisions_total{policy="open",outcome="rejected"} 2"#,
         r#"decisions_total{policy="closed",outcome="allowed"} 2"#,
         r#"decisions_total{policy="closed",outcome="rejected"} 2"#,

@@ -229,11 +229,25 @@ impl MemoryStore {
     /// Both times now: the wall time decides, the monotonic time rests.
     fn now(&self) -> Now {
         let (wall, mono) = self.clock.now_and_monotonic_ms();
+        self.at(wall, mono)
+    }
+
+    /// The wall time `wall` and monotonic time `mono` (ms) as this store
+    /// judges them.
+    fn at(&self, wall: u64, mono: u64) -> Now {
         Now {
             wall,
             mono,
             lead: Now::lead(wall, mono, self.base_lead_ms),
         }
+    }
+
+    /// Whether `clock` is this store's own (the same instance): its
+    /// reading, made once by a caller that also times the decision, may
+    /// then be handed to [`MemoryStore::decide_guarded_at`] instead of
+    /// the store reading the clock again.
+    pub fn keeps_time_by(&self, clock: &Arc<dyn Clock>) -> bool {
+        Arc::ptr_eq(&self.clock, clock)
     }
 
     /// Decides `check` now and says where its units came from, so the ones
@@ -359,12 +373,21 @@ impl MemoryStore {
     /// Decides every check all-or-nothing, now. See [`Store::decide_all`](crate::Store::decide_all).
     /// [`StoreError::Full`] when a new key finds no room: nothing is written.
     pub fn decide_all_now(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.decide_all_at(checks, || self.now())
+    }
+
+    /// [`MemoryStore::decide_all_now`] at the time `now` reads.
+    fn decide_all_at(
+        &self,
+        checks: &[Check<'_>],
+        now: impl FnOnce() -> Now,
+    ) -> Result<Vec<Decision>, StoreError> {
         match checks {
             [] => return Ok(Vec::new()),
-            [one] => return Ok(vec![self.decide_now(*one)?]),
+            [one] => return Ok(vec![self.decide_at(*one, now)?]),
             _ => {}
         }
-        let now = self.now();
+        let now = now();
         let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c)).collect();
         let permits = self.minter.name(checks);
         let mut guards = self.lock(&hashes);

@@ -69,6 +69,40 @@ impl MemoryStore {
                 .decide_once_now(&plain(checks), retry)
                 .map(|r| (Decisions::from_vec(r.decisions), r.replay)),
         };
+        self.answered(checks, retry, result)
+    }
+
+    /// [`MemoryStore::decide_guarded`] without a request id, at `now_ms`
+    /// (the wall time) and `monotonic_ms`, which the caller read from
+    /// this store's own clock ([`MemoryStore::keeps_time_by`]) to date
+    /// and time its request: the same decisions as reading it here, one
+    /// read of the clock fewer.
+    pub fn decide_guarded_at(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        now_ms: u64,
+        monotonic_ms: u64,
+    ) -> GuardedDecisions {
+        let now = || self.at(now_ms, monotonic_ms);
+        let result = match checks {
+            [one] => self
+                .decide_at(one.check, now)
+                .map(|d| (smallvec![d], Replay::Fresh)),
+            _ => self
+                .decide_all_at(&plain(checks), now)
+                .map(|d| (Decisions::from_vec(d), Replay::Fresh)),
+        };
+        self.answered(checks, None, result)
+    }
+
+    /// The store's `result` for `checks`, or when it was full, the
+    /// failure modes' answer.
+    fn answered(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        retry: Option<Retry<'_>>,
+        result: Result<(Decisions, Replay), StoreError>,
+    ) -> GuardedDecisions {
         match result {
             // Full (memory/full.rs): the failure modes answer, and a
             // `local` policy's identities without room share one budget.
