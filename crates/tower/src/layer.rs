@@ -2,15 +2,19 @@
 //! one all-or-nothing decision → the inner service's answer with the
 //! RateLimit fields, or the 429 contract without calling it.
 //!
-//! Backpressure: `poll_ready` is the inner service's. A request's call
-//! takes that ready service and leaves a clone in its place (tower's
-//! clone-and-swap), so the readiness `poll_ready` reserved is the one the
-//! request uses; a request the limits reject never reaches it, and drops
-//! it — releasing what it reserved (a concurrency permit, a buffer slot)
-//! — as soon as the rejection is written. On the embedded memory store
-//! the decision is made in `call` (it needs no I/O) and an admitted
-//! request's inner future is called there too; on Redis or a remote
-//! tollgate it is awaited inside the response future (crate::response).
+//! Backpressure: `poll_ready` is the inner service's. On the embedded
+//! memory store the decision is made in `call` (it needs no I/O): an
+//! admitted request calls the inner service there, using the readiness
+//! `poll_ready` reserved, as any middleware does; a request the layer
+//! answers itself (a rejection, a problem) never reaches it, and the
+//! ready service is swapped for a clone and dropped, releasing what it
+//! reserved (a concurrency permit, a buffer slot) as soon as the answer
+//! is written. On Redis or a remote tollgate the decision is awaited
+//! inside the response future (crate::response), which takes the ready
+//! service and leaves a clone in its place (tower's clone-and-swap), so
+//! the readiness reserved is the one that request uses. No clone is
+//! made for a request decided at once and admitted: cloning an axum
+//! route allocates.
 //! Only a concurrency permit's release is spawned, when the response ends
 //! (crate::permit).
 
@@ -159,21 +163,23 @@ where
     /// to allocate. Otherwise (Redis, a remote tollgate) the decision is
     /// awaited in the response future.
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
         let rules = self.shared.rules.load();
         let (parts, body) = request.into_parts();
         // Filled in place (not returned): a list of this size is a copy.
         let mut matched = Matches::new();
         if let Err(problem) = matches(&rules, &parts, &mut matched) {
+            release(&mut self.inner);
             return ResponseFuture::own(problem.response());
         }
         if matched.is_empty() {
-            return ResponseFuture::inner(ready.call(Request::from_parts(parts, body)), None);
+            return ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body)), None);
         }
         let (id, shape) = match request_id(self.request_ids.as_ref(), &rules, &matched, &parts) {
             Ok(found) => found.unzip(),
-            Err(problem) => return ResponseFuture::own(problem.response()),
+            Err(problem) => {
+                release(&mut self.inner);
+                return ResponseFuture::own(problem.response());
+            }
         };
         let mut checks = Checks::new();
         checks_of(&rules, &matched, &mut checks);
@@ -183,6 +189,7 @@ where
             .decide_now(&checks, id.as_ref(), shape.as_deref());
         drop(checks);
         let Some(decided) = decided else {
+            let mut ready = take_ready(&mut self.inner);
             let shared = Arc::clone(&self.shared);
             let rules = Guard::into_inner(rules);
             let later = async move {
@@ -205,12 +212,30 @@ where
         };
         match settle(&self.shared, &rules, &matched, &decided) {
             Settled::Admit(admission, held) => ResponseFuture::inner(
-                ready.call(Request::from_parts(parts, body)),
+                self.inner.call(Request::from_parts(parts, body)),
                 Some((admission, held)),
             ),
-            Settled::Own(response) => ResponseFuture::own(response),
+            Settled::Own(response) => {
+                release(&mut self.inner);
+                ResponseFuture::own(response)
+            }
         }
     }
+}
+
+/// The ready inner service, for a request that calls it later, with a
+/// clone (not ready) left in its place: the readiness `poll_ready`
+/// reserved goes with the request.
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
+}
+
+/// Releases the readiness `poll_ready` reserved for a request the layer
+/// answers itself: the ready service is dropped, a clone left in its
+/// place, so the next request waits for readiness of its own.
+fn release<S: Clone>(inner: &mut S) {
+    drop(take_ready(inner));
 }
 
 /// The rules that apply to the request, with its identity and cost under

@@ -69,16 +69,19 @@ async fn a_rejected_request_releases_the_inner_readiness_without_calling_it() {
         .await;
     assert_eq!(rejected.expect("answer").status(), 429);
     assert_eq!(called.load(Ordering::SeqCst), 1);
-    // The rejected request's permit went back with its answer.
-    let ready = tokio::time::timeout(Duration::from_secs(1), service.ready()).await;
+    // The rejected request's permit went back with its answer: another
+    // clone gets it.
+    let mut spare = service.clone();
+    let ready = tokio::time::timeout(Duration::from_secs(1), spare.ready()).await;
     assert!(
         ready.is_ok(),
         "the permit the rejection reserved was released"
     );
+    drop(spare);
 
     // A reserved permit holds the next caller until the request is answered.
     let mut other = service.clone();
-    let pending = service.call(order("globex"));
+    let pending = service.ready().await.expect("ready").call(order("globex"));
     let blocked = tokio::time::timeout(Duration::from_millis(50), other.ready()).await;
     assert!(
         blocked.is_err(),
@@ -87,4 +90,75 @@ async fn a_rejected_request_releases_the_inner_readiness_without_calling_it() {
     assert_eq!(pending.await.expect("answer").status(), 200);
     let freed = tokio::time::timeout(Duration::from_secs(1), other.ready()).await;
     assert!(freed.is_ok());
+}
+
+/// A request a rule refuses (a problem, here a 400 for a bad cost) is
+/// answered by the layer and releases the readiness it reserved; a
+/// request no rule matches, and an admitted one, call the inner service
+/// with the readiness `poll_ready` reserved (no clone of it is made).
+#[tokio::test]
+async fn a_refused_request_releases_the_inner_readiness_and_the_others_use_it() {
+    let called = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&called);
+    let inner = ConcurrencyLimit::new(
+        service_fn(move |_: Request<()>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(Response::new(String::from("ok"))) }
+        }),
+        1,
+    );
+    let rate = Rate::new(10, 10, 60_000).expect("valid rate");
+    let plan = Plan::new(Policy::new("orders", Limits::TokenBucket(rate)), 0)
+        .with_failure_mode(OnStoreFailure::FailClosed);
+    // POSTs are checked by tenant; one with `X-Cost: bad` is refused.
+    let rule = tollgate_tower::Rule::judged(plan, |parts| {
+        if parts.method != http::Method::POST {
+            return Ok(None);
+        }
+        if parts.headers.contains_key("x-cost") {
+            return Err(tollgate_http::Problem::bad_request("X-Cost: not a cost"));
+        }
+        Ok(Some((tollgate_core::Identity::value("acme"), 1)))
+    });
+    let limiter = memory_limiter(Arc::new(ManualClock::new(T0)));
+    let mut service = RateLimitLayer::new(limiter, vec![rule]).layer(inner);
+
+    let bad = Request::post("/orders")
+        .header("X-Cost", "bad")
+        .body(())
+        .expect("request");
+    let refused = service.ready().await.expect("ready").call(bad).await;
+    assert_eq!(refused.expect("answer").status(), 400);
+    assert_eq!(called.load(Ordering::SeqCst), 0);
+    // Another clone gets the one permit: the refusal gave it back.
+    let mut other = service.clone();
+    let freed = tokio::time::timeout(Duration::from_secs(1), other.ready()).await;
+    assert!(freed.is_ok(), "the refused request released its permit");
+    drop(other);
+    for (request, status, calls) in [
+        (Request::get("/items").body(()).expect("request"), 200, 1),
+        (order("acme"), 200, 2),
+    ] {
+        // Ready at once: the refusal's permit went back, and each answer
+        // gave its own back before the next request.
+        let ready = tokio::time::timeout(Duration::from_secs(1), service.ready()).await;
+        let answer = ready
+            .expect("the permit was released")
+            .expect("ready")
+            .call(request)
+            .await;
+        assert_eq!(answer.expect("answer").status(), status);
+        assert_eq!(called.load(Ordering::SeqCst), calls);
+    }
+    // An admitted request holds the one permit until it is answered.
+    let mut other = service.clone();
+    let pending = service.ready().await.expect("ready").call(order("acme"));
+    let blocked = tokio::time::timeout(Duration::from_millis(50), other.ready()).await;
+    assert!(blocked.is_err(), "the admitted request holds the permit");
+    assert_eq!(pending.await.expect("answer").status(), 200);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), other.ready())
+            .await
+            .is_ok()
+    );
 }
