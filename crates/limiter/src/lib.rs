@@ -66,6 +66,11 @@
 //! assert_eq!(decided.decisions[0].remaining, 18);
 //! # });
 //! ```
+//!
+//! The memory backend is given the limiter's own clock (the same `Arc`):
+//! a request decided at once then reads it twice, once to date and start
+//! timing it (the store is handed that reading) and once to end the
+//! timing. A store on a clock of its own reads it again itself.
 
 #![deny(missing_docs)]
 mod across;
