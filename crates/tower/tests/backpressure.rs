@@ -36,11 +36,17 @@ fn order(tenant: &str) -> Request<()> {
         .expect("request")
 }
 
-#[tokio::test]
-async fn a_rejected_request_releases_the_inner_readiness_without_calling_it() {
+/// An inner service answering 200 "ok" to one request at a time (its
+/// readiness is a permit), and how many times it was called.
+fn one_at_a_time() -> (
+    impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static,
+    Arc<AtomicUsize>,
+) {
     let called = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&called);
-    // One request at a time: readiness is a permit.
     let inner = ConcurrencyLimit::new(
         service_fn(move |_: Request<()>| {
             counted.fetch_add(1, Ordering::SeqCst);
@@ -48,6 +54,12 @@ async fn a_rejected_request_releases_the_inner_readiness_without_calling_it() {
         }),
         1,
     );
+    (inner, called)
+}
+
+#[tokio::test]
+async fn a_rejected_request_releases_the_inner_readiness_without_calling_it() {
+    let (inner, called) = one_at_a_time();
     let rate = Rate::new(1, 1, 60_000).expect("valid rate");
     let plan = Plan::new(Policy::new("one", Limits::TokenBucket(rate)), 0)
         .with_failure_mode(OnStoreFailure::FailClosed);
@@ -98,15 +110,7 @@ async fn a_rejected_request_releases_the_inner_readiness_without_calling_it() {
 /// with the readiness `poll_ready` reserved (no clone of it is made).
 #[tokio::test]
 async fn a_refused_request_releases_the_inner_readiness_and_the_others_use_it() {
-    let called = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&called);
-    let inner = ConcurrencyLimit::new(
-        service_fn(move |_: Request<()>| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, Infallible>(Response::new(String::from("ok"))) }
-        }),
-        1,
-    );
+    let (inner, called) = one_at_a_time();
     let rate = Rate::new(10, 10, 60_000).expect("valid rate");
     let plan = Plan::new(Policy::new("orders", Limits::TokenBucket(rate)), 0)
         .with_failure_mode(OnStoreFailure::FailClosed);

@@ -9,6 +9,7 @@ use smallvec::smallvec;
 use tollgate_core::{Decision, Identity, PermitId, Policy, Released, Taken};
 
 use super::MemoryStore;
+use super::eviction::Now;
 use crate::check::Check;
 use crate::contract::{Admin, Blocks, Decide, Ledger, Store, StoreStats};
 use crate::error::StoreError;
@@ -58,14 +59,9 @@ impl MemoryStore {
         checks: &[GuardedCheck<'_>],
         retry: Option<Retry<'_>>,
     ) -> GuardedDecisions {
-        let result = match (checks, retry) {
-            ([one], None) => self
-                .decide_now(one.check)
-                .map(|d| (smallvec![d], Replay::Fresh)),
-            (_, None) => self
-                .decide_all_now(&plain(checks))
-                .map(|d| (Decisions::from_vec(d), Replay::Fresh)),
-            (_, Some(retry)) => self
+        let result = match retry {
+            None => self.decide_fresh(checks, || self.now()),
+            Some(retry) => self
                 .decide_once_now(&plain(checks), retry)
                 .map(|r| (Decisions::from_vec(r.decisions), r.replay)),
         };
@@ -83,16 +79,25 @@ impl MemoryStore {
         now_ms: u64,
         monotonic_ms: u64,
     ) -> GuardedDecisions {
-        let now = || self.at(now_ms, monotonic_ms);
-        let result = match checks {
+        let result = self.decide_fresh(checks, || self.at(now_ms, monotonic_ms));
+        self.answered(checks, None, result)
+    }
+
+    /// `checks` decided all or nothing, without a request id, at the
+    /// time `now` reads; one check with no list of its own.
+    fn decide_fresh(
+        &self,
+        checks: &[GuardedCheck<'_>],
+        now: impl FnOnce() -> Now,
+    ) -> Result<(Decisions, Replay), StoreError> {
+        match checks {
             [one] => self
                 .decide_at(one.check, now)
                 .map(|d| (smallvec![d], Replay::Fresh)),
             _ => self
                 .decide_all_at(&plain(checks), now)
                 .map(|d| (Decisions::from_vec(d), Replay::Fresh)),
-        };
-        self.answered(checks, None, result)
+        }
     }
 
     /// The store's `result` for `checks`, or when it was full, the
