@@ -36,8 +36,8 @@ use tollgate_limiter::{Check, Decided, Decider, Plan, RequestId};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::permit::{Held, Pending, PermitBody};
-use crate::response::{ResponseFuture, own};
+use crate::permit::{CarriesPermits, HeldPermits, Pending};
+use crate::response::{ResponseFuture, admit, own};
 use crate::rule::Rule;
 
 /// What every clone of the layer and its services shares.
@@ -147,9 +147,9 @@ where
     S::Future: Send,
     D: Decider,
     B: Send + 'static,
-    ResBody: From<String> + Send + 'static,
+    ResBody: From<String> + CarriesPermits + Send + 'static,
 {
-    type Response = Response<PermitBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -201,9 +201,8 @@ where
                     .await;
                 match settle(&shared, &rules, &matched, &decided) {
                     Settled::Admit(admission, held) => {
-                        let mut response = ready.call(Request::from_parts(parts, body)).await?;
-                        admission.write_headers(response.headers_mut());
-                        Ok(response.map(|body| PermitBody::new(body, held)))
+                        let response = ready.call(Request::from_parts(parts, body)).await?;
+                        Ok(admit(response, admission, held))
                     }
                     Settled::Own(response) => Ok(own(response)),
                 }
@@ -263,7 +262,7 @@ fn checks_of<'a>(rules: &'a [Rule], matched: &'a Matches, checks: &mut Checks<'a
 /// What a decided request gets.
 enum Settled {
     /// The inner service's answer, with these fields and permits.
-    Admit(Admission, Option<Held>),
+    Admit(Admission, Option<HeldPermits>),
     /// An answer of the layer's own: the rejection, or a problem.
     Own(Response<String>),
 }
@@ -302,7 +301,7 @@ fn hold<D: Decider>(
     rules: &[Rule],
     matched: &Matches,
     decided: &Decided,
-) -> Option<Held> {
+) -> Option<HeldPermits> {
     if decided.decisions.iter().all(|d| d.permit.is_none()) {
         return None;
     }
@@ -331,7 +330,7 @@ fn hold<D: Decider>(
             }
         })
     };
-    Some(Held::new(Box::new(release), &shared.pending))
+    Some(HeldPermits::new(Box::new(release), &shared.pending))
 }
 
 /// The client's request id from header `name` when every matched rule

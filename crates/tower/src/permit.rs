@@ -5,6 +5,11 @@
 //! way a request can end drops what it held, so `Drop` is the one place a
 //! release starts.
 //!
+//! The body carries them ([`CarriesPermits`]) only when there are any: a
+//! response no concurrency policy admitted keeps the inner service's body
+//! as it is, so axum, which boxes any body type but its own, boxes nothing
+//! more for it.
+//!
 //! A release is a store call (or a remote one), and `Drop` cannot await:
 //! it is spawned on the runtime the permits were taken on, off the
 //! request's path. At most [`MAX_PENDING_RELEASES`] wait at once per layer;
@@ -18,7 +23,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
+use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 
@@ -34,8 +41,9 @@ pub(crate) type ReleaseAction =
 /// The layer's count of spawned releases not yet answered.
 pub(crate) type Pending = Arc<AtomicUsize>;
 
-/// One request's permits: released once, when this is dropped.
-pub(crate) struct Held {
+/// One request's concurrency permits: released once, when this is dropped
+/// (by the body carrying them, [`CarriesPermits`]).
+pub struct HeldPermits {
     release: Option<ReleaseAction>,
     pending: Pending,
     /// The runtime the permits were taken on, where their release runs
@@ -43,7 +51,7 @@ pub(crate) struct Held {
     runtime: Option<Handle>,
 }
 
-impl Held {
+impl HeldPermits {
     /// Permits released by `release`, counted in `pending` while it runs.
     pub(crate) fn new(release: ReleaseAction, pending: &Pending) -> Self {
         Self {
@@ -89,7 +97,7 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for HeldPermits {
     fn drop(&mut self) {
         self.release();
     }
@@ -105,28 +113,74 @@ impl Drop for Counted {
     }
 }
 
+/// A response body that can hold its request's permits to its end: what
+/// the layer needs of the inner service's body, to answer in that same
+/// body type. The layer calls it only for a response that holds permits.
+pub trait CarriesPermits: Sized {
+    /// This body, releasing `permits` when its last frame is read or it is
+    /// dropped.
+    fn carrying(self, permits: HeldPermits) -> Self;
+}
+
+/// axum's body boxes the [`PermitBody`] (as it boxes any body but its own).
+impl CarriesPermits for axum::body::Body {
+    fn carrying(self, permits: HeldPermits) -> Self {
+        Self::new(PermitBody::new(self).carrying(permits))
+    }
+}
+
+/// A boxed body (hyper and tonic services' usual one) boxes the
+/// [`PermitBody`].
+impl<D: Buf + 'static, E: 'static> CarriesPermits for BoxBody<D, E> {
+    fn carrying(self, permits: HeldPermits) -> Self {
+        Self::new(PermitBody::new(self).carrying(permits))
+    }
+}
+
+/// As [`BoxBody`], for a body that is not `Sync`.
+impl<D: Buf + 'static, E: 'static> CarriesPermits for UnsyncBoxBody<D, E> {
+    fn carrying(self, permits: HeldPermits) -> Self {
+        Self::new(PermitBody::new(self).carrying(permits))
+    }
+}
+
+/// Any body, wrapped: a service answering in a body type of its own maps
+/// it into a `PermitBody` below the layer.
+impl<B> CarriesPermits for PermitBody<B> {
+    fn carrying(mut self, permits: HeldPermits) -> Self {
+        self.held.push(permits);
+        self
+    }
+}
+
 pin_project! {
-    /// The body of a response from a [`RateLimit`](crate::RateLimit)
-    /// service: the inner service's body, holding the request's
-    /// concurrency permits until its last frame is read or it is dropped,
-    /// then releasing them. A response no concurrency policy admitted
-    /// holds nothing.
+    /// A body holding permits: the inner body, holding them until its
+    /// last frame is read or it is dropped, then releasing them. Made by
+    /// [`CarriesPermits`] for axum's and the boxed bodies; made by a
+    /// service for a body type of its own ([`PermitBody::new`], below the
+    /// layer), so that any body can carry them.
     pub struct PermitBody<B> {
         #[pin]
         inner: B,
-        held: Option<Held>,
+        // A list, for the rare stack of two limiting layers.
+        held: Vec<HeldPermits>,
     }
 }
 
 impl<B> PermitBody<B> {
-    /// `inner`, holding `held` until it ends.
-    pub(crate) fn new(inner: B, held: Option<Held>) -> Self {
-        Self { inner, held }
+    /// `inner`, holding nothing yet.
+    pub fn new(inner: B) -> Self {
+        Self {
+            inner,
+            held: Vec::new(),
+        }
     }
+}
 
-    /// A body holding no permits (an answer of the layer's own).
-    pub(crate) fn plain(inner: B) -> Self {
-        Self { inner, held: None }
+/// The layer's own answers (a rejection, a problem), in a wrapped body.
+impl<B: From<String>> From<String> for PermitBody<B> {
+    fn from(text: String) -> Self {
+        Self::new(B::from(text))
     }
 }
 
@@ -148,7 +202,7 @@ impl<B: Body> Body for PermitBody<B> {
             Poll::Pending => false,
         };
         if ended {
-            this.held.take();
+            this.held.clear();
         }
         polled
     }
@@ -166,7 +220,7 @@ impl<B: std::fmt::Debug> std::fmt::Debug for PermitBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PermitBody")
             .field("inner", &self.inner)
-            .field("holds_permits", &self.held.is_some())
+            .field("holds_permits", &!self.held.is_empty())
             .finish()
     }
 }
@@ -191,10 +245,8 @@ mod tests {
     async fn a_body_read_to_its_end_releases_once_before_it_is_dropped() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let pending = Pending::default();
-        let mut body = PermitBody::new(
-            String::from("report"),
-            Some(Held::new(told_release(&tx), &pending)),
-        );
+        let mut body = PermitBody::new(String::from("report"))
+            .carrying(HeldPermits::new(told_release(&tx), &pending));
         let frame = body.frame().await.expect("a frame").expect("data");
         assert_eq!(frame.into_data().ok().as_deref(), Some(&b"report"[..]));
         assert_eq!(rx.recv().await, Some("released"));
@@ -208,13 +260,11 @@ mod tests {
     async fn a_body_dropped_unread_or_a_hold_with_no_body_releases_once() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let pending = Pending::default();
-        let body = PermitBody::new(
-            String::from("report"),
-            Some(Held::new(told_release(&tx), &pending)),
-        );
+        let body = PermitBody::new(String::from("report"))
+            .carrying(HeldPermits::new(told_release(&tx), &pending));
         drop(body);
         assert_eq!(rx.recv().await, Some("released"));
-        drop(Held::new(told_release(&tx), &pending));
+        drop(HeldPermits::new(told_release(&tx), &pending));
         assert_eq!(rx.recv().await, Some("released"));
         drop(tx);
         assert_eq!(rx.recv().await, None);
@@ -225,10 +275,10 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let pending = Pending::default();
         pending.store(MAX_PENDING_RELEASES, Ordering::SeqCst);
-        drop(Held::new(told_release(&tx), &pending));
+        drop(HeldPermits::new(told_release(&tx), &pending));
         assert_eq!(pending.load(Ordering::SeqCst), MAX_PENDING_RELEASES);
         pending.store(MAX_PENDING_RELEASES - 1, Ordering::SeqCst);
-        drop(Held::new(told_release(&tx), &pending));
+        drop(HeldPermits::new(told_release(&tx), &pending));
         drop(tx);
         assert_eq!(rx.recv().await, Some("released"));
         assert_eq!(rx.recv().await, None);

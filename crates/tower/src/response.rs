@@ -13,7 +13,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 use tollgate_http::Admission;
 
-use crate::permit::{Held, PermitBody};
+use crate::permit::{CarriesPermits, HeldPermits};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -34,30 +34,42 @@ pin_project! {
         Inner {
             #[pin]
             future: F,
-            admitted: Option<(Admission, Option<Held>)>,
+            admitted: Option<(Admission, Option<HeldPermits>)>,
         },
         /// The layer answers (a rejection, a problem); `None` once taken.
         Own {
-            response: Option<Response<PermitBody<ResBody>>>,
+            response: Option<Response<ResBody>>,
         },
         /// The decision is awaited, then answered.
         Deciding {
-            future: BoxFuture<Result<Response<PermitBody<ResBody>>, E>>,
+            future: BoxFuture<Result<Response<ResBody>, E>>,
         },
     }
 }
 
 /// An answer of the layer's own, which holds no permits.
-pub(crate) fn own<ResBody: From<String>>(
-    response: Response<String>,
-) -> Response<PermitBody<ResBody>> {
-    response.map(|text| PermitBody::plain(ResBody::from(text)))
+pub(crate) fn own<ResBody: From<String>>(response: Response<String>) -> Response<ResBody> {
+    response.map(ResBody::from)
+}
+
+/// The inner service's answer to an admitted request: its fields written,
+/// its body carrying the permits when it holds any.
+pub(crate) fn admit<ResBody: CarriesPermits>(
+    mut response: Response<ResBody>,
+    admission: Admission,
+    held: Option<HeldPermits>,
+) -> Response<ResBody> {
+    admission.write_headers(response.headers_mut());
+    match held {
+        Some(permits) => response.map(|body| body.carrying(permits)),
+        None => response,
+    }
 }
 
 impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
     /// The inner service's answer to an admitted request (`admitted`: its
     /// fields and permits) or to one no rule matched (`None`).
-    pub(crate) fn inner(future: F, admitted: Option<(Admission, Option<Held>)>) -> Self {
+    pub(crate) fn inner(future: F, admitted: Option<(Admission, Option<HeldPermits>)>) -> Self {
         Self {
             state: State::Inner { future, admitted },
         }
@@ -73,7 +85,7 @@ impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
     }
 
     /// A decision still to be awaited, and the answer after it.
-    pub(crate) fn deciding(future: BoxFuture<Result<Response<PermitBody<ResBody>>, E>>) -> Self {
+    pub(crate) fn deciding(future: BoxFuture<Result<Response<ResBody>, E>>) -> Self {
         Self {
             state: State::Deciding { future },
         }
@@ -83,8 +95,9 @@ impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
 impl<F, ResBody, E> Future for ResponseFuture<F, ResBody, E>
 where
     F: Future<Output = Result<Response<ResBody>, E>>,
+    ResBody: CarriesPermits,
 {
-    type Output = Result<Response<PermitBody<ResBody>>, E>;
+    type Output = Result<Response<ResBody>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
@@ -94,12 +107,11 @@ where
                     // released on the one that polls their answer.
                     held.find_runtime();
                 }
-                let mut response = ready!(future.poll(cx))?;
+                let response = ready!(future.poll(cx))?;
                 let Some((admission, held)) = admitted.take() else {
-                    return Poll::Ready(Ok(response.map(PermitBody::plain)));
+                    return Poll::Ready(Ok(response));
                 };
-                admission.write_headers(response.headers_mut());
-                Poll::Ready(Ok(response.map(|body| PermitBody::new(body, held))))
+                Poll::Ready(Ok(admit(response, admission, held)))
             }
             // Polled again after it answered, which a caller must not do:
             // it never answers twice.

@@ -15,7 +15,7 @@ use support::{T0, memory_limiter, writes_by_tenant};
 use tollgate_core::{Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::{Limiter, Plan};
 use tollgate_store::OnStoreFailure;
-use tollgate_tower::{RateLimit, RateLimitLayer, RemoteTollgate};
+use tollgate_tower::{PermitBody, RateLimit, RateLimitLayer, RemoteTollgate};
 use tower::limit::ConcurrencyLimit;
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -37,10 +37,15 @@ fn order(tenant: &str) -> Request<()> {
 }
 
 /// An inner service answering 200 "ok" to one request at a time (its
-/// readiness is a permit), and how many times it was called.
+/// readiness is a permit), and how many times it was called. Its body is a
+/// `String` of its own, wrapped so it can carry permits.
 fn one_at_a_time() -> (
-    impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send + 'static>
-    + Clone
+    impl Service<
+        Request<()>,
+        Response = Response<PermitBody<String>>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
     + Send
     + 'static,
     Arc<AtomicUsize>,
@@ -50,7 +55,7 @@ fn one_at_a_time() -> (
     let inner = ConcurrencyLimit::new(
         service_fn(move |_: Request<()>| {
             counted.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, Infallible>(Response::new(String::from("ok"))) }
+            async { Ok::<_, Infallible>(Response::new(PermitBody::new(String::from("ok")))) }
         }),
         1,
     );

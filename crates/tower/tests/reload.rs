@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_core::{Limits, ManualClock, Policy, Rate};
 use tollgate_limiter::Plan;
 use tollgate_store::OnStoreFailure;
-use tollgate_tower::RateLimitLayer;
+use tollgate_tower::{PermitBody, RateLimitLayer};
 use tower::{Layer, ServiceExt, service_fn};
 
 /// `name`: 2 a burst, 1 each 10 s.
@@ -81,7 +81,7 @@ async fn a_request_under_way_finishes_on_the_rules_it_started_with() {
             let (release_tx, release) = oneshot::channel();
             let _ = entered_tx.send(release_tx);
             let _ = release.await;
-            Ok::<_, Infallible>(Response::new(String::from("ok")))
+            Ok::<_, Infallible>(Response::new(PermitBody::new(String::from("ok"))))
         }
     }));
     let order = || {

@@ -44,15 +44,17 @@ impl IdentityBytes {
 #[inline(always)]
 fn short_eq(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
+    // Fixed-size loads: a `copy_from_slice` of a range the compiler cannot
+    // prove is 8 bytes long became a call to `memmove` a word.
     let word = |s: &[u8], at: usize| {
-        let mut w = [0; 8];
-        w.copy_from_slice(&s[at..at + 8]);
-        u64::from_ne_bytes(w)
+        s.get(at..)
+            .and_then(<[u8]>::first_chunk)
+            .map(|w| u64::from_ne_bytes(*w))
     };
     let half = |s: &[u8], at: usize| {
-        let mut w = [0; 4];
-        w.copy_from_slice(&s[at..at + 4]);
-        u32::from_ne_bytes(w)
+        s.get(at..)
+            .and_then(<[u8]>::first_chunk)
+            .map(|w| u32::from_ne_bytes(*w))
     };
     match n {
         0..4 => a == b,
