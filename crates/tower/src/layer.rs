@@ -181,13 +181,10 @@ where
                 return ResponseFuture::own(problem.response());
             }
         };
-        let mut checks = Checks::new();
-        checks_of(&rules, &matched, &mut checks);
-        let decided = self
-            .shared
-            .decider
-            .decide_now(&checks, id.as_ref(), shape.as_deref());
-        drop(checks);
+        let decided = with_checks(&rules, &matched, |checks| {
+            let decider = &self.shared.decider;
+            decider.decide_now(checks, id.as_ref(), shape.as_deref())
+        });
         let Some(decided) = decided else {
             let mut ready = take_ready(&mut self.inner);
             let shared = Arc::clone(&self.shared);
@@ -254,9 +251,26 @@ type Checks<'a> = SmallVec<[Check<'a>; INLINE_RULES]>;
 
 /// Each matched rule's check, into `checks`.
 fn checks_of<'a>(rules: &'a [Rule], matched: &'a Matches, checks: &mut Checks<'a>) {
-    checks.extend(matched.iter().filter_map(|(at, identity, cost)| {
-        Some(Check::new(&rules.get(*at)?.plan, identity, *cost))
-    }));
+    for (at, identity, cost) in matched {
+        if let Some(rule) = rules.get(*at) {
+            checks.push(Check::new(&rule.plan, identity, *cost));
+        }
+    }
+}
+
+/// `decide` over each matched rule's check: a request matching one rule
+/// (the usual) hands its one check as it lies, with no list to fill.
+fn with_checks<R>(rules: &[Rule], matched: &Matches, decide: impl FnOnce(&[Check<'_>]) -> R) -> R {
+    if let [(at, identity, cost)] = matched.as_slice()
+        && let Some(rule) = rules.get(*at)
+    {
+        return decide(std::slice::from_ref(&Check::new(
+            &rule.plan, identity, *cost,
+        )));
+    }
+    let mut checks = Checks::new();
+    checks_of(rules, matched, &mut checks);
+    decide(&checks)
 }
 
 /// What a decided request gets.
