@@ -81,6 +81,7 @@ mod decider;
 mod decision_log;
 mod hot;
 mod hot_lease;
+mod latency;
 mod lease;
 mod limiter;
 mod metrics;
@@ -103,6 +104,7 @@ pub use decider::Decider;
 pub use decision_log::LOG_INTERVAL_MS;
 pub use hot::{HOT_IDENTITIES, HOT_WINDOW_MS, HotIdentities, HotReport, PolicyHot};
 pub use hot_lease::{HotLeaseRule, HotLeases, MAX_BLOCKS, MAX_UNSPENT, REFUSED_FLOOR_MS, Unspent};
+pub use latency::LatencyHistogram;
 pub use lease::{DEFAULT_MAX_IDENTITIES, Lease, Leased, Wanting, instance_id, share_of};
 pub use limiter::{Decided, Limiter};
 pub use metrics::{

@@ -575,7 +575,7 @@ impl Limiter {
     pub(crate) fn observe_store(&self, store: usize, decided: &Decided) {
         if let Some(watch) = self.stores.get(store) {
             if let Some(us) = decided.store_us {
-                watch.seconds.observe(us as f64 / 1_000_000.0);
+                watch.seconds.observe_us(us);
             }
             match &decided.error {
                 Some(error) => {

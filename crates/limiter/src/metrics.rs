@@ -8,13 +8,13 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, PoisonError, RwLock};
 
+use crate::latency::LatencyHistogram;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, Identity, SecretHasher};
 use tollgate_store::DecidedBy;
@@ -82,7 +82,7 @@ pub struct LimiterMetrics {
     decisions: Family<DecisionLabels, Counter>,
     replayed: Family<PolicyLabels, Counter>,
     /// Time to decide one request, store calls included.
-    pub decision_seconds: Histogram,
+    pub decision_seconds: LatencyHistogram,
     /// Requests decided without the shared store, by path and outcome.
     pub degraded: Family<DegradedLabels, Counter>,
     policy_degraded: Family<PolicyPathLabels, Counter>,
@@ -262,7 +262,8 @@ impl LimiterMetrics {
                 registry,
                 "decision_duration_seconds",
                 "Time to decide one request (all its policies), store call included, in seconds",
-                exponential_buckets(0.000_01, 2.0, 20),
+                // 10 µs to ~5 s.
+                LatencyHistogram::exponential(10, 2, 20),
             ),
             hot_lease_local: counter(
                 registry,
@@ -401,14 +402,13 @@ impl LimiterMetrics {
     }
 }
 
-/// A histogram registered under `name`.
+/// `histogram` registered under `name`.
 fn histogram(
     registry: &mut Registry,
     name: &str,
     help: &str,
-    buckets: impl Iterator<Item = f64>,
-) -> Histogram {
-    let histogram = Histogram::new(buckets);
+    histogram: LatencyHistogram,
+) -> LatencyHistogram {
     registry.register(name, help, histogram.clone());
     histogram
 }

@@ -60,9 +60,7 @@ impl Limiter {
         started_ms: Option<u64>,
     ) {
         let took_us = self.clock.monotonic_us().saturating_sub(started_us);
-        self.metrics
-            .decision_seconds
-            .observe(took_us as f64 / 1_000_000.0);
+        self.metrics.decision_seconds.observe_us(took_us);
         self.sampled_log
             .log_checks(checks, decided, took_us, &self.stores);
         // A retry answered from its record, or a refused id, spent nothing:

@@ -6,12 +6,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use crate::latency::LatencyHistogram;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tollgate_core::Clock;
 use tollgate_store::{StoreError, StoreStats};
 
@@ -67,7 +67,7 @@ pub struct StoreHealth {
 /// answered, for the line saying it is back.
 pub(crate) struct StoreWatch {
     pub(crate) name: StoreName,
-    pub(crate) seconds: Histogram,
+    pub(crate) seconds: LatencyHistogram,
     labels: StoreLabels,
     failures: AtomicU64,
     down_since_ms: AtomicU64,
@@ -108,9 +108,9 @@ impl StoreWatch {
 #[derive(Clone, Copy)]
 struct CallSeconds;
 
-impl MetricConstructor<Histogram> for CallSeconds {
-    fn new_metric(&self) -> Histogram {
-        Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+impl MetricConstructor<LatencyHistogram> for CallSeconds {
+    fn new_metric(&self) -> LatencyHistogram {
+        LatencyHistogram::exponential(50, 2, 16)
     }
 }
 
@@ -124,7 +124,7 @@ pub struct StoreSeries {
     errors: Family<StoreLabels, Counter>,
     /// Whether any store call failed since start.
     any_error: std::sync::atomic::AtomicBool,
-    seconds: Family<StoreLabels, Histogram, CallSeconds>,
+    seconds: Family<StoreLabels, LatencyHistogram, CallSeconds>,
 }
 
 /// One store's last readings.

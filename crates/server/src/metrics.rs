@@ -11,9 +11,9 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, SystemClock};
+use tollgate_limiter::LatencyHistogram;
 use tollgate_limiter::LimiterMetrics;
 
 use crate::process_metrics::ProcessCollector;
@@ -120,7 +120,7 @@ pub struct Metrics {
     /// HTTP requests answered, by route and status.
     pub http_requests: Family<HttpLabels, Counter>,
     /// Time to answer an HTTP request, by route.
-    pub http_seconds: Family<RouteLabels, Histogram>,
+    pub http_seconds: Family<RouteLabels, LatencyHistogram>,
 }
 
 /// A metric registered under `name`.
@@ -156,9 +156,9 @@ impl Metrics {
             "http_requests",
             "HTTP requests answered, by endpoint (the route, never the raw path) and status",
         );
-        let http_seconds = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+        let http_seconds = Family::<RouteLabels, LatencyHistogram>::new_with_constructor(|| {
             // 10 µs to ~5 s.
-            Histogram::new(exponential_buckets(0.000_01, 2.0, 20))
+            LatencyHistogram::exponential(10, 2, 20)
         });
         r.register(
             "http_request_duration_seconds",

@@ -94,7 +94,7 @@ pub(crate) async fn route(
     metrics
         .http_seconds
         .get_or_create(&RouteLabels { endpoint })
-        .observe(took_us as f64 / 1_000_000.0);
+        .observe_us(took_us);
     response
 }
 
