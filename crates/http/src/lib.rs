@@ -47,6 +47,7 @@ mod check_fault;
 mod forward_auth;
 mod key;
 mod peer;
+mod policy_value;
 mod ratelimit_fields;
 #[cfg(feature = "request")]
 mod request;
@@ -64,6 +65,7 @@ pub use check_fault::diagnose_check_body;
 pub use forward_auth::ForwardAuth;
 pub use key::{parts_identity, value_identity};
 pub use peer::{Peer, is_trusted};
+pub use policy_value::{MAX_STATIC_POLICY_VALUES, policy_value};
 pub use ratelimit_fields::{
     RateLimitFields, policy_item, ratelimit_draft, ratelimit_fields, retry_after_seconds,
 };

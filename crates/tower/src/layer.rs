@@ -185,7 +185,8 @@ where
             let decider = &self.shared.decider;
             decider.decide_now(checks, id.as_ref(), shape.as_deref())
         });
-        let Some(decided) = decided else {
+        // Matched by reference: the decision stays where it was returned.
+        let Some(decided) = &decided else {
             let mut ready = take_ready(&mut self.inner);
             let shared = Arc::clone(&self.shared);
             let rules = Guard::into_inner(rules);
@@ -206,7 +207,7 @@ where
             };
             return ResponseFuture::deciding(Box::pin(later));
         };
-        match settle(&self.shared, &rules, &matched, &decided) {
+        match settle(&self.shared, &rules, &matched, decided) {
             Settled::Admit(admission, held) => ResponseFuture::inner(
                 self.inner.call(Request::from_parts(parts, body)),
                 Some((admission, held)),

@@ -69,6 +69,7 @@ pub(crate) fn admit<ResBody: CarriesPermits>(
 impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
     /// The inner service's answer to an admitted request (`admitted`: its
     /// fields and permits) or to one no rule matched (`None`).
+    #[inline(always)]
     pub(crate) fn inner(future: F, admitted: Option<(Admission, Option<HeldPermits>)>) -> Self {
         Self {
             state: State::Inner { future, admitted },
@@ -76,6 +77,7 @@ impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
     }
 
     /// An answer of the layer's own.
+    #[inline(always)]
     pub(crate) fn own(response: Response<String>) -> Self {
         Self {
             state: State::Own {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 use http::request::Parts;
 use tollgate_core::Identity;
-use tollgate_http::{Problem, policy_item};
+use tollgate_http::{Problem, policy_item, policy_value};
 use tollgate_limiter::{DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, Plan, RetryRule};
 use tollgate_store::OnStoreFailure;
 
@@ -54,7 +54,7 @@ impl Rule {
         };
         let policy_item = policy_item(plan.policy());
         Self {
-            policy_value: HeaderValue::from_str(&policy_item).ok(),
+            policy_value: policy_value(&policy_item),
             policy_item,
             plan: Arc::new(plan),
             client_request_ids: false,

@@ -1,0 +1,60 @@
+//! A policy's `RateLimit-Policy` item as a header value that every answer
+//! can carry without touching a reference count.
+//!
+//! A value built at load time and cloned onto each answer is a shared
+//! buffer: each clone and each drop is an atomic read-modify-write, which
+//! on an otherwise lock-free admission costs as much as rendering the
+//! field. A `'static` value clones as a pointer. So each distinct item is
+//! kept once for the life of the process, up to [`MAX_STATIC_POLICY_VALUES`]
+//! items (config reloads that keep their policies find theirs again);
+//! beyond that bound an item's value is an ordinary shared one.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use http::HeaderValue;
+
+/// Distinct policy items kept for the life of the process: a reload that
+/// keeps its policies finds them, and a reload loop with new numbers
+/// every time stops adding here at this bound.
+pub const MAX_STATIC_POLICY_VALUES: usize = 4096;
+
+static KEPT: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+
+/// `item` (a [`policy_item`](crate::policy_item)) as a header value:
+/// `'static` while fewer than [`MAX_STATIC_POLICY_VALUES`] items are kept,
+/// shared after; `None` when it is no valid header value.
+pub fn policy_value(item: &str) -> Option<HeaderValue> {
+    let shared = HeaderValue::from_str(item).ok()?;
+    let kept = KEPT.get_or_init(|| Mutex::new(HashSet::new()));
+    let Ok(mut kept) = kept.lock() else {
+        return Some(shared);
+    };
+    let found = match kept.get(item) {
+        Some(&found) => found,
+        None if kept.len() < MAX_STATIC_POLICY_VALUES => {
+            let leaked: &'static str = Box::leak(item.to_owned().into_boxed_str());
+            kept.insert(leaked);
+            leaked
+        }
+        None => return Some(shared),
+    };
+    // Checked by `from_str` above: `from_static` cannot refuse it.
+    Some(HeaderValue::from_static(found))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_item_is_kept_once_and_a_bad_one_is_none() {
+        let item = "\"policy-value-test\";q=20;w=4";
+        let (Some(a), Some(b)) = (policy_value(item), policy_value(item)) else {
+            panic!("a valid item has a value");
+        };
+        assert_eq!(a, item);
+        assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
+        assert_eq!(policy_value("bad\nitem"), None);
+    }
+}
