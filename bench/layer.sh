@@ -10,6 +10,7 @@
 #
 #   bash bench/layer.sh            # defaults: wrk -t2 -c64 -d10s, 1 tenant
 #   KEYS=100000 DURATION=30s bash bench/layer.sh
+#   BIN=/path/to/layer_bench bash bench/layer.sh   # a build kept aside (A/B)
 #
 # The example is built with LTO off (the release profile's fat LTO takes
 # long on a small machine); set LTO=fat to build it as the server is.
@@ -24,7 +25,9 @@ LTO=${LTO:-off}
 if [ "$LTO" = off ]; then
   export CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 fi
-cargo build --release -q -p tollgate-tower --example layer_bench
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q -p tollgate-tower --example layer_bench
+fi
 target=${CARGO_TARGET_DIR:-target}
 
 . bench/lib.sh
@@ -53,7 +56,7 @@ run() { # run NAME URL PID
   printf '%-30s %11s %9s %9s %8s %8s  %s\n' "$name" "$rps" "$p50" "$p99" "$server" "$wrk_us" "$errors"
 }
 
-bin="$target/release/examples/layer_bench"
+bin=${BIN:-$target/release/examples/layer_bench}
 bare=$(start "$bin" bare --listen 127.0.0.1:0)
 bare_pid=$(tail -n1 "$started")
 tollgate=$(start "$bin" tollgate --listen 127.0.0.1:0)
