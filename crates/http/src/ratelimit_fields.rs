@@ -128,6 +128,7 @@ fn state_item(out: &mut String, policy: &Policy, decision: &Decision) {
 
 /// One policy's `RateLimit` value alone, in a string exactly its length
 /// (so it becomes a header value's buffer without another allocation).
+#[cfg(feature = "request")]
 pub(crate) fn state_field(policy: &Policy, decision: &Decision) -> String {
     let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
     let remaining = remaining.format(decision.remaining.max(0));

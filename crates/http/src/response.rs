@@ -6,9 +6,9 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use tollgate_core::{Decision, Policy};
 
-use crate::ratelimit_fields::{
-    ratelimit_draft, ratelimit_fields, retry_after_seconds, state_field,
-};
+#[cfg(feature = "request")]
+use crate::ratelimit_fields::state_field;
+use crate::ratelimit_fields::{ratelimit_draft, ratelimit_fields, retry_after_seconds};
 
 /// RFC 9457 problem type for a rejection, from the draft.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -61,6 +61,7 @@ pub(crate) fn ratelimit_values<'a>(
 
 /// The `RateLimit` value of one policy's decision, in one allocation of
 /// its length (the header value keeps that buffer).
+#[cfg(feature = "request")]
 pub(crate) fn state_value(policy: &Policy, decision: &Decision) -> Option<HeaderValue> {
     HeaderValue::from_maybe_shared(Bytes::from(state_field(policy, decision))).ok()
 }

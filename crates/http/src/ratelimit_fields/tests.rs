@@ -270,6 +270,7 @@ fn a_client_that_keeps_asking_is_admitted_at_least_q_in_every_w() {
     }
 }
 
+#[cfg(feature = "request")]
 #[test]
 fn one_state_value_is_allocated_at_its_exact_length() {
     let orders = policy("orders", 100, 60_000);
