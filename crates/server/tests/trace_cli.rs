@@ -26,12 +26,18 @@ fn trace(args: &[&str], env: &[(&str, &str)], stdin: &str) -> (Option<i32>, Stri
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tollgate trace");
-    child
+    // A refusal comes before a line is read: the command may have exited
+    // and closed its end before the log is written, which is no fault.
+    let fed = child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("feed the log");
+        .write_all(stdin.as_bytes());
+    if let Err(error) = fed
+        && error.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        panic!("feed the log: {error}");
+    }
     let out = child.wait_with_output().expect("its output");
     (
         out.status.code(),

@@ -316,12 +316,14 @@ where
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tollgate");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("feed tollgate");
+    // A command that refuses (bad flags, no key) exits before it reads:
+    // a closed pipe then is its answer, not a fault.
+    let fed = child.stdin.take().expect("stdin").write_all(stdin);
+    if let Err(error) = fed
+        && error.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        panic!("feed tollgate: {error}");
+    }
     let out = child.wait_with_output().expect("tollgate's output");
     (
         out.status.code(),
