@@ -21,17 +21,10 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-64}
 KEYS=${KEYS:-1}
-LTO=${LTO:-off}
-if [ "$LTO" = off ]; then
-  export CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
-fi
-if [ -z "${BIN:-}" ]; then
-  cargo build --release -q -p tollgate-tower --example layer_bench
-fi
-target=${CARGO_TARGET_DIR:-target}
 
 . bench/lib.sh
 trap stop_started EXIT
+bin=$(layer_bench_bin)
 
 ticks=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system
@@ -56,7 +49,6 @@ run() { # run NAME URL PID
   printf '%-30s %11s %9s %9s %8s %8s  %s\n' "$name" "$rps" "$p50" "$p99" "$server" "$wrk_us" "$errors"
 }
 
-bin=${BIN:-$target/release/examples/layer_bench}
 bare=$(start "$bin" bare --listen 127.0.0.1:0)
 bare_pid=$(tail -n1 "$started")
 tollgate=$(start "$bin" tollgate --listen 127.0.0.1:0)

@@ -23,15 +23,9 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-7}
 FEW=${FEW:-100000}
 MANY=${MANY:-400000}
-LTO=${LTO:-off}
-if [ "$LTO" = off ]; then
-  export CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
-fi
-bin=${BIN:-}
-if [ -z "$bin" ]; then
-  cargo build --release -q -p tollgate-tower --example layer_bench
-  bin=${CARGO_TARGET_DIR:-target}/release/examples/layer_bench
-fi
+. bench/lib.sh
+trap stop_started EXIT
+bin=$(layer_bench_bin)
 
 python3 - "$bin" "$ROUNDS" "$FEW" "$MANY" <<'EOF'
 import resource, subprocess, sys

@@ -20,3 +20,14 @@ stop_started() {
   while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$started"
   rm -f "$started"
 }
+
+layer_bench_bin() { # prints the tower layer's bench example: $BIN when set, else built
+  # LTO off and 16 codegen units (LTO=fat builds it as the server is): as
+  # cargo's default release profile builds a service that depends on tollgate.
+  if [ -n "${BIN:-}" ]; then echo "$BIN"; return; fi
+  if [ "${LTO:-off}" = off ]; then
+    export CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+  fi
+  cargo build --release -q -p tollgate-tower --example layer_bench
+  echo "${CARGO_TARGET_DIR:-target}/release/examples/layer_bench"
+}

@@ -6,44 +6,15 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
-use support::tollgate_bin;
+use support::tollgate_fed;
 
 const KEY: &str = "an identity key of thirty-two bytes or more";
 
 /// `tollgate trace ARGS...` with `env`, fed `stdin`: exit code, stdout,
 /// stderr.
 fn trace(args: &[&str], env: &[(&str, &str)], stdin: &str) -> (Option<i32>, String, String) {
-    let mut child = Command::new(tollgate_bin())
-        .arg("trace")
-        .args(args)
-        .env_remove("TOLLGATE_IDENTITY_KEY")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate trace");
-    // A refusal comes before a line is read: the command may have exited
-    // and closed its end before the log is written, which is no fault.
-    let fed = child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes());
-    if let Err(error) = fed
-        && error.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        panic!("feed the log: {error}");
-    }
-    let out = child.wait_with_output().expect("its output");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let args: Vec<&str> = ["trace"].iter().chain(args).copied().collect();
+    tollgate_fed(&args, env.iter().copied(), stdin.as_bytes())
 }
 
 const LINE: &str = "{\"t\": 1767225600000, \"user\": \"alice\"}\n";

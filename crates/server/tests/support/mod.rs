@@ -296,8 +296,8 @@ pub fn summary_line(policy: &str, decided: &serde_json::Value) -> String {
     )
 }
 
-/// `tollgate ARGS...` with `envs` set and `stdin` fed in: its exit code,
-/// stdout and stderr.
+/// `tollgate ARGS...` with `envs` set (and no identity key but theirs) and
+/// `stdin` fed in: its exit code, stdout and stderr.
 pub fn tollgate_fed<K, V>(
     args: &[&str],
     envs: impl IntoIterator<Item = (K, V)>,
@@ -310,6 +310,7 @@ where
     use std::io::Write;
     let mut child = Command::new(tollgate_bin())
         .args(args)
+        .env_remove("TOLLGATE_IDENTITY_KEY")
         .envs(envs)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
