@@ -128,8 +128,11 @@ pub use prometheus_client::registry::Registry;
 // What a caller needs of the stores — results, errors, failure modes,
 // request ids and what builds a backend — so a service or a door depends
 // on this crate alone.
+// A Redis store's settings parse in every build (a memory-only one
+// refuses them, naming the feature); the store itself needs `redis`.
 #[cfg(feature = "redis")]
-pub use tollgate_store::{BatchConfig, RedisConfig, RedisConfigFault, RedisStore, SentinelConfig};
+pub use tollgate_store::RedisStore;
+pub use tollgate_store::{BatchConfig, NO_REDIS, RedisConfig, RedisConfigFault, SentinelConfig};
 pub use tollgate_store::{
     DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, DecidedBy, Decisions, FAIL_CLOSED_RETRY_MS,
     MAX_REPLAYS, MAX_REQUEST_ID_BYTES, MemoryStoreConfig, OnStoreFailure, RETRY_IDS_RANGE,

@@ -33,13 +33,13 @@ mod memory;
 mod permit;
 #[cfg(feature = "redis")]
 mod redis;
+mod redis_config;
 mod request_id;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{
-    AtClock, BatchConfig, LIVE_REFRESH_MS, MAX_GIVEN_MS, MAX_INSTANCES_A_REGION, MAX_TAG,
-    PrefixHolds, RedisConfig, RedisConfigFault, RedisStore, SentinelConfig, gcra_scale_tag,
-    key_slot, ledger_epoch_key, ledger_key, lua_source, redact_url, state_key,
+    AtClock, LIVE_REFRESH_MS, MAX_GIVEN_MS, MAX_INSTANCES_A_REGION, MAX_TAG, PrefixHolds,
+    RedisStore, gcra_scale_tag, key_slot, ledger_epoch_key, ledger_key, lua_source, state_key,
 };
 pub use breaker::{Admission, BreakerConfig, CircuitBreaker, CircuitState};
 pub use check::Check;
@@ -52,6 +52,9 @@ pub use fallback::{
 pub use guarded::Guarded;
 pub use lease::{LeaseAsk, LeaseGrant, LeaseLimit, LeaseWant, MAX_IDENTITIES_A_CALL};
 pub use memory::{MemoryStore, MemoryStoreConfig};
+pub use redis_config::{
+    BatchConfig, NO_REDIS, RedisConfig, RedisConfigFault, SentinelConfig, redact_url,
+};
 pub use request_id::{
     DEFAULT_RETRY_IDS, DEFAULT_RETRY_WINDOW_MS, MAX_REPLAYS, MAX_REQUEST_ID_BYTES, RETRY_IDS_RANGE,
     RETRY_WINDOW_RANGE_MS, Replay, RequestDigest, RequestHasher, RequestId, RequestIdError,

@@ -1,6 +1,7 @@
 //! What a build that leaves a door out compiles, read from `cargo tree`:
 //! a memory-only limiter (`tollgate-limiter` without its default `redis`
-//! feature) names no Redis client, TLS or OpenSSL; a client of `/v1/check`
+//! feature) names no Redis client, TLS or OpenSSL, and neither does a
+//! memory-only tower layer (`tollgate-tower` without `redis`); a client of `/v1/check`
 //! alone (`tollgate-http` as it comes, without `request`) compiles the HTTP
 //! contract and nothing of a door: no config crate, store, limiter, Redis
 //! client or TLS; the binary draws its pictures (`replay --plot`) as SVG
@@ -41,6 +42,17 @@ fn a_memory_only_limiter_depends_on_no_redis_tls_or_openssl_crate() {
         "the tree names the store it is built on:\n{tree}"
     );
     let named = naming(&tree, &["redis", "native-tls", "openssl"]);
+    assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
+}
+
+#[test]
+fn a_memory_only_tower_layer_depends_on_no_redis_tls_or_openssl_crate() {
+    let tree = tree(&["-p", "tollgate-tower", "--no-default-features"]);
+    assert!(
+        tree.lines().any(|l| l.contains("tollgate-limiter")),
+        "the tree names the limiter it is built on:\n{tree}"
+    );
+    let named = naming(&tree, &["redis", "native-tls", "openssl", "rustls"]);
     assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
 }
 

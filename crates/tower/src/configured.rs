@@ -33,7 +33,9 @@ use tollgate_http::{Forwarded, Peer, Problem, policy_check, policy_item};
 use tollgate_limiter::{
     Backend, KeptPlans, Limiter, LimiterMetrics, Plan, StoreName, UpkeepHandle,
 };
-use tollgate_store::{RedisStore, StoreError};
+#[cfg(feature = "redis")]
+use tollgate_store::RedisStore;
+use tollgate_store::StoreError;
 
 use crate::layer::RateLimitLayer;
 use crate::rule::{Applies, Rule};
@@ -337,6 +339,7 @@ fn rules_after(config: &Config, metrics: &LimiterMetrics, before: Option<&Loaded
 
 /// Opens one store as the server does: Redis connected and its scripts
 /// and gcra scales loaded before the first request (down, it fails over).
+#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
 async fn open_store(
     settings: &StoreSettings,
     policies: &[&tollgate_core::Policy],
@@ -344,6 +347,7 @@ async fn open_store(
 ) -> Result<Backend, StoreError> {
     Ok(match settings {
         StoreSettings::Memory { max_keys } => Backend::memory(*max_keys, clock),
+        #[cfg(feature = "redis")]
         StoreSettings::Redis(config) => {
             let store = RedisStore::connect(config).await?;
             if let Err(e) = store.prepare(policies).await {
@@ -351,6 +355,10 @@ async fn open_store(
             }
             Backend::redis(store, clock)
         }
+        // Refused when the config was read (tollgate-store's `NO_REDIS`);
+        // settings built in code meet the same answer here.
+        #[cfg(not(feature = "redis"))]
+        StoreSettings::Redis(_) => return Err(StoreError::Config(tollgate_store::NO_REDIS.into())),
     })
 }
 

@@ -33,10 +33,10 @@ use tokio::time::Instant;
 use tollgate_core::Decision;
 
 use super::Shared;
-use super::config::BatchConfig;
 use super::connection::Connection;
 use super::key::slot;
 use super::script::{At, Item, Once, SCRIPTS, decision, decisions};
+use crate::redis_config::BatchConfig;
 use crate::{Replay, StoreError};
 
 pub struct Job {

@@ -16,13 +16,13 @@ use redis::{
     Value,
 };
 
-use super::config::{RedisConfig, redact_url};
 use super::errors::from_redis;
 use super::link::{Link, Source};
 use super::prelude::Prelude;
 use super::scales::Scales;
 use super::script::{At, By, Item, Lua, Once, command};
 use crate::StoreError;
+use crate::redis_config::{RedisConfig, redact_url};
 
 #[derive(Clone)]
 pub struct Connection {

@@ -21,7 +21,6 @@
 
 mod at_clock;
 mod batch;
-mod config;
 mod connection;
 mod contract;
 mod counts;
@@ -50,13 +49,13 @@ use tokio::time::Instant;
 use tollgate_core::{Decision, Identity, Policy, Taken};
 
 pub use at_clock::AtClock;
-pub use config::{BatchConfig, RedisConfig, RedisConfigFault, SentinelConfig, redact_url};
 pub use key::{MAX_TAG, slot as key_slot, state_key};
 pub use lease::{MAX_INSTANCES_A_REGION, ledger_epoch_key, ledger_key};
 pub use replay_prefix::{LIVE_REFRESH_MS, PrefixHolds};
 pub use scales::preferred_tag as gcra_scale_tag;
 pub use script::{MAX_GIVEN_MS, source as lua_source};
 
+use crate::redis_config::RedisConfig;
 use connection::{Connection, Reply};
 use script::{At, Item, Lua, Once, SCRIPTS, decision, decisions};
 

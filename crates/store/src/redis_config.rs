@@ -1,5 +1,8 @@
-//! How a [`RedisStore`](super::RedisStore) reaches Redis, as the server's
-//! config spells it under `store: {redis: {...}}`:
+//! How a Redis store reaches Redis, as the server's config spells it
+//! under `store: {redis: {...}}`. Plain settings, outside the `redis`
+//! feature, so that every config reader parses the same schema; a build
+//! without the feature refuses any Redis URL here, by name, so a
+//! memory-only service is told at load that it cannot reach Redis.
 //!
 //! ```yaml
 //! store:
@@ -209,6 +212,7 @@ impl RedisConfig {
 /// A URL the Redis client can open: `redis://`, `rediss://`, or a Unix
 /// socket (`redis+unix://`, `unix://`). Checked at load, so `validate` and
 /// `serve` refuse the same configs; the message never shows a password.
+#[cfg(feature = "redis")]
 fn check_url(field: &'static str, url: &str) -> Result<(), RedisConfigFault> {
     use redis::IntoConnectionInfo;
     let shown = redact_url(url);
@@ -229,6 +233,19 @@ fn check_url(field: &'static str, url: &str) -> Result<(), RedisConfigFault> {
             ),
         })
 }
+
+/// Without the Redis store no URL can be opened: every one is refused,
+/// saying why, rather than a store that fails at its first call.
+#[cfg(not(feature = "redis"))]
+fn check_url(field: &'static str, _url: &str) -> Result<(), RedisConfigFault> {
+    Err(RedisConfigFault {
+        field,
+        reason: NO_REDIS.to_owned(),
+    })
+}
+
+/// Why a build without the `redis` feature refuses a Redis store.
+pub const NO_REDIS: &str = "this build has no Redis store (build tollgate-tower, tollgate-limiter or tollgate-store with the `redis` feature)";
 
 /// A Redis store setting that cannot serve: `field: reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -422,6 +439,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "redis")]
     #[test]
     fn an_unparsable_url_is_refused_without_its_password() {
         for (url, secret) in [
@@ -438,6 +456,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "redis")]
     #[test]
     fn the_yaml_shape_deserializes_and_rejects_unknown_fields() {
         let value = serde_json::json!({
@@ -455,6 +474,7 @@ mod tests {
         assert!(serde_json::from_value::<RedisConfig>(unknown).is_err());
     }
 
+    #[cfg(feature = "redis")]
     #[test]
     fn exactly_one_topology_and_no_brace_in_the_prefix() {
         let mut config = RedisConfig::standalone("redis://x");
@@ -463,5 +483,41 @@ mod tests {
         let mut config = RedisConfig::standalone("redis://x");
         config.prefix = "a{b".into();
         assert!(config.validate().is_err());
+    }
+
+    /// A memory-only build refuses every Redis store when its config is
+    /// read, naming the field and the feature, password unshown.
+    #[cfg(not(feature = "redis"))]
+    #[test]
+    fn without_the_redis_feature_every_redis_store_is_refused_by_name() {
+        let sentinel = SentinelConfig {
+            master: "mymaster".into(),
+            nodes: vec!["redis://:hunter2@10.0.0.3:26379".into()],
+        };
+        let configs = [
+            (
+                RedisConfig::standalone("redis://:hunter2@10.0.0.1:6379"),
+                "store.redis.url",
+            ),
+            (
+                RedisConfig::cluster(["redis://10.0.0.2:7000"]),
+                "store.redis.cluster",
+            ),
+            (
+                RedisConfig {
+                    sentinel: Some(sentinel),
+                    ..RedisConfig::empty()
+                },
+                "store.redis.sentinel.nodes",
+            ),
+        ];
+        for (config, field) in configs {
+            let fault = config.check().expect_err("no Redis store in this build");
+            assert_eq!(fault.field, field);
+            assert_eq!(fault.reason, NO_REDIS);
+            let message = config.validate().expect_err("refused").to_string();
+            assert!(message.contains("`redis` feature"), "{message}");
+            assert!(!message.contains("hunter2"), "{message}");
+        }
     }
 }
