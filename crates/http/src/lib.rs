@@ -18,6 +18,9 @@
 //! - **The answer to a decided request** (`answer`): admit with these
 //!   fields, or the denial; forward auth and the tower layer both use it.
 //!   A client's request id from a header (`request_id`).
+//! - **gRPC callers** (`grpc`): an answer of tollgate's own to a gRPC call
+//!   as a gRPC status (`RESOURCE_EXHAUSTED` for a rejection), the fields
+//!   kept as metadata, since a gRPC client reads any body as frames.
 //! - **Keys** (`key`): the identity a client names by key, bounded.
 //! - **Requests** (`request`, `peer`, `forward_auth`): a request as a
 //!   proxy describes it ([`Forwarded::read`], believed only from a trusted
@@ -45,6 +48,7 @@ mod check_body;
 mod check_decision;
 mod check_fault;
 mod forward_auth;
+mod grpc;
 mod key;
 mod peer;
 mod policy_value;
@@ -63,6 +67,7 @@ pub use check_decision::{
 };
 pub use check_fault::diagnose_check_body;
 pub use forward_auth::ForwardAuth;
+pub use grpc::{GRPC_MESSAGE, GRPC_STATUS, grpc_answer, grpc_code, is_grpc};
 pub use key::{parts_identity, value_identity};
 pub use peer::{Peer, is_trusted};
 pub use policy_value::{MAX_STATIC_POLICY_VALUES, policy_value};

@@ -375,8 +375,9 @@ fn judge(
     policy_check(serve, &request, hasher, settings.max_key_bytes).map_err(fault)
 }
 
-/// The connection's peer: axum's `ConnectInfo<SocketAddr>`, or a
-/// `SocketAddr` extension. Without either, every request counts as from
+/// The connection's peer: axum's `ConnectInfo<SocketAddr>`, tonic's
+/// `TcpConnectInfo` (feature `tonic`), or a `SocketAddr` extension.
+/// Without any, every request counts as from
 /// one unspecified address (`0.0.0.0`), never as from a proxy: headers a
 /// client writes (`X-Forwarded-For`) must not choose its identity, so a
 /// service that gives the layer no peer shares one budget per identity
@@ -386,8 +387,24 @@ fn peer(parts: &Parts) -> Peer {
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0)
+        .or_else(|| tonic_peer(parts))
         .or_else(|| parts.extensions.get::<SocketAddr>().copied())
         .map_or(Peer::Addr(NO_PEER), Peer::Addr)
+}
+
+/// The peer tonic's server gave the call, when it knows one.
+#[cfg(feature = "tonic")]
+fn tonic_peer(parts: &Parts) -> Option<SocketAddr> {
+    use tonic::transport::server::TcpConnectInfo;
+    parts
+        .extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+}
+
+#[cfg(not(feature = "tonic"))]
+fn tonic_peer(_: &Parts) -> Option<SocketAddr> {
+    None
 }
 
 /// The address a request without a known peer is counted as.

@@ -30,13 +30,14 @@ use smallvec::SmallVec;
 use tollgate_config::normalize;
 use tollgate_core::{Identity, PermitId};
 use tollgate_http::{
-    Admission, Answer, Matched, Problem, RequestFault, answer, request_id_from_header,
+    Admission, Answer, Matched, Problem, RequestFault, answer, grpc_answer, is_grpc,
+    request_id_from_header,
 };
 use tollgate_limiter::{Check, Decided, Decider, Plan, RequestId};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::permit::{CarriesPermits, HeldPermits, Pending};
+use crate::permit::{HeldPermits, LayerBody, Pending};
 use crate::response::{ResponseFuture, admit, own};
 use crate::rule::Rule;
 
@@ -147,7 +148,7 @@ where
     S::Future: Send,
     D: Decider,
     B: Send + 'static,
-    ResBody: From<String> + CarriesPermits + Send + 'static,
+    ResBody: LayerBody + Send + 'static,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -169,7 +170,7 @@ where
         let mut matched = Matches::new();
         if let Err(problem) = matches(&rules, &parts, &mut matched) {
             release(&mut self.inner);
-            return ResponseFuture::own(problem.response());
+            return ResponseFuture::own(own_answer(problem.response(), &parts));
         }
         if matched.is_empty() {
             return ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body)), None);
@@ -178,7 +179,7 @@ where
             Ok(found) => found.unzip(),
             Err(problem) => {
                 release(&mut self.inner);
-                return ResponseFuture::own(problem.response());
+                return ResponseFuture::own(own_answer(problem.response(), &parts));
             }
         };
         let decided = with_checks(&rules, &matched, |checks| {
@@ -202,7 +203,7 @@ where
                         let response = ready.call(Request::from_parts(parts, body)).await?;
                         Ok(admit(response, admission, held))
                     }
-                    Settled::Own(response) => Ok(own(response)),
+                    Settled::Own(response) => Ok(own(own_answer(response, &parts))),
                 }
             };
             return ResponseFuture::deciding(Box::pin(later));
@@ -214,9 +215,21 @@ where
             ),
             Settled::Own(response) => {
                 release(&mut self.inner);
-                ResponseFuture::own(response)
+                ResponseFuture::own(own_answer(response, &parts))
             }
         }
+    }
+}
+
+/// An answer of the layer's own (a rejection, a problem) as its caller
+/// reads answers: to a gRPC call, a gRPC status with the same fields
+/// (tollgate-http's `grpc_answer`), since a gRPC client reads any body as
+/// gRPC frames.
+fn own_answer(response: Response<String>, parts: &Parts) -> Response<String> {
+    if is_grpc(&parts.headers) {
+        grpc_answer(response)
+    } else {
+        response
     }
 }
 

@@ -11,7 +11,7 @@
 //! The flow: request → each [`Rule`]'s identity and cost → one
 //! all-or-nothing [`Decider::decide`](tollgate_limiter::Decider) → the
 //! inner service, or the rejection. A concurrency policy's permit is held
-//! by the response's body ([`CarriesPermits`]) and released when it ends
+//! by the response's body ([`LayerBody`]) and released when it ends
 //! or is dropped.
 
 #![deny(missing_docs)]
@@ -25,7 +25,7 @@ mod rule;
 
 pub use configured::{ConfigError, Configured, Reloaded, rules_of};
 pub use layer::{RateLimit, RateLimitLayer};
-pub use permit::{CarriesPermits, HeldPermits, MAX_PENDING_RELEASES, PermitBody};
+pub use permit::{HeldPermits, LayerBody, MAX_PENDING_RELEASES, PermitBody};
 pub use remote::{RemoteConfig, RemoteError, RemoteTollgate};
 pub use response::ResponseFuture;
 pub use rule::{Applies, Rule};

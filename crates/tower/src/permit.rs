@@ -5,7 +5,7 @@
 //! way a request can end drops what it held, so `Drop` is the one place a
 //! release starts.
 //!
-//! The body carries them ([`CarriesPermits`]) only when there are any: a
+//! The body carries them ([`LayerBody::carrying`]) only when there are any: a
 //! response no concurrency policy admitted keeps the inner service's body
 //! as it is, so axum, which boxes any body type but its own, boxes nothing
 //! more for it.
@@ -26,6 +26,7 @@ use std::task::{Context, Poll};
 use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
+use http_body_util::{BodyExt, Full};
 use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 
@@ -42,7 +43,7 @@ pub(crate) type ReleaseAction =
 pub(crate) type Pending = Arc<AtomicUsize>;
 
 /// One request's concurrency permits: released once, when this is dropped
-/// (by the body carrying them, [`CarriesPermits`]).
+/// (by the body carrying them, [`LayerBody`]).
 pub struct HeldPermits {
     release: Option<ReleaseAction>,
     pending: Pending,
@@ -113,50 +114,92 @@ impl Drop for Counted {
     }
 }
 
-/// A response body that can hold its request's permits to its end: what
-/// the layer needs of the inner service's body, to answer in that same
-/// body type. The layer calls it only for a response that holds permits.
-pub trait CarriesPermits: Sized {
+/// What the layer needs of the inner service's body, to answer in that
+/// same body type: to carry the layer's own answers (a rejection, a
+/// problem: text), and to hold a request's permits to its end. The layer
+/// calls [`LayerBody::carrying`] only for a response that holds permits.
+/// Implemented for axum's body, http-body-util's boxed bodies (hyper's
+/// usual ones), tonic's body (feature `tonic`) and [`PermitBody`], which
+/// wraps any other.
+pub trait LayerBody: Sized {
+    /// The layer's own answer, `text`, as this body.
+    fn answer(text: String) -> Self;
+
     /// This body, releasing `permits` when its last frame is read or it is
     /// dropped.
     fn carrying(self, permits: HeldPermits) -> Self;
 }
 
 /// axum's body boxes the [`PermitBody`] (as it boxes any body but its own).
-impl CarriesPermits for axum::body::Body {
+impl LayerBody for axum::body::Body {
+    fn answer(text: String) -> Self {
+        Self::from(text)
+    }
+
     fn carrying(self, permits: HeldPermits) -> Self {
-        Self::new(PermitBody::new(self).carrying(permits))
+        Self::new(PermitBody::new(self).holding(permits))
     }
 }
 
-/// A boxed body (hyper and tonic services' usual one) boxes the
-/// [`PermitBody`].
-impl<D: Buf + 'static, E: 'static> CarriesPermits for BoxBody<D, E> {
+/// A boxed body (hyper services' usual one) boxes the [`PermitBody`].
+impl<D, E> LayerBody for BoxBody<D, E>
+where
+    D: Buf + From<String> + Send + Sync + 'static,
+    E: 'static,
+{
+    fn answer(text: String) -> Self {
+        Self::new(Full::new(D::from(text)).map_err(|never| match never {}))
+    }
+
     fn carrying(self, permits: HeldPermits) -> Self {
-        Self::new(PermitBody::new(self).carrying(permits))
+        Self::new(PermitBody::new(self).holding(permits))
     }
 }
 
 /// As [`BoxBody`], for a body that is not `Sync`.
-impl<D: Buf + 'static, E: 'static> CarriesPermits for UnsyncBoxBody<D, E> {
+impl<D, E> LayerBody for UnsyncBoxBody<D, E>
+where
+    D: Buf + From<String> + Send + 'static,
+    E: 'static,
+{
+    fn answer(text: String) -> Self {
+        Self::new(Full::new(D::from(text)).map_err(|never| match never {}))
+    }
+
     fn carrying(self, permits: HeldPermits) -> Self {
-        Self::new(PermitBody::new(self).carrying(permits))
+        Self::new(PermitBody::new(self).holding(permits))
+    }
+}
+
+/// tonic's body (a gRPC service's, whose client reads the layer's 429 as
+/// `UNAVAILABLE`, as gRPC maps HTTP statuses) boxes the [`PermitBody`].
+#[cfg(feature = "tonic")]
+impl LayerBody for tonic::body::Body {
+    fn answer(text: String) -> Self {
+        Self::new(Full::new(bytes::Bytes::from(text)))
+    }
+
+    fn carrying(self, permits: HeldPermits) -> Self {
+        Self::new(PermitBody::new(self).holding(permits))
     }
 }
 
 /// Any body, wrapped: a service answering in a body type of its own maps
 /// it into a `PermitBody` below the layer.
-impl<B> CarriesPermits for PermitBody<B> {
-    fn carrying(mut self, permits: HeldPermits) -> Self {
-        self.held.push(permits);
-        self
+impl<B: From<String>> LayerBody for PermitBody<B> {
+    fn answer(text: String) -> Self {
+        Self::new(B::from(text))
+    }
+
+    fn carrying(self, permits: HeldPermits) -> Self {
+        self.holding(permits)
     }
 }
 
 pin_project! {
     /// A body holding permits: the inner body, holding them until its
     /// last frame is read or it is dropped, then releasing them. Made by
-    /// [`CarriesPermits`] for axum's and the boxed bodies; made by a
+    /// [`LayerBody`] for axum's, tonic's and the boxed bodies; made by a
     /// service for a body type of its own ([`PermitBody::new`], below the
     /// layer), so that any body can carry them.
     pub struct PermitBody<B> {
@@ -175,12 +218,11 @@ impl<B> PermitBody<B> {
             held: Vec::new(),
         }
     }
-}
 
-/// The layer's own answers (a rejection, a problem), in a wrapped body.
-impl<B: From<String>> From<String> for PermitBody<B> {
-    fn from(text: String) -> Self {
-        Self::new(B::from(text))
+    /// This body, holding `permits` too: any body can carry them.
+    fn holding(mut self, permits: HeldPermits) -> Self {
+        self.held.push(permits);
+        self
     }
 }
 

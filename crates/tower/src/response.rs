@@ -13,7 +13,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 use tollgate_http::Admission;
 
-use crate::permit::{CarriesPermits, HeldPermits};
+use crate::permit::{HeldPermits, LayerBody};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -48,13 +48,13 @@ pin_project! {
 }
 
 /// An answer of the layer's own, which holds no permits.
-pub(crate) fn own<ResBody: From<String>>(response: Response<String>) -> Response<ResBody> {
-    response.map(ResBody::from)
+pub(crate) fn own<ResBody: LayerBody>(response: Response<String>) -> Response<ResBody> {
+    response.map(ResBody::answer)
 }
 
 /// The inner service's answer to an admitted request: its fields written,
 /// its body carrying the permits when it holds any.
-pub(crate) fn admit<ResBody: CarriesPermits>(
+pub(crate) fn admit<ResBody: LayerBody>(
     mut response: Response<ResBody>,
     admission: Admission,
     held: Option<HeldPermits>,
@@ -66,7 +66,7 @@ pub(crate) fn admit<ResBody: CarriesPermits>(
     }
 }
 
-impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
+impl<F, ResBody: LayerBody, E> ResponseFuture<F, ResBody, E> {
     /// The inner service's answer to an admitted request (`admitted`: its
     /// fields and permits) or to one no rule matched (`None`).
     #[inline(always)]
@@ -97,7 +97,7 @@ impl<F, ResBody: From<String>, E> ResponseFuture<F, ResBody, E> {
 impl<F, ResBody, E> Future for ResponseFuture<F, ResBody, E>
 where
     F: Future<Output = Result<Response<ResBody>, E>>,
-    ResBody: CarriesPermits,
+    ResBody: LayerBody,
 {
     type Output = Result<Response<ResBody>, E>;
 
