@@ -34,26 +34,34 @@ fn naming<'t>(tree: &'t str, crates: &[&str]) -> Vec<&'t str> {
         .collect()
 }
 
-#[test]
-fn a_memory_only_limiter_depends_on_no_redis_tls_or_openssl_crate() {
-    let tree = tree(&["-p", "tollgate-limiter", "--no-default-features"]);
+/// `package` without its default features: its tree names `built_on`
+/// (the tree was read) and none of `left_out`.
+fn memory_only(package: &str, built_on: &str, left_out: &[&str]) {
+    let tree = tree(&["-p", package, "--no-default-features"]);
     assert!(
-        tree.lines().any(|l| l.contains("tollgate-store")),
-        "the tree names the store it is built on:\n{tree}"
+        tree.lines().any(|l| l.contains(built_on)),
+        "the tree names {built_on}, which {package} is built on:\n{tree}"
     );
-    let named = naming(&tree, &["redis", "native-tls", "openssl"]);
+    let named = naming(&tree, left_out);
     assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
 }
 
 #[test]
-fn a_memory_only_tower_layer_depends_on_no_redis_tls_or_openssl_crate() {
-    let tree = tree(&["-p", "tollgate-tower", "--no-default-features"]);
-    assert!(
-        tree.lines().any(|l| l.contains("tollgate-limiter")),
-        "the tree names the limiter it is built on:\n{tree}"
+fn a_memory_only_limiter_depends_on_no_redis_tls_or_openssl_crate() {
+    memory_only(
+        "tollgate-limiter",
+        "tollgate-store",
+        &["redis", "native-tls", "openssl"],
     );
-    let named = naming(&tree, &["redis", "native-tls", "openssl", "rustls"]);
-    assert_eq!(named, Vec::<&str>::new(), "the whole tree:\n{tree}");
+}
+
+#[test]
+fn a_memory_only_tower_layer_depends_on_no_redis_tls_or_openssl_crate() {
+    memory_only(
+        "tollgate-tower",
+        "tollgate-limiter",
+        &["redis", "native-tls", "openssl", "rustls"],
+    );
 }
 
 #[test]

@@ -104,3 +104,43 @@ async fn a_request_no_rule_names_passes_untouched() {
     }
     assert_eq!(app.handled(), 6);
 }
+
+/// A client that claims to be a gRPC caller (`content-type:
+/// application/grpc`) changes only the form of the refusal: past its
+/// limit it is still refused (a gRPC status, `RESOURCE_EXHAUSTED`, with
+/// no body) and its request never reaches the handler.
+#[tokio::test]
+async fn claiming_to_be_grpc_changes_how_a_refusal_reads_not_the_limit() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let limiter = memory_limiter(clock);
+    let app = serve_layered(RateLimitLayer::new(
+        limiter,
+        vec![writes_by_tenant(write_api())],
+    ))
+    .await;
+    let as_grpc = || async {
+        reqwest::Client::new()
+            .post(app.url("/orders"))
+            .header("X-Tenant", "acme")
+            .header("content-type", "application/grpc")
+            .send()
+            .await
+            .expect("request")
+    };
+    for _ in 0..2 {
+        assert_eq!(as_grpc().await.status(), 200);
+    }
+    let refused = as_grpc().await;
+    assert_eq!(header(&refused, "grpc-status"), "8");
+    assert_eq!(header(&refused, "retry-after"), "10");
+    assert_eq!(header(&refused, "ratelimit"), "\"write-api\";r=0;t=20");
+    assert_eq!(refused.text().await.expect("body"), "");
+    assert_eq!(
+        app.handled(),
+        2,
+        "the refused order never reached its handler"
+    );
+    // The same tenant asking plainly is refused as plainly.
+    assert_eq!(app.order("acme").await.status(), 429);
+    assert_eq!(app.handled(), 2);
+}
