@@ -2,7 +2,7 @@
 //! time scaled by n: `tat = n·now + debt`.
 
 use super::Taken;
-use super::{div_ceil, div_floor, saturate};
+use super::{div_ceil, div_ceil64, div_floor, div_floor64, saturate};
 use crate::decision::Decision;
 use crate::policy::Rate;
 
@@ -116,19 +116,6 @@ pub(super) fn decide_narrow(
         reset_after_ms: div_ceil64(debt_after, n),
         permit: None,
     })
-}
-
-/// `x / d`, with no division for 1 (n or p is 1 whenever one of a
-/// policy's N and P divides the other).
-#[inline(always)]
-fn div_floor64(x: u64, d: u64) -> u64 {
-    if d == 1 { x } else { x / d }
-}
-
-/// ⌈x / d⌉, as [`div_floor64`].
-#[inline(always)]
-fn div_ceil64(x: u64, d: u64) -> u64 {
-    if d == 1 { x } else { x.div_ceil(d) }
 }
 
 /// The first ms at which a request of cost 1 would be admitted, read off

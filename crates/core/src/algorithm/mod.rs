@@ -125,9 +125,10 @@ impl Limits {
 
     /// [`Limits::decide_with`], a concurrency acquire holding `permit`
     /// when admitted (its decision says so); other algorithms ignore it.
-    // Inlined where a store decides: a stored gcra state whose values fit
-    // 64 bits (every common policy's) is decided there, in u64, with no
-    // call and no copy of the state; everything else is one call.
+    // Inlined where a store decides: a stored gcra or token bucket state
+    // whose values fit 64 bits (every common policy's) is decided there,
+    // in u64, with no call and no copy of the state; everything else is
+    // one call.
     #[inline(always)]
     pub fn decide_permit(
         &self,
@@ -137,13 +138,20 @@ impl Limits {
         intent: Intent,
         permit: PermitId,
     ) -> Decision {
-        if let (Limits::Gcra(rate), Some(State::Gcra(s))) = (self, &mut *state)
-            && let Some(decision) =
-                gcra::decide_narrow(rate, s, now_ms, cost, intent == Intent::Consume)
-        {
-            return decision;
+        let consume = intent == Intent::Consume;
+        let narrow = match (self, &mut *state) {
+            (Limits::Gcra(rate), Some(State::Gcra(s))) => {
+                gcra::decide_narrow(rate, s, now_ms, cost, consume)
+            }
+            (Limits::TokenBucket(rate), Some(State::TokenBucket(s))) => {
+                token_bucket::decide_narrow(rate, s, now_ms, cost, consume)
+            }
+            _ => None,
+        };
+        match narrow {
+            Some(decision) => decision,
+            None => self.decide_any(state, now_ms, cost, intent, permit),
         }
-        self.decide_any(state, now_ms, cost, intent, permit)
     }
 
     /// [`Limits::decide_permit`] for any state, out of line.
@@ -351,6 +359,19 @@ impl Taken {
 /// A u128 intermediate brought back to u64; saturates rather than wraps.
 fn saturate(x: u128) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// `x / d` in u64, with no division for 1 (n or p is 1 whenever one of a
+/// policy's N and P divides the other): the narrow paths' division.
+#[inline(always)]
+fn div_floor64(x: u64, d: u64) -> u64 {
+    if d == 1 { x } else { x / d }
+}
+
+/// ⌈x / d⌉, as [`div_floor64`].
+#[inline(always)]
+fn div_ceil64(x: u64, d: u64) -> u64 {
+    if d == 1 { x } else { x.div_ceil(d) }
 }
 
 /// `x / d` for a u128 `x` and a u64 divisor: the same integer, in u64
