@@ -10,8 +10,9 @@
 # atomic costs more than an add), which bench/store_cpu.sh and
 # bench/layer_cpu.sh measure. Set-up is taken out by counting two run
 # lengths and dividing the difference, and only the loop that decides or
-# calls (the runtime's block_on) is counted (callgrind's --toggle-collect): the clock's calibration
-# runs for a varying number of steps.
+# calls (the runtime's block_on) is counted (callgrind's
+# --toggle-collect): the clocks' calibration runs a varying number of
+# steps.
 #
 #   bash bench/embedded_instructions.sh
 #   ROWS=store bash bench/embedded_instructions.sh   # or ROWS=layer
@@ -24,7 +25,6 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "bench/embedded_instructions.sh needs valgrind: apt-get install -y valgrind" >&2; exit 1; }
 ROWS=${ROWS:-all}
 . bench/lib.sh
-trap stop_started EXIT
 
 work=$(mktemp -d)
 trap 'stop_started; rm -rf "$work"' EXIT

@@ -218,23 +218,18 @@ mod tests {
     use proptest::prelude::*;
 
     use super::{GcraState, admits_one_from_ms, decide, decide_narrow};
+    use crate::algorithm::small_and_wide;
     use crate::policy::Rate;
-
-    /// Small values, and large ones whose products cross 64 bits (and
-    /// stay well inside the u128 path's own range).
-    fn big() -> impl Strategy<Value = u64> {
-        prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 40]
-    }
 
     proptest! {
         #[test]
         fn the_u64_path_decides_as_the_u128_one_or_declines(
-            (capacity, tokens, per_ms) in (big(), big(), big()),
+            (capacity, tokens, per_ms) in (small_and_wide(), small_and_wide(), small_and_wide()),
             // Any time a clock tells (ms since the epoch, up to year 559,000).
             now_ms in prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 44],
             tat_lo in any::<u64>(),
             tat_wide in any::<bool>(),
-            cost in big(),
+            cost in small_and_wide(),
             consume in any::<bool>(),
         ) {
             let Some(rate) = Rate::new(capacity, tokens, per_ms) else { return Ok(()) };

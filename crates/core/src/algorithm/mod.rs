@@ -406,6 +406,14 @@ fn remaining(x: u128) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
 }
 
+/// Values for the narrow paths' property tests (gcra, token_bucket):
+/// small ones, and large ones whose products cross 64 bits (and stay well
+/// inside the u128 path's own range).
+#[cfg(test)]
+fn small_and_wide() -> impl proptest::strategy::Strategy<Value = u64> {
+    proptest::prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 40]
+}
+
 #[cfg(test)]
 mod tests {
     use super::{div_ceil, div_floor};

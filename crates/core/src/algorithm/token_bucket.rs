@@ -186,22 +186,18 @@ mod tests {
     use proptest::prelude::*;
 
     use super::{BucketState, decide, decide_narrow};
+    use crate::algorithm::small_and_wide;
     use crate::policy::Rate;
-
-    /// Small values, and large ones whose products cross 64 bits.
-    fn big() -> impl Strategy<Value = u64> {
-        prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 40]
-    }
 
     proptest! {
         #[test]
         fn the_u64_path_decides_as_the_u128_one_or_declines(
-            (capacity, tokens, per_ms) in (big(), big(), big()),
+            (capacity, tokens, per_ms) in (small_and_wide(), small_and_wide(), small_and_wide()),
             now_ms in prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 44, Just(u64::MAX)],
             last_ms in prop_oneof![0u64..=1_000, 1u64 << 20..=1 << 44],
             units in prop_oneof![0u64..=1_000, any::<u64>()],
             other_scale in any::<bool>(),
-            cost in prop_oneof![big(), Just(u64::MAX)],
+            cost in prop_oneof![small_and_wide(), Just(u64::MAX)],
             consume in any::<bool>(),
         ) {
             let Some(rate) = Rate::new(capacity, tokens, per_ms) else { return Ok(()) };
